@@ -1,0 +1,159 @@
+"""Backoff: pure delay math. Knows nothing of clocks, errors or policies."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Iterator
+from typing import Literal
+
+__all__ = ["JITTERS", "Backoff", "Jitter"]
+
+Jitter = Literal["none", "full", "equal", "decorrelated"]
+JITTERS: tuple[Jitter, ...] = ("none", "full", "equal", "decorrelated")
+
+# One process-wide generator for policies that are not given their own; never the `random` module's.
+_DEFAULT_RNG = random.Random()
+
+
+def _number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _finite_non_negative(name: str, value: object) -> float:
+    v = _number(name, value)
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return v
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Backoff:
+    """How long to wait before retry number *n* (``n = 0`` is the first retry).
+
+    The un-jittered delay is ``raw(n) = min(cap, base * multiplier**n + step * n)``. Jitter is then
+    applied to that *capped* value, so clients that have all reached the cap keep spreading out
+    instead of retrying in lockstep.
+
+    Jitter kinds (Marc Brooker, "Exponential Backoff And Jitter", AWS Architecture Blog, 2015):
+
+    - ``"none"``: ``raw(n)``.
+    - ``"full"``: uniform in ``[0, raw(n)]``. The default: least total work under contention.
+    - ``"equal"``: uniform in ``[raw(n)/2, raw(n)]``.
+    - ``"decorrelated"``: ``min(cap, uniform(base, 3 * previous))``, from ``previous = base``.
+
+    Args:
+        base: the first delay, in seconds.
+        multiplier: growth factor per retry (>= 1; 1 gives constant or linear backoff).
+        cap: the largest un-jittered delay, in seconds.
+        jitter: one of ``"none"``, ``"full"``, ``"equal"``, ``"decorrelated"``.
+        step: seconds added per retry (linear backoff); 0 for pure exponential backoff.
+        immediate_first: make the first retry immediate, then back off from ``base`` (the common
+            rule "at most one immediate retry").
+
+    Raises:
+        TypeError: a parameter is not a number (or *jitter* not a string).
+        ValueError: a parameter is out of range; the message names it.
+    """
+
+    base: float = 0.1
+    multiplier: float = 2.0
+    cap: float = 20.0
+    jitter: Jitter = "full"
+    step: float = 0.0
+    immediate_first: bool = False
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "base", _finite_non_negative("base", self.base))
+        set_(self, "cap", _finite_non_negative("cap", self.cap))
+        set_(self, "step", _finite_non_negative("step", self.step))
+        multiplier = _number("multiplier", self.multiplier)
+        if not math.isfinite(multiplier) or multiplier < 1:
+            raise ValueError(f"multiplier must be a finite number >= 1, got {self.multiplier!r}")
+        set_(self, "multiplier", multiplier)
+        if self.cap < self.base:
+            raise ValueError(f"cap must be >= base ({self.base!r}), got {self.cap!r}")
+        if not isinstance(self.jitter, str):
+            raise TypeError(f"jitter must be a string, got {self.jitter!r}")
+        if self.jitter not in JITTERS:
+            raise ValueError(f"jitter must be one of {', '.join(JITTERS)}; got {self.jitter!r}")
+        if not isinstance(self.immediate_first, bool):
+            raise TypeError(f"immediate_first must be a bool, got {self.immediate_first!r}")
+
+    @classmethod
+    def constant(cls, delay: float, jitter: Jitter = "none") -> Backoff:
+        """The same delay before every retry (with optional jitter)."""
+        d = _finite_non_negative("delay", delay)
+        return cls(base=d, multiplier=1.0, cap=d, jitter=jitter)
+
+    @classmethod
+    def linear(
+        cls, base: float = 0.1, step: float = 0.1, cap: float = 20.0, jitter: Jitter = "full"
+    ) -> Backoff:
+        """Delays ``base, base + step, base + 2*step, ...`` up to *cap*."""
+        return cls(base=base, multiplier=1.0, cap=cap, jitter=jitter, step=step)
+
+    def replace(self, **changes: object) -> Backoff:
+        """A copy with some fields changed (validated like the constructor)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def raw(self, n: int) -> float:
+        """The capped, un-jittered delay before retry *n*; safe for any ``n >= 0``."""
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n!r}")
+        if self.immediate_first:
+            if n == 0:
+                return 0.0
+            n -= 1
+        return self._raw(n)
+
+    def _raw(self, n: int) -> float:
+        base, multiplier, cap = self.base, self.multiplier, self.cap
+        if base == 0.0 and self.step == 0.0:
+            return 0.0
+        growth = base
+        if multiplier > 1.0 and base > 0.0:
+            # Compare exponents instead of computing multiplier**n, which overflows for large n.
+            if n * math.log(multiplier) >= math.log(cap / base):
+                return cap
+            growth = base * multiplier**n
+        value = growth + self.step * n
+        return cap if value >= cap else value
+
+    def compute(
+        self, n: int, rng: random.Random | None = None, previous: float | None = None
+    ) -> float:
+        """The jittered delay before retry *n*.
+
+        Args:
+            n: the retry index, from 0.
+            rng: the source of randomness (a seedable :class:`random.Random`).
+            previous: the delay before the previous retry; only ``"decorrelated"`` uses it.
+        """
+        raw = self.raw(n)
+        jitter = self.jitter
+        if jitter == "full":
+            return (rng or _DEFAULT_RNG).uniform(0.0, raw)
+        if jitter == "none" or raw == 0.0:
+            return raw
+        if jitter == "equal":
+            return (rng or _DEFAULT_RNG).uniform(raw / 2.0, raw)
+        # Decorrelated jitter: min(cap, U(base, 3 * previous)), previous starting at base.
+        prev = self.base if previous is None or previous < self.base else previous
+        return min(self.cap, (rng or _DEFAULT_RNG).uniform(self.base, 3.0 * prev))
+
+    def delays(self, rng: random.Random | None = None) -> Iterator[float]:
+        """The endless sequence of jittered delays for retries 0, 1, 2, ..."""
+        previous: float | None = None
+        n = 0
+        while True:
+            previous = self.compute(n, rng, previous)
+            yield previous
+            n += 1
+
+
+DEFAULT_BACKOFF = Backoff()

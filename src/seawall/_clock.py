@@ -1,0 +1,160 @@
+"""Time as an injected dependency: the system clock in production, virtual time in tests.
+
+Every policy reads time and waits only through a :class:`Clock`, so the same policy object runs
+on wall-clock time in production and on virtual time in tests and in the simulator, where a wait
+of an hour costs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import selectors
+import time
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["Clock", "SystemClock", "VirtualClock", "VirtualEventLoop"]
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """What a policy needs from time: a monotonic reading and two ways to wait."""
+
+    def now(self) -> float:
+        """Seconds on a monotonic scale (only differences are meaningful)."""
+
+    def sleep(self, seconds: float) -> None:
+        """Block the calling thread for *seconds*."""
+
+    async def asleep(self, seconds: float) -> None:
+        """Suspend the calling task for *seconds*."""
+
+
+class SystemClock:
+    """The real monotonic clock (:func:`time.monotonic`), the same scale asyncio uses."""
+
+    __slots__ = ()
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+    async def asleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+SYSTEM_CLOCK = SystemClock()
+
+
+def _check_seconds(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
+    if math.isnan(value) or value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return float(value)
+
+
+class VirtualClock:
+    """Virtual time: ``sleep`` jumps the clock forward instead of waiting.
+
+    Synchronous code sees time advance by exactly what it slept. Asynchronous code should run on
+    :class:`VirtualEventLoop` (see :func:`seawall.testing.run`), whose timers follow this clock
+    and which jumps to the next timer whenever every task is waiting, so many concurrent tasks
+    share one consistent virtual timeline.
+
+    Args:
+        start: the initial reading of :meth:`now`.
+    """
+
+    __slots__ = ("_loop", "_now", "sleeps")
+
+    def __init__(self, start: float = 0.0) -> None:
+        if isinstance(start, bool) or not isinstance(start, (int, float)) or math.isnan(start):
+            raise TypeError(f"start must be a finite number, got {start!r}")
+        self._now = float(start)
+        self._loop: VirtualEventLoop | None = None
+        #: Every wait requested through :meth:`sleep` or :meth:`asleep`, in order.
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward by *seconds* (never backward)."""
+        self._now += _check_seconds("seconds", seconds)
+
+    def sleep(self, seconds: float) -> None:
+        seconds = max(0.0, seconds)
+        self.sleeps.append(seconds)
+        self._now += seconds
+
+    async def asleep(self, seconds: float) -> None:
+        seconds = max(0.0, seconds)
+        self.sleeps.append(seconds)
+        loop = asyncio.get_running_loop()
+        if loop is self._loop:
+            # The loop's timers run on this clock: it will jump when every task waits.
+            await asyncio.sleep(seconds)
+        else:
+            # A plain loop: jump at once (fine for one task at a time).
+            self._now += seconds
+            await asyncio.sleep(0)
+
+    def __repr__(self) -> str:
+        return f"VirtualClock(now={self._now!r})"
+
+
+class _JumpingSelector(selectors.BaseSelector):
+    """Wraps a real selector; instead of blocking until a timer is due, it moves the clock there."""
+
+    def __init__(self, inner: selectors.BaseSelector, clock: VirtualClock) -> None:
+        self._inner = inner
+        self._clock = clock
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._inner.register(fileobj, events, data)
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        return self._inner.unregister(fileobj)
+
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._inner.modify(fileobj, events, data)
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is None:
+            # No timer pending: only real I/O can wake us.
+            return self._inner.select(None)
+        ready = self._inner.select(0)
+        if not ready and timeout > 0:
+            self._clock._now += timeout
+        return ready
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def get_map(self) -> Any:
+        return self._inner.get_map()
+
+
+class VirtualEventLoop(asyncio.SelectorEventLoop):
+    """An asyncio event loop whose time is a :class:`VirtualClock`.
+
+    ``loop.time()`` reads the virtual clock; when no callback is ready, the loop jumps the clock to
+    the next timer instead of waiting. ``asyncio.sleep``, ``asyncio.timeout`` and ``wait_for``
+    therefore all run on virtual time, and a test of an hour of retries takes milliseconds.
+    """
+
+    def __init__(self, clock: VirtualClock | None = None) -> None:
+        self.clock = clock if clock is not None else VirtualClock()
+        super().__init__(_JumpingSelector(selectors.DefaultSelector(), self.clock))
+        self.clock._loop = self
+        self._clock_resolution = 1e-9
+
+    def time(self) -> float:
+        return self.clock._now

@@ -1,0 +1,810 @@
+"""RetryPolicy: the retry decision as a small sans-I/O state machine, and its sync/async drivers.
+
+:class:`RetryState` decides, given an attempt's outcome and the time now, whether to retry after a
+delay or give up, and why. The synchronous loop, the asyncio loop, the block API and the
+simulator's event engine are thin drivers over it, so production and simulation make the same
+decisions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import inspect
+import logging
+import math
+import random
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from types import TracebackType
+from typing import Any, Final, Generic, Literal, ParamSpec, TypeVar, overload
+
+from seawall._backoff import DEFAULT_BACKOFF, Backoff
+from seawall._budget import Budget
+from seawall._clock import SYSTEM_CLOCK, Clock
+from seawall._deadline import _DEADLINE, Deadline
+from seawall._errors import (
+    DeadlineExceeded,
+    Overloaded,
+    RetryAfter,
+    add_note,
+    is_exhausted,
+    is_permanent,
+    mark_exhausted,
+    retry_after_of,
+)
+from seawall._switch import SWITCH
+
+__all__ = [
+    "AttemptRecord",
+    "GiveUpReason",
+    "Hook",
+    "Outcome",
+    "RetryEvent",
+    "RetryPolicy",
+    "RetryState",
+    "logging_hook",
+    "retry",
+]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+
+GiveUpReason = Literal[
+    "not_retryable",  # permanent, Overloaded, cancellation, or not matched by retry_on
+    "exhausted_below",  # an inner policy already retried this error (retry at one layer)
+    "attempts_exhausted",
+    "deadline",  # the next wait (plus min_attempt_time) would cross the deadline
+    "budget",  # the shared budget refused the retry
+    "disabled",  # the kill switch is off, globally or for this policy's name
+]
+
+logger = logging.getLogger("seawall")
+
+
+class _Testing:
+    __slots__ = ("instant",)
+
+    def __init__(self) -> None:
+        self.instant = 0  # > 0 inside seawall.testing.instant(): waits become zero
+
+
+TESTING: Final = _Testing()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetryEvent:
+    """What a hook receives. Frozen; cheap to create (only on the failure path).
+
+    Attributes:
+        kind: ``"retry"`` (a retry is scheduled after ``delay``), ``"budget_exhausted"`` (the
+            budget refused a retry) or ``"give_up"`` (the policy stops; ``reason`` says why).
+        policy: the policy's ``name`` (or ``None``).
+        attempt: the number of the attempt that just failed, from 1.
+        error: the exception of that attempt (``None`` for a retried bad result).
+        delay: the wait before the next attempt (0 when giving up).
+        elapsed: seconds since the call started, waits included.
+        reason: why the policy gave up (``give_up`` and ``budget_exhausted`` only).
+    """
+
+    kind: Literal["retry", "budget_exhausted", "give_up"]
+    policy: str | None
+    attempt: int
+    error: BaseException | None
+    delay: float
+    elapsed: float
+    reason: GiveUpReason | None = None
+
+
+Hook = Callable[[RetryEvent], None]
+
+
+def logging_hook(event: RetryEvent) -> None:
+    """The default hook: log scheduled retries (INFO) and budget refusals (WARNING) to "seawall"."""
+    if event.kind == "give_up":
+        return
+    level = logging.INFO if event.kind == "retry" else logging.WARNING
+    if not logger.isEnabledFor(level):
+        return
+    extra = {
+        "seawall_policy": event.policy,
+        "seawall_attempt": event.attempt,
+        "seawall_delay": event.delay,
+        "seawall_error": repr(event.error),
+        "seawall_elapsed": event.elapsed,
+    }
+    if event.kind == "retry":
+        logger.log(
+            level,
+            "retry %s scheduled in %.3f s after attempt %d failed: %r",
+            event.policy or "",
+            event.delay,
+            event.attempt,
+            event.error,
+            extra=extra,
+        )
+    else:
+        logger.log(level, "retry budget exhausted for %s", event.policy or "", extra=extra)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One attempt in an :class:`Outcome`'s history.
+
+    Attributes:
+        number: from 1.
+        started: clock reading when the attempt started.
+        duration: seconds the attempt took.
+        error: its exception, or ``None`` if it returned.
+        delay: the wait that followed it (``None`` if no retry followed).
+    """
+
+    number: int
+    started: float
+    duration: float
+    error: BaseException | None
+    delay: float | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outcome(Generic[T]):
+    """The result of :meth:`RetryPolicy.run`: what happened, without raising.
+
+    Attributes:
+        value: the function's return value (``None`` if it failed).
+        error: the last exception if the call failed, else ``None``.
+        attempts: how many attempts were made.
+        total_delay: seconds spent waiting between attempts.
+        history: one :class:`AttemptRecord` per attempt.
+        reason: why the policy stopped retrying, if it gave up.
+    """
+
+    value: T | None
+    error: BaseException | None
+    attempts: int
+    total_delay: float
+    history: tuple[AttemptRecord, ...]
+    reason: GiveUpReason | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def unwrap(self) -> T:
+        """The value, or raise the error."""
+        if self.error is not None:
+            raise self.error
+        return self.value  # type: ignore[return-value]
+
+
+class RetryState:
+    """The retry decisions for one logical call, free of I/O (sans-I/O).
+
+    A driver calls :meth:`begin_attempt` before each attempt, then :meth:`on_error`,
+    :meth:`on_result` or :meth:`on_success` with the time now. ``on_error``/``on_result`` return
+    the delay before the next attempt, or ``None`` to give up (``reason`` then says why). The
+    driver does the waiting: a thread sleeps, a task awaits, the simulator schedules an event.
+    """
+
+    __slots__ = (
+        "_attempt_started",
+        "_previous_delay",
+        "attempts",
+        "deadline",
+        "history",
+        "policy",
+        "reason",
+        "started",
+        "total_delay",
+    )
+
+    def __init__(self, policy: RetryPolicy, now: float, deadline: float = math.inf) -> None:
+        self.policy = policy
+        self.started = now
+        self.deadline = deadline
+        self.attempts = 0
+        self.total_delay = 0.0
+        self.reason: GiveUpReason | None = None
+        self.history: list[AttemptRecord] | None = None
+        self._previous_delay: float | None = None
+        self._attempt_started = now
+
+    def begin_attempt(self, now: float) -> float:
+        """Count an attempt starting at *now*; return its absolute deadline.
+
+        Raises:
+            DeadlineExceeded: less than the policy's ``min_attempt_time`` is left: the call gives
+                up before doing work, not after.
+        """
+        p = self.policy
+        left = self.deadline - now
+        if left < p.min_attempt_time or left <= 0.0:
+            raise DeadlineExceeded(
+                f"gave up before attempt {self.attempts + 1}: {max(left, 0.0):.3f} s left of the "
+                f"deadline, at least {p.min_attempt_time:.3f} s needed"
+            )
+        self.attempts += 1
+        self._attempt_started = now
+        if p.attempt_timeout is not None:
+            return min(self.deadline, now + p.attempt_timeout)
+        return self.deadline
+
+    def _record(self, now: float, error: BaseException | None, delay: float | None) -> None:
+        if self.history is not None:
+            start = self._attempt_started
+            self.history.append(AttemptRecord(self.attempts, start, now - start, error, delay))
+
+    def on_success(self, now: float) -> None:
+        """The attempt succeeded."""
+        budget = self.policy.budget
+        if budget is not None:
+            budget.on_success()
+        self._record(now, None, None)
+
+    def on_error(self, error: BaseException, now: float) -> float | None:
+        """The attempt raised *error*: the delay before the next attempt, or ``None`` to give up."""
+        p = self.policy
+        if isinstance(error, RetryAfter):
+            kind = _RETRY
+        elif is_permanent(error):
+            kind = _OVERLOADED if isinstance(error, Overloaded) else _PERMANENT
+        elif is_exhausted(error) and not p.retry_nested:
+            kind = _EXHAUSTED
+        else:
+            kind = _RETRY if p._retryable(error) else _PERMANENT
+        budget = p.budget
+        if budget is not None:
+            if kind == _PERMANENT:
+                budget.on_success()  # the dependency answered; this is not sickness
+            else:
+                budget.on_failure(error)
+        if kind != _RETRY:
+            return self._give_up(
+                "exhausted_below" if kind == _EXHAUSTED else "not_retryable", error, now
+            )
+        wanted = retry_after_of(error)
+        return self._schedule(error, now, wanted)
+
+    def on_result(self, result: object, now: float) -> float | None:
+        """The attempt returned *result*: a delay if ``retry_if_result`` rejects it, else ``None``.
+
+        When the result is rejected but the policy gives up, ``reason`` is set and the caller
+        receives the last result.
+        """
+        pred = self.policy.retry_if_result
+        if pred is None or not pred(result):
+            self.on_success(now)
+            return None
+        budget = self.policy.budget
+        if budget is not None:
+            budget.on_failure(_BadResult(result))
+        return self._schedule(None, now, None)
+
+    def _schedule(
+        self, error: BaseException | None, now: float, wanted: float | None
+    ) -> float | None:
+        p = self.policy
+        if self.attempts >= p.max_attempts:
+            return self._give_up("attempts_exhausted", error, now, mark=True)
+        if not SWITCH.enabled or (p.name is not None and p.name in SWITCH.disabled_names):
+            return self._give_up("disabled", error, now)
+        if wanted is not None:
+            # Server pushback replaces the backoff delay, but an untrusted value is clamped.
+            delay = min(wanted, p.max_retry_after)
+        else:
+            delay = p.backoff.compute(self.attempts - 1, p.rng, self._previous_delay)
+            self._previous_delay = delay
+        if TESTING.instant:
+            delay = 0.0
+        if now + delay + p.min_attempt_time >= self.deadline:
+            # Never sleep and then fail: give up now, with the last error.
+            return self._give_up("deadline", error, now, mark=True)
+        budget = p.budget
+        if budget is not None and not budget.allow_retry(error or _BadResult(None)):
+            self._emit("budget_exhausted", error, 0.0, now, "budget")
+            return self._give_up("budget", error, now, mark=True)
+        self._record(now, error, delay)
+        self.total_delay += delay
+        self._emit("retry", error, delay, now, None)
+        return delay
+
+    def _give_up(
+        self, reason: GiveUpReason, error: BaseException | None, now: float, mark: bool = False
+    ) -> float | None:
+        self.reason = reason
+        self._record(now, error, None)
+        if error is not None and reason != "exhausted_below":
+            if mark:
+                mark_exhausted(error)
+            if self.attempts > 1 or mark:
+                name = f" {self.policy.name!r}" if self.policy.name else ""
+                add_note(
+                    error,
+                    f"seawall{name}: gave up after {self.attempts} attempt"
+                    f"{'s' if self.attempts != 1 else ''} and {self.total_delay:.3f} s of waits "
+                    f"({reason.replace('_', ' ')})",
+                )
+        self._emit("give_up", error, 0.0, now, reason)
+        return None
+
+    def _emit(
+        self,
+        kind: Literal["retry", "budget_exhausted", "give_up"],
+        error: BaseException | None,
+        delay: float,
+        now: float,
+        reason: GiveUpReason | None,
+    ) -> None:
+        hooks = self.policy._hooks
+        if hooks:
+            event = RetryEvent(
+                kind, self.policy.name, self.attempts, error, delay, now - self.started, reason
+            )
+            for hook in hooks:
+                hook(event)
+
+    def outcome(self, value: Any, error: BaseException | None) -> Outcome[Any]:
+        return Outcome(
+            value, error, self.attempts, self.total_delay, tuple(self.history or ()), self.reason
+        )
+
+
+class _BadResult(Exception):
+    """Stands for a rejected result where budgets expect an error."""
+
+    def __init__(self, result: object) -> None:
+        super().__init__(f"result rejected by retry_if_result: {result!r}")
+        self.result = result
+
+
+_RETRY, _PERMANENT, _OVERLOADED, _EXHAUSTED = range(4)
+_DEFAULT_RETRY_ON: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+_DEFAULT_HOOKS: tuple[Hook, ...] = (logging_hook,)
+
+
+def _compile_retry_on(retry_on: RetryOn) -> Callable[[BaseException], bool]:
+    if isinstance(retry_on, type):
+        if not issubclass(retry_on, BaseException):
+            raise TypeError(f"retry_on must be exception classes or a predicate, got {retry_on!r}")
+        retry_on = (retry_on,)
+    if isinstance(retry_on, tuple):
+        for cls in retry_on:
+            if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+                raise TypeError(
+                    f"retry_on must be exception classes or a predicate, got {retry_on!r}"
+                )
+        classes = retry_on
+        return lambda exc: isinstance(exc, classes)
+    if callable(retry_on):
+        return retry_on
+    raise TypeError(f"retry_on must be exception classes or a predicate, got {retry_on!r}")
+
+
+def _optional_seconds(name: str, value: object, *, positive: bool = True) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds or None, got {value!r}")
+    v = float(value)
+    if math.isnan(v) or v < 0 or (positive and v == 0):
+        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value!r}")
+    return v
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """A frozen description of how to retry; use it with :meth:`call`, as a decorator, or in a loop.
+
+    Args:
+        max_attempts: total tries, the first included (gRPC, resilience4j and AWS SDK naming).
+        backoff: the delays between attempts.
+        retry_on: exception classes, or a predicate ``(exc) -> bool``, that are worth retrying.
+            Whatever it says, ``Permanent``, ``permanent()``-marked exceptions, ``Overloaded``,
+            ``DeadlineExceeded``, cancellation, ``KeyboardInterrupt``, ``SystemExit`` and
+            ``GeneratorExit`` are never retried.
+        retry_if_result: a predicate ``(result) -> bool``: retry when it returns ``True``.
+        timeout: seconds for the whole call, waits included (combined with any ambient deadline;
+            inner calls see it through :func:`seawall.remaining`).
+        attempt_timeout: seconds per attempt. Async: enforced by cancellation. Sync: threads are
+            never abandoned; the attempt sees it as its deadline (:func:`seawall.remaining`).
+        budget: a shared :class:`~seawall.RetryBudget`, :class:`~seawall.TokenBucket`, or any
+            :class:`~seawall.Budget`.
+        clock: where time comes from (the system clock by default).
+        rng: a seedable :class:`random.Random` for jitter.
+        name: shows up in hooks, notes and logs, and keys the per-name kill switch.
+        hooks: callables receiving a :class:`RetryEvent`; ``None`` means the logging hook.
+        max_retry_after: the longest wait a server's ``retry_after`` can ask for (seconds).
+        min_attempt_time: do not start an attempt with less than this left before the deadline.
+        retry_nested: retry errors that an inner policy already retried and gave up on. Off by
+            default, so nested policies multiply nothing: only one layer retries.
+    """
+
+    max_attempts: int = 3
+    backoff: Backoff = DEFAULT_BACKOFF
+    retry_on: RetryOn = _DEFAULT_RETRY_ON
+    retry_if_result: Callable[[Any], bool] | None = None
+    timeout: float | None = None
+    attempt_timeout: float | None = None
+    budget: Budget | None = None
+    clock: Clock | None = None
+    rng: random.Random | None = None
+    name: str | None = None
+    hooks: Sequence[Hook] | None = None
+    max_retry_after: float = 60.0
+    min_attempt_time: float = 0.0
+    retry_nested: bool = False
+
+    _retryable: Callable[[BaseException], bool] = dataclasses.field(
+        init=False, repr=False, compare=False
+    )
+    _hooks: tuple[Hook, ...] = dataclasses.field(init=False, repr=False, compare=False)
+    _clock: Clock = dataclasses.field(init=False, repr=False, compare=False)
+    # True when a call needs no bookkeeping before its first attempt: no budget, no timeouts,
+    # no result check. The fast path is then a bare try/except around the function.
+    _simple: bool = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
+            raise TypeError(f"max_attempts must be an int, got {self.max_attempts!r}")
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts!r}")
+        if not isinstance(self.backoff, Backoff):
+            raise TypeError(f"backoff must be a seawall.Backoff, got {self.backoff!r}")
+        set_(self, "_retryable", _compile_retry_on(self.retry_on))
+        if self.retry_if_result is not None and not callable(self.retry_if_result):
+            raise TypeError(f"retry_if_result must be callable, got {self.retry_if_result!r}")
+        set_(self, "timeout", _optional_seconds("timeout", self.timeout))
+        set_(self, "attempt_timeout", _optional_seconds("attempt_timeout", self.attempt_timeout))
+        mra = _optional_seconds("max_retry_after", self.max_retry_after, positive=False)
+        if mra is None:
+            raise TypeError("max_retry_after must be a number of seconds")
+        set_(self, "max_retry_after", mra)
+        mat = _optional_seconds("min_attempt_time", self.min_attempt_time, positive=False)
+        set_(self, "min_attempt_time", mat or 0.0)
+        if self.budget is not None and not isinstance(self.budget, Budget):
+            raise TypeError(f"budget must implement seawall.Budget, got {self.budget!r}")
+        if self.clock is not None and not isinstance(self.clock, Clock):
+            raise TypeError(f"clock must implement seawall.Clock, got {self.clock!r}")
+        if self.rng is not None and not isinstance(self.rng, random.Random):
+            raise TypeError(f"rng must be a random.Random, got {self.rng!r}")
+        if self.name is not None and not isinstance(self.name, str):
+            raise TypeError(f"name must be a str or None, got {self.name!r}")
+        if not isinstance(self.retry_nested, bool):
+            raise TypeError(f"retry_nested must be a bool, got {self.retry_nested!r}")
+        if self.hooks is None:
+            hooks = _DEFAULT_HOOKS
+        else:
+            if isinstance(self.hooks, (str, bytes)) or not isinstance(self.hooks, Sequence):
+                raise TypeError(f"hooks must be a sequence of callables, got {self.hooks!r}")
+            hooks = tuple(self.hooks)
+            for h in hooks:
+                if not callable(h):
+                    raise TypeError(f"hooks must be callables, got {h!r}")
+        set_(self, "_hooks", hooks)
+        set_(self, "_clock", self.clock if self.clock is not None else SYSTEM_CLOCK)
+        set_(
+            self,
+            "_simple",
+            self.budget is None
+            and self.timeout is None
+            and self.attempt_timeout is None
+            and self.retry_if_result is None,
+        )
+
+    def replace(self, **changes: Any) -> RetryPolicy:
+        """A new policy with some parameters changed (validated like the constructor)."""
+        return dataclasses.replace(self, **changes)
+
+    # -- the sans-I/O core ------------------------------------------------------------------
+
+    def new_state(self, now: float | None = None, *, record: bool = False) -> RetryState:
+        """Start the decisions for one logical call (for custom drivers, such as the simulator).
+
+        The deadline is the earlier of the ambient :func:`seawall.deadline` and ``timeout``.
+        The budget's ``on_request`` is called here.
+        """
+        if now is None:
+            now = self._clock.now()
+        ambient = _DEADLINE.get()
+        at = math.inf if ambient is None else now + ambient.remaining()
+        if self.timeout is not None:
+            at = min(at, now + self.timeout)
+        state = RetryState(self, now, at)
+        if record:
+            state.history = []
+        if self.budget is not None:
+            self.budget.on_request()
+        return state
+
+    def _scope(self, attempt_deadline: float, now: float) -> Any:
+        """Install the attempt's deadline as the ambient one when it is tighter; a reset token."""
+        if attempt_deadline == math.inf:
+            return None
+        ambient = _DEADLINE.get()
+        if ambient is not None and now + ambient.remaining() <= attempt_deadline:
+            return None
+        return _DEADLINE.set(Deadline(attempt_deadline, self._clock))
+
+    # -- synchronous driver -----------------------------------------------------------------
+
+    def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Call ``fn(*args, **kwargs)``, retrying per this policy.
+
+        Returns:
+            What *fn* returned (with ``retry_if_result``: the last result if every one was
+            rejected).
+
+        Raises:
+            BaseException: the original last exception (not a wrapper), with a note that tells
+                how many attempts were made and why the policy gave up.
+            DeadlineExceeded: the deadline left too little time to start an attempt.
+        """
+        if self._simple and _DEADLINE.get() is None:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:
+                return self._call_retrying(fn, args, kwargs, exc)
+        return self._call_retrying(fn, args, kwargs, None)
+
+    def _call_retrying(
+        self,
+        fn: Callable[..., T],
+        args: Any,
+        kwargs: Any,
+        first_error: Exception | None,
+        state: RetryState | None = None,
+    ) -> T:
+        clock = self._clock
+        now = clock.now()
+        if state is None:
+            state = self.new_state(now)
+        if first_error is not None:
+            # The fast path already made attempt 1; account for it.
+            state.attempts = 1
+            delay = state.on_error(first_error, now)
+            if delay is None:
+                raise first_error
+            clock.sleep(delay)
+        while True:
+            now = clock.now()
+            attempt_deadline = state.begin_attempt(now)
+            token = self._scope(attempt_deadline, now)
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                delay = state.on_error(exc, clock.now())
+                if delay is None:
+                    raise
+            else:
+                delay = state.on_result(result, clock.now())
+                if delay is None:
+                    return result
+            finally:
+                if token is not None:
+                    _DEADLINE.reset(token)
+            clock.sleep(delay)
+
+    def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T]:
+        """Like :meth:`call`, but return an :class:`Outcome` instead of raising ``Exception``s."""
+        clock = self._clock
+        state = self.new_state(clock.now(), record=True)
+        try:
+            value = self._call_retrying(fn, args, kwargs, None, state)
+        except Exception as exc:
+            return state.outcome(None, exc)
+        return state.outcome(value, None)
+
+    # -- asynchronous driver ----------------------------------------------------------------
+
+    async def acall(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """The async twin of :meth:`call`: ``await fn(*args, **kwargs)``, retrying.
+
+        ``attempt_timeout`` and deadlines are enforced by cancelling the attempt; the caller's own
+        cancellation is never retried.
+        """
+        if self._simple and _DEADLINE.get() is None:
+            try:
+                return await fn(*args, **kwargs)
+            except Exception as exc:
+                return await self._acall_retrying(fn, args, kwargs, exc)
+        return await self._acall_retrying(fn, args, kwargs, None)
+
+    async def _acall_retrying(
+        self,
+        fn: Callable[..., Awaitable[T]],
+        args: Any,
+        kwargs: Any,
+        first_error: Exception | None,
+        state: RetryState | None = None,
+    ) -> T:
+        clock = self._clock
+        now = clock.now()
+        if state is None:
+            state = self.new_state(now)
+        if first_error is not None:
+            state.attempts = 1
+            delay = state.on_error(first_error, now)
+            if delay is None:
+                raise first_error
+            await clock.asleep(delay)
+        while True:
+            now = clock.now()
+            attempt_deadline = state.begin_attempt(now)
+            token = self._scope(attempt_deadline, now)
+            try:
+                if attempt_deadline == math.inf:
+                    result = await fn(*args, **kwargs)
+                else:
+                    result = await _with_timeout(fn(*args, **kwargs), attempt_deadline - now)
+            except Exception as exc:
+                delay = state.on_error(exc, clock.now())
+                if delay is None:
+                    raise
+            else:
+                delay = state.on_result(result, clock.now())
+                if delay is None:
+                    return result
+            finally:
+                if token is not None:
+                    _DEADLINE.reset(token)
+            await clock.asleep(delay)
+
+    async def arun(
+        self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> Outcome[T]:
+        """The async twin of :meth:`run`."""
+        state = self.new_state(self._clock.now(), record=True)
+        try:
+            value = await self._acall_retrying(fn, args, kwargs, None, state)
+        except Exception as exc:
+            return state.outcome(None, exc)
+        return state.outcome(value, None)
+
+    # -- decorator --------------------------------------------------------------------------
+
+    @overload
+    def __call__(
+        self, fn: Callable[P, Coroutine[Any, Any, T]]
+    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]: ...
+
+    def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
+        """Decorate a ``def`` or ``async def`` function; its signature is preserved."""
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            raise TypeError(f"cannot retry a generator function: {fn!r}")
+        if not callable(fn):
+            raise TypeError(f"can only decorate callables, got {fn!r}")
+        if inspect.iscoroutinefunction(fn):
+            acall = self.acall
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                return await acall(fn, *args, **kwargs)
+
+            return async_wrapper
+
+        simple = self._simple
+        slow = self._call_retrying
+        get_deadline = _DEADLINE.get
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+            if simple and get_deadline() is None:
+                try:
+                    return fn(*args, **kwargs)
+                except Exception as exc:
+                    return slow(fn, args, kwargs, exc)
+            return slow(fn, args, kwargs, None)
+
+        return wrapper
+
+    # -- block API --------------------------------------------------------------------------
+
+    def attempts(self) -> Attempts:
+        """Retry a block: ``for attempt in policy.attempts(): with attempt: ...``.
+
+        ``async for`` works too (waits then use the clock's ``asleep``). The block's exception
+        propagates when the policy gives up.
+        """
+        return Attempts(self)
+
+
+async def _with_timeout(aw: Awaitable[T], seconds: float) -> T:
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(max(0.0, seconds)):
+            return await aw
+    try:  # pragma: no cover - Python 3.10
+        return await asyncio.wait_for(aw, max(0.0, seconds))
+    except asyncio.TimeoutError as err:  # pragma: no cover - distinct from TimeoutError on 3.10
+        raise TimeoutError(str(err)) from err
+
+
+class Attempt:
+    """One attempt of the block API; use it as ``with attempt:``."""
+
+    __slots__ = ("_attempts", "number")
+
+    def __init__(self, attempts: Attempts, number: int) -> None:
+        self._attempts = attempts
+        #: The attempt number, from 1.
+        self.number = number
+
+    def __enter__(self) -> Attempt:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        owner = self._attempts
+        state = owner._state
+        now = owner._policy._clock.now()
+        if exc is None:
+            state.on_success(now)
+            owner._done = True
+            return False
+        if not isinstance(exc, Exception):
+            return False
+        delay = state.on_error(exc, now)
+        if delay is None:
+            owner._done = True
+            return False
+        owner._delay = delay
+        return True  # swallow the error: the loop goes on to the next attempt
+
+    def __repr__(self) -> str:
+        return f"<Attempt {self.number}>"
+
+
+class Attempts:
+    """Sync and async iterator of :class:`Attempt` blocks; see :meth:`RetryPolicy.attempts`."""
+
+    __slots__ = ("_delay", "_done", "_policy", "_state")
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self._policy = policy
+        self._state: RetryState = policy.new_state()
+        self._done = False
+        self._delay: float | None = None
+
+    def _next(self) -> Attempt | None:
+        state = self._state
+        if self._done or (state.attempts and self._delay is None):
+            return None  # success, give-up, or a block that left without `with attempt:`
+        self._delay = None
+        state.begin_attempt(self._policy._clock.now())
+        return Attempt(self, state.attempts)
+
+    def __iter__(self) -> Iterator[Attempt]:
+        while True:
+            if self._delay is not None:
+                self._policy._clock.sleep(self._delay)
+            attempt = self._next()
+            if attempt is None:
+                return
+            yield attempt
+
+    async def _aiter(self) -> AsyncIterator[Attempt]:
+        while True:
+            if self._delay is not None:
+                await self._policy._clock.asleep(self._delay)
+            attempt = self._next()
+            if attempt is None:
+                return
+            yield attempt
+
+    def __aiter__(self) -> AsyncIterator[Attempt]:
+        return self._aiter()
+
+
+def retry(**kwargs: Any) -> RetryPolicy:
+    """``RetryPolicy(**kwargs)``, read better as a decorator: ``@seawall.retry(max_attempts=5)``."""
+    return RetryPolicy(**kwargs)

@@ -1,0 +1,59 @@
+"""The operator's kill switch: turn retries off everywhere, or for one policy name, at runtime."""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["is_enabled", "set_enabled"]
+
+
+class _Switch:
+    # Plain attributes read on the failure path only; the success path never looks at the switch.
+    __slots__ = ("disabled_names", "enabled")
+
+    def __init__(self) -> None:
+        self.enabled = os.environ.get("SEAWALL_RETRIES", "").strip().lower() not in {
+            "off",
+            "0",
+            "false",
+            "no",
+            "disabled",
+        }
+        self.disabled_names: frozenset[str] = frozenset()
+
+
+SWITCH = _Switch()
+
+
+def set_enabled(enabled: bool, *, name: str | None = None) -> None:
+    """Turn retries on or off at runtime.
+
+    When off, every policy (or every policy called *name*) makes exactly one attempt: errors
+    propagate at once, nothing waits. Setting the environment variable ``SEAWALL_RETRIES=off``
+    before import turns retries off globally.
+
+    Args:
+        enabled: ``False`` to turn retries off.
+        name: apply to policies with this ``name`` only; ``None`` for the global switch.
+    """
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool, got {enabled!r}")
+    if name is None:
+        SWITCH.enabled = enabled
+        return
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, got {name!r}")
+    names = set(SWITCH.disabled_names)
+    if enabled:
+        names.discard(name)
+    else:
+        names.add(name)
+    # Replace, never mutate: readers in other threads see either the old set or the new one.
+    SWITCH.disabled_names = frozenset(names)
+
+
+def is_enabled(name: str | None = None) -> bool:
+    """Whether retries are on globally and, if *name* is given, for policies of that name."""
+    if not SWITCH.enabled:
+        return False
+    return name is None or name not in SWITCH.disabled_names

@@ -1,0 +1,47 @@
+"""Helpers for testing code that uses seawall: virtual time and instant retries."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+from seawall._clock import VirtualClock, VirtualEventLoop
+from seawall._retry import TESTING
+
+__all__ = ["VirtualClock", "VirtualEventLoop", "instant", "run"]
+
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def instant() -> Iterator[None]:
+    """Inside the block, every policy's waits are zero (attempts and decisions are unchanged).
+
+    For users' own test suites: code under test keeps its real policies, and the suite does not
+    sleep. Nests; process-wide.
+    """
+    TESTING.instant += 1
+    try:
+        yield
+    finally:
+        TESTING.instant -= 1
+
+
+def run(main: Coroutine[Any, Any, T], clock: VirtualClock | None = None) -> T:
+    """Run a coroutine on a :class:`VirtualEventLoop`: asyncio timers follow *clock*.
+
+    Example:
+        ``clock = VirtualClock(); seawall.testing.run(main(clock), clock)`` runs an hour of
+        retries, timeouts and sleeps in milliseconds, with consistent virtual time across tasks.
+    """
+    loop = VirtualEventLoop(clock)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
