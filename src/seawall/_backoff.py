@@ -118,9 +118,11 @@ class Backoff:
         growth = base
         if multiplier > 1.0 and base > 0.0:
             # Compare exponents instead of computing multiplier**n, which overflows for large n.
-            if n * math.log(multiplier) >= math.log(cap / base):
+            exponent = n * math.log(multiplier)
+            if exponent >= math.log(cap) - math.log(base):
                 return cap
-            growth = base * multiplier**n
+            # multiplier**n alone can overflow for a tiny base; work in logs there.
+            growth = base * multiplier**n if exponent < 700 else math.exp(math.log(base) + exponent)
         value = growth + self.step * n
         return cap if value >= cap else value
 

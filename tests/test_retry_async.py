@@ -1,0 +1,182 @@
+import asyncio
+import inspect
+import random
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+import seawall
+from seawall import Backoff, DeadlineExceeded, RetryPolicy, VirtualClock
+from seawall.testing import run
+
+
+def vpolicy(clock: VirtualClock, **kw: object) -> RetryPolicy:
+    kw.setdefault("rng", random.Random(0))
+    kw.setdefault("hooks", ())
+    return RetryPolicy(clock=clock, **kw)  # type: ignore[arg-type]
+
+
+def failing_then(n: int, work: float = 0.0) -> Callable[[], Awaitable[str]]:
+    calls = []
+
+    async def fn() -> str:
+        calls.append(1)
+        if work:
+            await asyncio.sleep(work)
+        if len(calls) <= n:
+            raise ConnectionError(f"attempt {len(calls)}")
+        return "ok"
+
+    fn.calls = calls  # type: ignore[attr-defined]
+    return fn
+
+
+def test_acall_retries_on_virtual_time() -> None:
+    clock = VirtualClock()
+    fn = failing_then(2, work=0.5)
+    p = vpolicy(clock, backoff=Backoff.constant(10.0))
+    assert run(p.acall(fn), clock) == "ok"
+    assert len(fn.calls) == 3  # type: ignore[attr-defined]
+    assert clock.now() == pytest.approx(3 * 0.5 + 2 * 10.0)
+
+
+def test_attempt_timeout_cancels_the_slow_attempt() -> None:
+    clock = VirtualClock()
+    cancelled = []
+
+    async def slow() -> str:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.append(clock.now())
+            raise
+        return "never"
+
+    p = vpolicy(clock, attempt_timeout=2.0, backoff=Backoff.constant(1.0))
+    out = run(p.arun(slow), clock)
+    assert isinstance(out.error, TimeoutError) and out.attempts == 3
+    # Each attempt is cut at 2 s; waits of 1 s between them.
+    assert cancelled == [pytest.approx(t) for t in (2.0, 5.0, 8.0)]
+    assert clock.now() == pytest.approx(8.0)
+
+
+def test_timeout_bounds_the_whole_async_call() -> None:
+    clock = VirtualClock()
+
+    async def slow() -> str:
+        await asyncio.sleep(3600)
+        return "never"
+
+    p = vpolicy(clock, timeout=5.0, max_attempts=10, backoff=Backoff.constant(0.5))
+    out = run(p.arun(slow), clock)
+    assert isinstance(out.error, TimeoutError)
+    assert clock.now() <= 5.0 + 1e-9
+
+
+def test_callers_cancellation_is_never_retried() -> None:
+    clock = VirtualClock()
+    calls = []
+
+    async def slow() -> str:
+        calls.append(1)
+        await asyncio.sleep(100)
+        return "never"
+
+    async def main() -> None:
+        task = asyncio.ensure_future(vpolicy(clock, retry_on=BaseException).acall(slow))
+        await asyncio.sleep(1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(main(), clock)
+    assert calls == [1]
+    assert clock.now() == pytest.approx(1.0)
+
+
+def test_async_decorator_and_signature() -> None:
+    clock = VirtualClock()
+    p = vpolicy(clock)
+    calls = []
+
+    @p
+    async def fetch(key: str, *, default: int = 0) -> int:
+        calls.append(key)
+        if len(calls) == 1:
+            raise TimeoutError
+        return default + 1
+
+    assert inspect.iscoroutinefunction(fetch)
+    assert str(inspect.signature(fetch)) == "(key: str, *, default: int = 0) -> int"
+    assert run(fetch("k", default=4), clock) == 5
+    assert calls == ["k", "k"]
+
+
+def test_async_for_attempts() -> None:
+    clock = VirtualClock()
+    fn = failing_then(1)
+
+    async def main() -> str:
+        result = ""
+        async for attempt in vpolicy(clock, backoff=Backoff.constant(3.0)).attempts():
+            with attempt:
+                result = await fn()
+        return result
+
+    assert run(main(), clock) == "ok"
+    assert clock.now() == pytest.approx(3.0)
+
+
+def test_ambient_async_deadline_cancels_and_fails_fast() -> None:
+    clock = VirtualClock()
+    fn = failing_then(100, work=0.4)
+
+    async def main() -> None:
+        async with seawall.deadline(1.0, clock=clock):
+            await vpolicy(clock, max_attempts=10, backoff=Backoff.constant(0.1)).acall(fn)
+
+    with pytest.raises(ConnectionError, match="attempt 2"):
+        run(main(), clock)
+    # 0.4 of work + 0.1 wait + 0.4 of work = 0.9 s: a third attempt would start with too little
+    # left, so the policy gives up at once with the last error instead of sleeping into the wall.
+    assert len(fn.calls) == 2  # type: ignore[attr-defined]
+    assert clock.now() == pytest.approx(0.9)
+
+
+def test_async_deadline_scope_cancels_work_past_it() -> None:
+    clock = VirtualClock()
+    cancelled = []
+
+    async def child() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(clock.now())
+            raise
+
+    async def main() -> None:
+        async with seawall.deadline(2.0, clock=clock):
+            await asyncio.gather(child(), child())
+
+    with pytest.raises(DeadlineExceeded):
+        run(main(), clock)
+    assert cancelled == [pytest.approx(2.0)] * 2
+
+
+def test_no_attempt_starts_after_the_deadline_passed() -> None:
+    clock = VirtualClock()
+    fn = failing_then(0)
+
+    async def main() -> str:
+        with seawall.deadline(0.0, clock=clock):
+            return await vpolicy(clock).acall(fn)
+
+    with pytest.raises(DeadlineExceeded):
+        run(main(), clock)
+    assert fn.calls == []  # type: ignore[attr-defined]
+
+
+async def test_works_on_a_real_event_loop() -> None:
+    fn = failing_then(1)
+    p = RetryPolicy(backoff=Backoff.constant(0.0), hooks=())
+    assert await p.acall(fn) == "ok"

@@ -1,0 +1,70 @@
+"""Type-checked only (mypy --strict): the public API as users write it."""
+
+from __future__ import annotations
+
+import random
+
+import seawall
+from seawall import Backoff, Outcome, RetryPolicy
+
+policy = RetryPolicy(
+    max_attempts=4,
+    backoff=Backoff(base=0.2, cap=5.0, jitter="equal"),
+    retry_on=(ConnectionError, TimeoutError),
+    timeout=10.0,
+    rng=random.Random(1),
+    name="api",
+)
+other: RetryPolicy = policy.replace(max_attempts=2)
+by_predicate = seawall.retry(retry_on=lambda exc: isinstance(exc, OSError))
+
+
+@policy
+def fetch(key: str, *, default: int = 0) -> int:
+    return default
+
+
+@policy
+async def afetch(key: str) -> bytes:
+    return key.encode()
+
+
+value: int = fetch("k", default=3)
+
+
+async def use() -> None:
+    data: bytes = await afetch("k")
+    got: int = await policy.acall(_aget, 1)
+    outcome: Outcome[int] = await policy.arun(_aget, 2)
+    async for attempt in policy.attempts():
+        with attempt:
+            data = await afetch("again")
+    del data, got, outcome
+
+
+async def _aget(x: int) -> int:
+    return x
+
+
+def _get(x: int) -> int:
+    return x
+
+
+n: int = policy.call(_get, 1)
+out: Outcome[int] = policy.run(_get, 2)
+maybe: int | None = out.value
+sure: int = out.unwrap()
+for attempt in policy.attempts():
+    with attempt:
+        _get(3)
+
+b: Backoff = Backoff.constant(1.0)
+lin: Backoff = Backoff.linear(base=0.1, step=0.2, cap=3.0)
+delay: float = b.compute(0, random.Random(0))
+with seawall.deadline(2.0) as dl:
+    left: float = seawall.remaining()
+    at: float = dl.at
+seawall.set_enabled(False, name="payments")
+err: ConnectionError = seawall.permanent(ConnectionError())
+with seawall.testing.instant():
+    pass
