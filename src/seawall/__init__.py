@@ -6,9 +6,26 @@ budgets, and virtual time for tests and simulation. See the README and ``docs/``
 
 from seawall import testing
 from seawall._backoff import Backoff, Jitter
+from seawall._breaker import BreakerEvent, BreakerState, CircuitBreaker, CircuitOpen
 from seawall._budget import Budget
 from seawall._clock import Clock, SystemClock, VirtualClock
-from seawall._deadline import Deadline, deadline, remaining
+from seawall._deadline import (
+    DEFAULT_TRANSIT_MARGIN,
+    GRPC_TIMEOUT_HEADER,
+    REQUEST_DEADLINE_HEADER,
+    Deadline,
+    DeadlineHeaderCounts,
+    deadline,
+    deadline_from_headers,
+    deadline_header_counts,
+    deadline_headers,
+    decode_grpc_timeout,
+    decode_request_deadline,
+    encode_grpc_timeout,
+    encode_request_deadline,
+    remaining,
+    timeout_from_headers,
+)
 from seawall._errors import (
     DeadlineExceeded,
     Overloaded,
@@ -17,6 +34,7 @@ from seawall._errors import (
     is_permanent,
     permanent,
 )
+from seawall._latency import LatencyTracker
 from seawall._retry import (
     Attempt,
     AttemptRecord,
@@ -34,15 +52,24 @@ __all__ = [
     "Attempt",
     "AttemptRecord",
     "Backoff",
+    "BreakerEvent",
+    "BreakerState",
     "Budget",
+    "CircuitBreaker",
+    "CircuitOpen",
     "Clock",
+    "DEFAULT_TRANSIT_MARGIN",
     "Deadline",
     "DeadlineExceeded",
+    "DeadlineHeaderCounts",
+    "GRPC_TIMEOUT_HEADER",
     "Hook",
     "Jitter",
+    "LatencyTracker",
     "Outcome",
     "Overloaded",
     "Permanent",
+    "REQUEST_DEADLINE_HEADER",
     "RetryAfter",
     "RetryEvent",
     "RetryPolicy",
@@ -50,6 +77,13 @@ __all__ = [
     "SystemClock",
     "VirtualClock",
     "deadline",
+    "deadline_from_headers",
+    "deadline_header_counts",
+    "deadline_headers",
+    "decode_grpc_timeout",
+    "decode_request_deadline",
+    "encode_grpc_timeout",
+    "encode_request_deadline",
     "is_enabled",
     "is_permanent",
     "logging_hook",
@@ -58,6 +92,7 @@ __all__ = [
     "retry",
     "set_enabled",
     "testing",
+    "timeout_from_headers",
 ]
 
 __version__ = "0.1.0.dev0"

@@ -7,13 +7,32 @@ import contextvars
 import dataclasses
 import math
 import sys
+import threading
+from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 from seawall._clock import SYSTEM_CLOCK, Clock
 from seawall._errors import DeadlineExceeded
 
-__all__ = ["Deadline", "current_deadline", "deadline", "remaining"]
+__all__ = [
+    "DEFAULT_TRANSIT_MARGIN",
+    "GRPC_TIMEOUT_HEADER",
+    "REQUEST_DEADLINE_HEADER",
+    "Deadline",
+    "DeadlineHeaderCounts",
+    "current_deadline",
+    "deadline",
+    "deadline_from_headers",
+    "deadline_header_counts",
+    "deadline_headers",
+    "decode_grpc_timeout",
+    "decode_request_deadline",
+    "encode_grpc_timeout",
+    "encode_request_deadline",
+    "remaining",
+    "timeout_from_headers",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -156,3 +175,342 @@ class deadline:
                     ) from err
         finally:
             self._exit()
+
+
+# -- propagation across hops: header codecs -----------------------------------------------------
+
+#: gRPC's header for the time left: ``TimeoutValue TimeoutUnit``, e.g. ``100m`` or ``5S``.
+GRPC_TIMEOUT_HEADER: Final = "grpc-timeout"
+#: seawall's plain-HTTP header for the time left: a whole number of milliseconds, e.g. ``1500``.
+REQUEST_DEADLINE_HEADER: Final = "x-request-deadline"
+#: Subtracted from the time left before it goes on the wire: the request's transit to the next
+#: hop and the response's way back both come out of the caller's budget.
+DEFAULT_TRANSIT_MARGIN: Final = 0.005
+
+# gRPC over HTTP/2 spec: TimeoutValue is "a positive integer as ASCII string of at most 8 digits".
+_GRPC_MAX_VALUE = 99_999_999
+# Finest unit first: the encoder keeps the finest one whose value fits in 8 digits.
+_GRPC_UNITS: tuple[tuple[str, int], ...] = (
+    ("n", 1),
+    ("u", 1_000),
+    ("m", 1_000_000),
+    ("S", 1_000_000_000),
+    ("M", 60_000_000_000),
+    ("H", 3_600_000_000_000),
+)
+_GRPC_UNIT_NS = dict(_GRPC_UNITS)
+_GRPC_MAX_NS = _GRPC_MAX_VALUE * _GRPC_UNITS[-1][1]
+# x-request-deadline uses the same 8-digit bound: 99,999,999 ms is about 27.8 hours, longer than
+# any server should let a request run; a longer deadline is sent as that.
+_REQUEST_DEADLINE_MAX_MS = 99_999_999
+_DIGITS = frozenset("0123456789")
+_OWS = " \t"  # optional whitespace around an HTTP field value (RFC 9110, section 5.5)
+
+
+def _check_finite_seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return v
+
+
+def encode_grpc_timeout(seconds: float) -> str:
+    """Encode a time left as a ``grpc-timeout`` header value.
+
+    The value is rounded *down* at the finest unit whose value fits in 8 digits (``"1500000u"``
+    for 1.5 s, ``"250000S"`` for 250,000 s), so the callee never gets more time than the caller
+    has. Zero or negative time left is sent as ``"0n"`` (the callee fails fast); values beyond
+    the format's range are sent as its maximum, ``"99999999H"``.
+
+    Args:
+        seconds: the time left, a finite number.
+
+    Raises:
+        TypeError: *seconds* is not a number.
+        ValueError: *seconds* is NaN or infinite (no deadline: send no header).
+    """
+    s = _check_finite_seconds("seconds", seconds)
+    if s <= 0.0:
+        return "0n"
+    if s * 1e9 >= _GRPC_MAX_NS:
+        return f"{_GRPC_MAX_VALUE}H"
+    # Whole nanoseconds first (so 0.57 s is not 569999999.99 ns), then round *down* per unit.
+    ns = round(s * 1e9)
+    for unit, size in _GRPC_UNITS:
+        value = ns // size
+        if value <= _GRPC_MAX_VALUE:
+            return f"{value}{unit}"
+    return f"{_GRPC_MAX_VALUE}H"  # pragma: no cover - excluded by the range check above
+
+
+def _field_text(value: object) -> str | None:
+    """A header value as ASCII text without surrounding whitespace, or None if it is not one."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        try:
+            text = bytes(value).decode("ascii")
+        except UnicodeDecodeError:
+            return None
+    elif isinstance(value, str):
+        if not value.isascii():
+            return None
+        text = value
+    else:
+        return None
+    return text.strip(_OWS)
+
+
+def decode_grpc_timeout(value: str | bytes) -> float | None:
+    """Decode a ``grpc-timeout`` header value into seconds; ``None`` if it is not a valid one.
+
+    Accepts exactly what the gRPC spec allows: 1 to 8 ASCII digits and one unit letter among
+    ``H M S m u n`` (surrounding spaces are ignored). Anything else (signs, decimals, longer
+    values, other units, non-ASCII, non-text) yields ``None``; this function never raises.
+    """
+    text = _field_text(value)
+    if text is None or not 2 <= len(text) <= 9:
+        return None
+    digits, unit = text[:-1], text[-1]
+    size = _GRPC_UNIT_NS.get(unit)
+    if size is None or not _DIGITS.issuperset(digits):
+        return None
+    return int(digits) * size / 1e9
+
+
+def encode_request_deadline(seconds: float) -> str:
+    """Encode a time left as an ``x-request-deadline`` header value.
+
+    The format: the time left in whole milliseconds, as 1 to 8 ASCII digits, rounded down
+    (``"1500"`` for 1.5 s). It is relative to when the request is sent, not a wall-clock time,
+    because hosts' clocks disagree. Zero or negative time left is ``"0"``; more than 99,999,999
+    ms (about 27.8 hours) is sent as that maximum.
+
+    Raises:
+        TypeError: *seconds* is not a number.
+        ValueError: *seconds* is NaN or infinite (no deadline: send no header).
+    """
+    s = _check_finite_seconds("seconds", seconds)
+    if s <= 0.0:
+        return "0"
+    if s * 1000.0 >= _REQUEST_DEADLINE_MAX_MS:
+        return str(_REQUEST_DEADLINE_MAX_MS)
+    # Whole nanoseconds first (so 0.3 s is not 299.99999999999994 ms), then round *down*.
+    return str(round(s * 1e9) // 1_000_000)
+
+
+def decode_request_deadline(value: str | bytes) -> float | None:
+    """Decode an ``x-request-deadline`` header value into seconds; ``None`` if invalid.
+
+    Accepts 1 to 8 ASCII digits (surrounding spaces are ignored); never raises.
+    """
+    text = _field_text(value)
+    if text is None or not 1 <= len(text) <= 8 or not _DIGITS.issuperset(text):
+        return None
+    return int(text) / 1000.0
+
+
+def deadline_headers(
+    seconds: float | None = None,
+    *,
+    margin: float = DEFAULT_TRANSIT_MARGIN,
+    grpc_timeout: bool = True,
+    request_deadline: bool = True,
+) -> dict[str, str]:
+    """The headers that carry the time left to the next hop.
+
+    Example:
+        ``httpx.get(url, headers=seawall.deadline_headers())`` inside ``with seawall.deadline(2):``
+        sends ``grpc-timeout: 1995000u`` and ``x-request-deadline: 1995`` (or a little less).
+
+    Args:
+        seconds: the time left to send; by default the ambient deadline's :func:`remaining`.
+        margin: seconds subtracted for transit (the callee must answer before the caller stops
+            listening). When the time left minus *margin* is not positive, the headers say zero
+            and the callee fails fast.
+        grpc_timeout: include the ``grpc-timeout`` header.
+        request_deadline: include the ``x-request-deadline`` header.
+
+    Returns:
+        A new dict of lower-case header names to values; empty when there is no deadline.
+    """
+    m = _check_finite_seconds("margin", margin)
+    if m < 0:
+        raise ValueError(f"margin must be >= 0, got {margin!r}")
+    if seconds is None:
+        left = remaining()
+    else:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError(f"seconds must be a number of seconds or None, got {seconds!r}")
+        if math.isnan(seconds):
+            raise ValueError("seconds must not be NaN")
+        left = float(seconds)
+    if left == math.inf:
+        return {}
+    left -= m
+    headers: dict[str, str] = {}
+    if grpc_timeout:
+        headers[GRPC_TIMEOUT_HEADER] = encode_grpc_timeout(left)
+    if request_deadline:
+        headers[REQUEST_DEADLINE_HEADER] = encode_request_deadline(left)
+    return headers
+
+
+# -- the server side: intake of untrusted headers -----------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeadlineHeaderCounts:
+    """Process-wide counts of deadline headers read by :func:`timeout_from_headers`.
+
+    Attributes:
+        accepted: valid values used (a request carrying both headers counts twice).
+        invalid: values ignored as malformed, negative, too long, non-ASCII or not text.
+        clamped: requests whose deadline was cut to the server's ``max_seconds``.
+    """
+
+    accepted: int = 0
+    invalid: int = 0
+    clamped: int = 0
+
+
+class _Counters:
+    __slots__ = ("accepted", "clamped", "invalid", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.accepted = 0
+        self.invalid = 0
+        self.clamped = 0
+
+
+_COUNTERS = _Counters()
+
+
+def deadline_header_counts() -> DeadlineHeaderCounts:
+    """A snapshot of how many deadline headers were accepted, ignored as invalid, or clamped.
+
+    The counts only grow; export them as counters (differences between snapshots are rates).
+    """
+    c = _COUNTERS
+    with c.lock:
+        return DeadlineHeaderCounts(c.accepted, c.invalid, c.clamped)
+
+
+HeadersLike = Mapping[str, str] | Mapping[bytes, bytes] | Iterable[tuple[str | bytes, str | bytes]]
+_DECODERS = {
+    GRPC_TIMEOUT_HEADER: decode_grpc_timeout,
+    REQUEST_DEADLINE_HEADER: decode_request_deadline,
+    GRPC_TIMEOUT_HEADER.encode(): decode_grpc_timeout,
+    REQUEST_DEADLINE_HEADER.encode(): decode_request_deadline,
+}
+
+
+def _header_items(headers: object) -> Iterable[Any]:
+    if isinstance(headers, Mapping):
+        # Case-insensitive mappings (httpx, Starlette) may also repeat a name: prefer multi_items.
+        multi = getattr(headers, "multi_items", None)
+        if callable(multi):
+            try:
+                return list(multi())
+            except Exception:
+                pass
+        return list(headers.items())
+    if isinstance(headers, Iterable) and not isinstance(headers, (str, bytes)):
+        return headers
+    raise TypeError(
+        f"headers must be a mapping or an iterable of (name, value) pairs, got {headers!r}"
+    )
+
+
+def timeout_from_headers(
+    headers: HeadersLike,
+    *,
+    max_seconds: float,
+    margin: float = 0.0,
+) -> float:
+    """How long the server should allow a request, from its deadline headers.
+
+    Reads ``grpc-timeout`` and ``x-request-deadline`` (either or both; names in any case; when
+    several valid values arrive, the shortest wins). The result is clamped to *max_seconds*, so an
+    untrusted client cannot make the server work longer than it allows. Malformed, negative, too
+    long or non-ASCII values are ignored and counted (:func:`deadline_header_counts`); this never
+    raises on header *content*.
+
+    Args:
+        headers: a mapping (``dict``, ``httpx.Headers``, Starlette ``Headers``) or ASGI-style
+            ``(name, value)`` pairs of ``bytes`` or ``str``.
+        max_seconds: the server's own limit, used when no valid header arrived. Positive, finite.
+        margin: seconds subtracted from the client's value (the server's time to send its answer).
+
+    Returns:
+        Seconds allowed: ``min(max_seconds, header - margin)``, or *max_seconds* without a valid
+        header. Zero or less means the client's deadline is already gone: fail fast.
+
+    Raises:
+        TypeError, ValueError: *max_seconds* or *margin* is invalid, or *headers* is not a
+            mapping or iterable of pairs.
+    """
+    cap = _check_finite_seconds("max_seconds", max_seconds)
+    if cap <= 0:
+        raise ValueError(f"max_seconds must be > 0, got {max_seconds!r}")
+    m = _check_finite_seconds("margin", margin)
+    if m < 0:
+        raise ValueError(f"margin must be >= 0, got {margin!r}")
+    best = math.inf
+    accepted = invalid = 0
+    for item in _header_items(headers):
+        try:
+            name, value = item
+        except (TypeError, ValueError):
+            continue  # not a pair: not a header at all
+        if isinstance(name, str):
+            name = name.lower()
+        elif isinstance(name, (bytes, bytearray)):
+            name = bytes(name).lower()
+        else:
+            continue
+        decode = _DECODERS.get(name)
+        if decode is None:
+            continue
+        seconds = decode(value)
+        if seconds is None:
+            invalid += 1
+        else:
+            accepted += 1
+            best = min(best, seconds)
+    allowed = min(cap, best - m)
+    clamped = best - m > cap and best != math.inf
+    if accepted or invalid or clamped:
+        c = _COUNTERS
+        with c.lock:
+            c.accepted += accepted
+            c.invalid += invalid
+            c.clamped += clamped
+    return allowed
+
+
+def deadline_from_headers(
+    headers: HeadersLike,
+    *,
+    max_seconds: float,
+    margin: float = 0.0,
+    clock: Clock | None = None,
+) -> deadline:
+    """A :func:`deadline` scope for a server handling a request, from its deadline headers.
+
+    ``with seawall.deadline_from_headers(request.headers, max_seconds=10):`` (or ``async with``,
+    which cancels the handler at the deadline) installs the client's deadline, clamped to the
+    server's *max_seconds*; see :func:`timeout_from_headers` for how headers are read. Every
+    policy and every :func:`deadline_headers` call inside then sees the time left.
+
+    Args:
+        headers: the request's headers (see :func:`timeout_from_headers`).
+        max_seconds: the server's own limit for one request.
+        margin: seconds kept back for sending the response.
+        clock: the clock the deadline is measured on (the system clock by default).
+    """
+    return deadline(
+        max(0.0, timeout_from_headers(headers, max_seconds=max_seconds, margin=margin)),
+        clock=clock,
+    )
