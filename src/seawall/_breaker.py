@@ -1,0 +1,537 @@
+"""CircuitBreaker: stop calling a dependency that keeps failing, and probe it before trusting it.
+
+The breaker keeps a sliding window of recent outcomes (the last N calls, or the last T seconds).
+When enough calls have been seen and too many failed (or were too slow), it opens: calls fail
+fast with :class:`CircuitOpen` for a jittered while. Then it admits a fixed number of concurrent
+probes (half-open); their results close it again or re-open it.
+
+The lock guards only the bookkeeping, never the protected call, so concurrent callers (threads or
+tasks) never wait for each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import logging
+import math
+import random
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, Literal, ParamSpec, TypeVar, overload
+
+from seawall._clock import SYSTEM_CLOCK, Clock
+from seawall._errors import DeadlineExceeded, Overloaded, is_permanent
+
+__all__ = ["BreakerEvent", "BreakerState", "CircuitBreaker", "CircuitOpen"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+BreakerState = Literal["closed", "open", "half_open", "isolated"]
+
+logger = logging.getLogger("seawall")
+
+
+class CircuitOpen(Overloaded):
+    """The circuit breaker rejected the call without making it.
+
+    A subclass of :class:`~seawall.Overloaded`, so no :class:`~seawall.RetryPolicy` retries it:
+    an open breaker fails fast through every layer.
+
+    Attributes:
+        breaker: the breaker's ``name`` (or ``None``).
+        retry_after: seconds until the breaker admits a probe, if known (``None`` while isolated).
+    """
+
+    def __init__(self, breaker: str | None, retry_after: float | None, state: BreakerState) -> None:
+        name = f" {breaker!r}" if breaker else ""
+        when = f"; retry in {retry_after:.3f} s" if retry_after is not None else ""
+        super().__init__(f"circuit breaker{name} is {state.replace('_', '-')}{when}", retry_after)
+        self.breaker = breaker
+        self.state = state
+        self.retry_after = retry_after
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BreakerEvent:
+    """What a state-change hook receives.
+
+    Attributes:
+        breaker: the breaker's ``name`` (or ``None``).
+        old: the state left.
+        new: the state entered.
+        at: clock reading of the change.
+        failure_ratio: the window's failure ratio when the change was decided (``nan`` if unknown).
+        slow_ratio: the window's slow-call ratio then (``nan`` if unknown).
+    """
+
+    breaker: str | None
+    old: BreakerState
+    new: BreakerState
+    at: float
+    failure_ratio: float = math.nan
+    slow_ratio: float = math.nan
+
+
+StateHook = Callable[[BreakerEvent], None]
+FailureOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+
+
+def default_is_failure(exc: BaseException) -> bool:
+    """Whether an error counts against the dependency.
+
+    Permanent errors (a 404, bad input) are answers, not sickness: they count as successes.
+    Overload signals and timeouts count as failures.
+    """
+    if isinstance(exc, (Overloaded, DeadlineExceeded)):
+        return True
+    return not is_permanent(exc)
+
+
+def _compile_failure_on(value: FailureOn) -> Callable[[BaseException], bool]:
+    if isinstance(value, type):
+        value = (value,)
+    if isinstance(value, tuple):
+        for cls in value:
+            if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+                raise TypeError(
+                    f"failure_on must be exception classes or a predicate, got {value!r}"
+                )
+        classes = value
+        return lambda exc: isinstance(exc, classes) and default_is_failure(exc)
+    if callable(value):
+        return value
+    raise TypeError(f"failure_on must be exception classes or a predicate, got {value!r}")
+
+
+class _CountWindow:
+    """The outcomes of the last *size* calls, with running totals (O(1) per call)."""
+
+    __slots__ = ("_fail", "_i", "_slow", "calls", "failures", "size", "slow")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._fail = bytearray(size)
+        self._slow = bytearray(size)
+        self._i = 0
+        self.calls = 0
+        self.failures = 0
+        self.slow = 0
+
+    def add(self, failed: bool, slow: bool, now: float) -> None:
+        i = self._i
+        if self.calls == self.size:
+            self.failures -= self._fail[i]
+            self.slow -= self._slow[i]
+        else:
+            self.calls += 1
+        self._fail[i] = failed
+        self._slow[i] = slow
+        self.failures += failed
+        self.slow += slow
+        self._i = (i + 1) % self.size
+
+    def totals(self, now: float) -> tuple[int, int, int]:
+        return self.calls, self.failures, self.slow
+
+    def clear(self) -> None:
+        self._fail = bytearray(self.size)
+        self._slow = bytearray(self.size)
+        self._i = self.calls = self.failures = self.slow = 0
+
+
+class _TimeWindow:
+    """The outcomes of the last *seconds*, in *buckets* slices (resilience4j's time-based window).
+
+    Time is cut into slices of ``seconds / buckets``; a call lands in the slice of its end time,
+    and slices older than the window are dropped, so the window slides by one slice at a time.
+    """
+
+    __slots__ = ("_calls", "_epoch", "_fail", "_slow", "buckets", "width")
+
+    def __init__(self, seconds: float, buckets: int) -> None:
+        self.buckets = buckets
+        self.width = seconds / buckets
+        self._epoch = [-1] * buckets
+        self._calls = [0] * buckets
+        self._fail = [0] * buckets
+        self._slow = [0] * buckets
+
+    def add(self, failed: bool, slow: bool, now: float) -> None:
+        epoch = math.floor(now / self.width)
+        i = epoch % self.buckets
+        if self._epoch[i] != epoch:
+            self._epoch[i] = epoch
+            self._calls[i] = self._fail[i] = self._slow[i] = 0
+        self._calls[i] += 1
+        self._fail[i] += failed
+        self._slow[i] += slow
+
+    def totals(self, now: float) -> tuple[int, int, int]:
+        oldest = math.floor(now / self.width) - self.buckets
+        calls = failures = slow = 0
+        for i, epoch in enumerate(self._epoch):
+            if epoch > oldest:
+                calls += self._calls[i]
+                failures += self._fail[i]
+                slow += self._slow[i]
+        return calls, failures, slow
+
+    def clear(self) -> None:
+        self._epoch = [-1] * self.buckets
+
+
+class Permit:
+    """Permission to make one call, from :meth:`CircuitBreaker.acquire`.
+
+    Report its end exactly once: :meth:`CircuitBreaker.record` or :meth:`CircuitBreaker.release`.
+    """
+
+    __slots__ = ("generation", "probe", "started")
+
+    def __init__(self, generation: int, probe: bool, started: float) -> None:
+        self.generation = generation
+        self.probe = probe
+        self.started = started
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value!r}")
+    return value
+
+
+def _seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        raise ValueError(
+            f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {value!r}"
+        )
+    return v
+
+
+def _ratio(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    v = float(value)
+    if not 0 < v <= 1:
+        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+    return v
+
+
+class CircuitBreaker:
+    """Closed, open, half-open: fail fast while a dependency is sick, then probe it.
+
+    Defaults follow resilience4j's ``CircuitBreakerConfig`` (failure ratio 50 %, count window of
+    100 calls) with a smaller minimum of calls and a single half-open probe.
+
+    Use it with :meth:`call` / :meth:`acall`, as a decorator, or drive it by hand with
+    :meth:`acquire` and :meth:`record` / :meth:`release` (the simulator does).
+
+    Args:
+        failure_ratio: open when at least this share of the window's calls failed, in (0, 1].
+        minimum_calls: never open on fewer calls than this in the window.
+        window_calls: a count-based window: the last N calls (default 100).
+        window_seconds: a time-based window instead: the calls of the last T seconds.
+        window_buckets: how many slices a time-based window slides by (default 10).
+        slow_call_duration: a call that takes at least this long counts as slow (``None``: off).
+        slow_call_ratio: open when at least this share of the window's calls were slow.
+        open_duration: seconds to stay open before admitting probes.
+        open_jitter: stretch each open period by a random factor in ``[1, 1 + open_jitter]``, so
+            the clients of one dependency do not all probe it at the same instant.
+        half_open_probes: concurrent calls admitted while half-open; all must succeed to close,
+            and any failure re-opens the breaker.
+        failure_on: exception classes, or a predicate ``(exc) -> bool``, that count as failures.
+            By default every ``Exception`` does except permanent ones (``Permanent``,
+            ``permanent()``-marked): the dependency answered. ``Overloaded`` and timeouts count.
+        clock: where time comes from (the system clock by default).
+        rng: a seedable :class:`random.Random` for the open-duration jitter.
+        name: shows up in :class:`CircuitOpen` and in hook events.
+        on_state_change: callables receiving a :class:`BreakerEvent` after each state change.
+
+    Raises:
+        TypeError: a parameter has the wrong type (the message names it).
+        ValueError: a parameter is out of range (the message names it).
+    """
+
+    def __init__(
+        self,
+        *,
+        failure_ratio: float = 0.5,
+        minimum_calls: int = 20,
+        window_calls: int | None = None,
+        window_seconds: float | None = None,
+        window_buckets: int = 10,
+        slow_call_duration: float | None = None,
+        slow_call_ratio: float = 1.0,
+        open_duration: float = 30.0,
+        open_jitter: float = 0.1,
+        half_open_probes: int = 1,
+        failure_on: FailureOn | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        name: str | None = None,
+        on_state_change: Sequence[StateHook] = (),
+    ) -> None:
+        self.failure_ratio = _ratio("failure_ratio", failure_ratio)
+        self.minimum_calls = _positive_int("minimum_calls", minimum_calls)
+        self._window: _CountWindow | _TimeWindow
+        if window_calls is not None and window_seconds is not None:
+            raise TypeError("give window_calls or window_seconds, not both")
+        if window_seconds is not None:
+            seconds = _seconds("window_seconds", window_seconds)
+            self._window = _TimeWindow(seconds, _positive_int("window_buckets", window_buckets))
+        else:
+            calls = _positive_int("window_calls", 100 if window_calls is None else window_calls)
+            if calls < self.minimum_calls:
+                raise ValueError(
+                    f"window_calls must be >= minimum_calls ({self.minimum_calls}), got {calls!r}"
+                )
+            self._window = _CountWindow(calls)
+        self.slow_call_duration = (
+            None
+            if slow_call_duration is None
+            else _seconds("slow_call_duration", slow_call_duration)
+        )
+        self.slow_call_ratio = _ratio("slow_call_ratio", slow_call_ratio)
+        self.open_duration = _seconds("open_duration", open_duration)
+        jitter = _seconds("open_jitter", open_jitter, allow_zero=True)
+        self.open_jitter = jitter
+        self.half_open_probes = _positive_int("half_open_probes", half_open_probes)
+        self._is_failure = (
+            default_is_failure if failure_on is None else _compile_failure_on(failure_on)
+        )
+        if clock is not None and not isinstance(clock, Clock):
+            raise TypeError(f"clock must implement seawall.Clock, got {clock!r}")
+        self._clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        if rng is not None and not isinstance(rng, random.Random):
+            raise TypeError(f"rng must be a random.Random, got {rng!r}")
+        self._rng = rng if rng is not None else random.Random()
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str or None, got {name!r}")
+        self.name = name
+        if isinstance(on_state_change, (str, bytes)) or not isinstance(on_state_change, Sequence):
+            raise TypeError(
+                f"on_state_change must be a sequence of callables, got {on_state_change!r}"
+            )
+        for hook in on_state_change:
+            if not callable(hook):
+                raise TypeError(f"on_state_change must hold callables, got {hook!r}")
+        self._hooks = tuple(on_state_change)
+
+        self._lock = threading.Lock()
+        self._state: BreakerState = "closed"
+        # Bumped on every state change: results of calls admitted under an older state are
+        # ignored, so a slow call admitted while closed cannot close a re-opened breaker.
+        self._generation = 0
+        self._open_until = 0.0
+        self._probes_in_flight = 0
+        self._probe_successes = 0
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> BreakerState:
+        """The current state (an open breaker whose time is up reads ``"half_open"``)."""
+        with self._lock:
+            if self._state == "open" and self._clock.now() >= self._open_until:
+                return "half_open"
+            return self._state
+
+    def retry_after(self) -> float | None:
+        """Seconds until a call may be admitted: 0 when closed, ``None`` while isolated."""
+        with self._lock:
+            if self._state == "isolated":
+                return None
+            if self._state == "open":
+                return max(0.0, self._open_until - self._clock.now())
+            return 0.0
+
+    def metrics(self) -> tuple[int, int, int]:
+        """The window's ``(calls, failures, slow_calls)`` now."""
+        with self._lock:
+            return self._window.totals(self._clock.now())
+
+    def _change(
+        self, new: BreakerState, now: float, ratios: tuple[float, float] = (math.nan, math.nan)
+    ) -> BreakerEvent | None:
+        # Called with the lock held; the hook runs after it is released.
+        old = self._state
+        self._state = new
+        self._generation += 1
+        self._probes_in_flight = 0
+        self._probe_successes = 0
+        if new == "open":
+            stretch = 1.0 + self.open_jitter * self._rng.random() if self.open_jitter else 1.0
+            self._open_until = now + self.open_duration * stretch
+        if new == "closed":
+            self._window.clear()
+        if old == new or not self._hooks:
+            return None
+        return BreakerEvent(self.name, old, new, now, ratios[0], ratios[1])
+
+    def _emit(self, event: BreakerEvent | None) -> None:
+        if event is None:
+            return
+        for hook in self._hooks:
+            try:
+                hook(event)
+            except Exception:
+                # A broken metrics hook must not turn into failures of the protected calls.
+                logger.exception("circuit breaker state hook %r failed", hook)
+
+    def isolate(self) -> None:
+        """Hold the breaker open (every call fails fast) until :meth:`reset`."""
+        with self._lock:
+            event = self._change("isolated", self._clock.now())
+        self._emit(event)
+
+    def reset(self) -> None:
+        """Close the breaker and forget the window (also ends :meth:`isolate`)."""
+        with self._lock:
+            event = self._change("closed", self._clock.now())
+        self._emit(event)
+
+    # -- sans-I/O core ----------------------------------------------------------------------
+
+    def acquire(self) -> Permit:
+        """Ask to make one call.
+
+        Returns:
+            A :class:`Permit`; report the call's end with :meth:`record` or :meth:`release`.
+
+        Raises:
+            CircuitOpen: the breaker is open, isolated, or half-open with every probe slot taken.
+        """
+        event = None
+        with self._lock:
+            now = self._clock.now()
+            state = self._state
+            if state == "closed":
+                return Permit(self._generation, False, now)
+            if state == "open":
+                if now < self._open_until:
+                    raise CircuitOpen(self.name, self._open_until - now, "open")
+                event = self._change("half_open", now)
+            elif state == "isolated":
+                raise CircuitOpen(self.name, None, "isolated")
+            if self._probes_in_flight + self._probe_successes >= self.half_open_probes:
+                # Every probe slot is taken: the probes' results will decide soon.
+                raise CircuitOpen(self.name, 0.0, "half_open")
+            self._probes_in_flight += 1
+            permit = Permit(self._generation, True, now)
+        self._emit(event)
+        return permit
+
+    def record(self, permit: Permit, error: BaseException | None = None) -> None:
+        """Report the end of a call: *error* is its exception, or ``None`` if it returned."""
+        failed = error is not None and self._is_failure(error)
+        event = None
+        with self._lock:
+            now = self._clock.now()
+            if permit.generation != self._generation:
+                return  # admitted under an earlier state: no longer relevant
+            slow = (
+                self.slow_call_duration is not None
+                and now - permit.started >= self.slow_call_duration
+            )
+            if permit.probe:
+                self._probes_in_flight -= 1
+                if failed or slow:
+                    event = self._change("open", now)
+                else:
+                    self._probe_successes += 1
+                    if self._probe_successes >= self.half_open_probes:
+                        event = self._change("closed", now)
+            else:
+                window = self._window
+                window.add(failed, slow, now)
+                if failed or slow:
+                    calls, failures, slows = window.totals(now)
+                    if calls >= self.minimum_calls:
+                        fr = failures / calls
+                        sr = slows / calls
+                        if fr >= self.failure_ratio or (
+                            self.slow_call_duration is not None and sr >= self.slow_call_ratio
+                        ):
+                            event = self._change("open", now, (fr, sr))
+        self._emit(event)
+
+    def release(self, permit: Permit) -> None:
+        """Give a permit back without an outcome (the caller cancelled; nothing was learnt)."""
+        with self._lock:
+            if permit.probe and permit.generation == self._generation:
+                self._probes_in_flight -= 1
+
+    # -- drivers ----------------------------------------------------------------------------
+
+    def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Call ``fn(*args, **kwargs)`` through the breaker.
+
+        Raises:
+            CircuitOpen: the call was not made.
+            BaseException: whatever *fn* raised, unchanged.
+        """
+        permit = self.acquire()
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            self.record(permit, exc)
+            raise
+        except BaseException:
+            self.release(permit)
+            raise
+        self.record(permit, None)
+        return result
+
+    async def acall(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """The async twin of :meth:`call`. The caller's cancellation is not a failure."""
+        permit = self.acquire()
+        try:
+            result = await fn(*args, **kwargs)
+        except Exception as exc:
+            self.record(permit, exc)
+            raise
+        except BaseException:  # asyncio.CancelledError: the caller gave up, not the dependency
+            self.release(permit)
+            raise
+        self.record(permit, None)
+        return result
+
+    @overload
+    def __call__(
+        self, fn: Callable[P, Coroutine[Any, Any, T]]
+    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]: ...
+
+    def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
+        """Decorate a ``def`` or ``async def`` function; its signature is preserved."""
+        if not callable(fn):
+            raise TypeError(f"can only decorate callables, got {fn!r}")
+        if inspect.iscoroutinefunction(fn):
+            acall = self.acall
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                return await acall(fn, *args, **kwargs)
+
+            return async_wrapper
+        call = self.call
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return call(fn, *args, **kwargs)
+
+        return wrapper
+
+    def __repr__(self) -> str:
+        name = f" {self.name!r}" if self.name else ""
+        return f"<CircuitBreaker{name} {self.state}>"
