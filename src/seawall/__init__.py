@@ -7,7 +7,14 @@ budgets, and virtual time for tests and simulation. See the README and ``docs/``
 from seawall import testing
 from seawall._backoff import Backoff, Jitter
 from seawall._breaker import BreakerEvent, BreakerState, CircuitBreaker, CircuitOpen
-from seawall._budget import Budget
+from seawall._budget import (
+    AdaptiveThrottle,
+    Budget,
+    RetryBudget,
+    RetryQuota,
+    Throttled,
+    TokenBucket,
+)
 from seawall._clock import Clock, SystemClock, VirtualClock
 from seawall._deadline import (
     DEFAULT_TRANSIT_MARGIN,
@@ -49,6 +56,7 @@ from seawall._retry import (
 from seawall._switch import is_enabled, set_enabled
 
 __all__ = [
+    "AdaptiveThrottle",
     "Attempt",
     "AttemptRecord",
     "Backoff",
@@ -71,10 +79,14 @@ __all__ = [
     "Permanent",
     "REQUEST_DEADLINE_HEADER",
     "RetryAfter",
+    "RetryBudget",
     "RetryEvent",
     "RetryPolicy",
+    "RetryQuota",
     "RetryState",
     "SystemClock",
+    "Throttled",
+    "TokenBucket",
     "VirtualClock",
     "deadline",
     "deadline_from_headers",

@@ -1,10 +1,42 @@
-"""Retry budgets: bound the total load that retries add when a dependency is sick."""
+"""Retry budgets: bound the total load that retries add when a dependency is sick.
+
+A per-call attempt cap does not bound load: when every call fails, ``max_attempts=3`` triples
+the traffic exactly when the dependency is weakest. The objects here are shared by every policy
+that talks to one dependency and bound the extra load system-wide:
+
+* :class:`RetryBudget`: retries may add at most ``ratio`` of the requests over a sliding window,
+  plus a small floor (Finagle and Linkerd retry budgets).
+* :class:`TokenBucket`: gRPC retry throttling; retries stop while most recent attempts fail.
+* :class:`RetryQuota`: the AWS SDKs' "standard" retry quota (:meth:`RetryQuota.aws_standard`).
+* :class:`AdaptiveThrottle`: client-side adaptive throttling (Google SRE book): when the
+  dependency rejects most requests, reject some first attempts locally, with :class:`Throttled`.
+
+Every one implements :class:`Budget`, so each works as ``RetryPolicy(budget=...)``; each can also
+be driven by hand. All are thread-safe: a short lock guards a few counters and is never held
+around the caller's function.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+import contextvars
+import math
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Final, Protocol, runtime_checkable
 
-__all__ = ["Budget"]
+from seawall._clock import Clock
+from seawall._errors import Overloaded
+
+__all__ = [
+    "AdaptiveThrottle",
+    "Budget",
+    "RetryBudget",
+    "RetryQuota",
+    "Throttled",
+    "TokenBucket",
+]
 
 
 @runtime_checkable
@@ -16,6 +48,11 @@ class Budget(Protocol):
     each retry (only when it would otherwise retry). A failure is an error the policy would retry
     (or ``Overloaded``); permanent errors such as a 404 count as successes: the dependency
     answered.
+
+    The calls for one logical call are made from the caller's thread or task, so an
+    implementation may keep per-call state in a :class:`contextvars.ContextVar` (as
+    :class:`RetryQuota` does). Implementations must be thread-safe and should be cheap:
+    :meth:`on_request` and :meth:`on_success` run on every successful call.
     """
 
     def on_request(self) -> None:
@@ -29,3 +66,536 @@ class Budget(Protocol):
 
     def on_failure(self, error: BaseException) -> None:
         """An attempt failed with a transient error or an overload signal."""
+
+
+class Throttled(Overloaded):
+    """A call rejected locally by :class:`AdaptiveThrottle`, before touching the network.
+
+    A subclass of :class:`~seawall.Overloaded`, so no policy retries it and it propagates up.
+
+    Attributes:
+        probability: the rejection probability in force when the call was rejected.
+    """
+
+    def __init__(self, probability: float) -> None:
+        super().__init__(
+            f"throttled locally: the dependency rejects most requests, so this client drops "
+            f"{probability:.0%} of new calls without sending them (adaptive throttling)"
+        )
+        self.probability = probability
+
+
+# -- validation --------------------------------------------------------------------------------
+
+
+def _number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _positive(name: str, value: object) -> float:
+    v = _number(name, value)
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return v
+
+
+def _non_negative(name: str, value: object) -> float:
+    v = _number(name, value)
+    if not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return v
+
+
+def _clock_now(clock: Clock | None) -> Callable[[], float]:
+    if clock is None:
+        # Read the monotonic clock directly: one call less on every request.
+        return time.monotonic
+    if not isinstance(clock, Clock):
+        raise TypeError(f"clock must implement seawall.Clock or be None, got {clock!r}")
+    return clock.now
+
+
+# -- sliding windows ---------------------------------------------------------------------------
+
+# Finagle's WindowedAdder splits its window into 10 slices: memory stays bounded (two short
+# lists), and the window slides in steps of window/10.
+_SLICES: Final = 10
+
+
+class _Windowed:
+    """Two counters, ``a`` and ``b``, summed over a sliding window of time slices.
+
+    Totals are kept up to date, so reading them is O(1); moving to a new slice clears at most
+    ``_SLICES`` expired slices. Callers hold ``_lock`` and call :meth:`_roll` when
+    ``now >= _slice_end``.
+    """
+
+    __slots__ = (
+        "_a",
+        "_a_total",
+        "_b",
+        "_b_total",
+        "_index",
+        "_lock",
+        "_now",
+        "_slice",
+        "_slice_end",
+        "_slot",
+        "window",
+    )
+
+    def __init__(self, window: float, now: Callable[[], float]) -> None:
+        self.window = window
+        self._now = now
+        self._lock = threading.Lock()
+        self._slice = window / _SLICES
+        self._a = [0] * _SLICES
+        self._b = [0] * _SLICES
+        self._a_total = 0
+        self._b_total = 0
+        self._index = math.floor(now() / self._slice)
+        self._slot = self._index % _SLICES
+        self._slice_end = (self._index + 1) * self._slice
+
+    def _refresh(self) -> None:
+        now = self._now()
+        if now >= self._slice_end:
+            self._roll(now)
+
+    def _roll(self, now: float) -> None:
+        # Always move forward at least one slice: float rounding must not make us roll forever.
+        index = max(math.floor(now / self._slice), self._index + 1)
+        a, b = self._a, self._b
+        if index - self._index >= _SLICES:
+            a[:] = [0] * _SLICES
+            b[:] = [0] * _SLICES
+            self._a_total = 0
+            self._b_total = 0
+        else:
+            for i in range(self._index + 1, index + 1):
+                slot = i % _SLICES
+                self._a_total -= a[slot]
+                self._b_total -= b[slot]
+                a[slot] = 0
+                b[slot] = 0
+        self._index = index
+        self._slot = index % _SLICES
+        self._slice_end = (index + 1) * self._slice
+
+
+# -- RetryBudget -------------------------------------------------------------------------------
+
+
+class RetryBudget(_Windowed):
+    """Retries may add at most ``ratio`` of the requests, plus a floor, over a sliding window.
+
+    Every logical call deposits (:meth:`on_request`); every retry withdraws (:meth:`allow_retry`).
+    A retry is allowed while the retries in the window stay within
+    ``ratio * requests + min_per_second * window``. Deposits and withdrawals expire with the
+    window, which slides in ten slices: memory is bounded and each call is O(1).
+
+    With the defaults, a client whose every call fails sends at most about 1.1 times its request
+    rate (plus ten retries a second), instead of three times with ``max_attempts=3`` alone.
+
+    Args:
+        ratio: retries allowed per request, e.g. ``0.1`` for at most 10% extra load.
+        min_per_second: retries always allowed per second, so that a client with little traffic
+            can still retry. ``0`` turns the floor off.
+        window: seconds over which requests and retries are counted.
+        clock: where time comes from (``None``: the system's monotonic clock).
+
+    Raises:
+        ValueError: ``ratio`` not > 0 (or NaN), ``min_per_second`` < 0, ``window`` not > 0.
+    """
+
+    # Finagle RetryBudget(ttl, minRetriesPerSec, percentCanRetry); defaults as Linkerd's budget
+    # (minRetriesPerSecond 10, ttl 10 s), with a ratio of 0.1 where Linkerd uses 0.2.
+
+    __slots__ = ("_reserve", "min_per_second", "ratio")
+
+    def __init__(
+        self,
+        ratio: float = 0.1,
+        min_per_second: float = 10.0,
+        window: float = 10.0,
+        clock: Clock | None = None,
+    ) -> None:
+        self.ratio = _positive("ratio", ratio)
+        self.min_per_second = _non_negative("min_per_second", min_per_second)
+        window = _positive("window", window)
+        super().__init__(window, _clock_now(clock))
+        # The floor is a reserve of retries per window that needs no deposit.
+        self._reserve = self.min_per_second * window
+
+    def on_request(self) -> None:
+        """Deposit: a logical call starts (its first attempt)."""
+        now = self._now()
+        with self._lock:
+            if now >= self._slice_end:
+                self._roll(now)
+            self._a[self._slot] += 1
+            self._a_total += 1
+
+    def allow_retry(self, error: BaseException | None = None) -> bool:
+        """Withdraw one retry; ``False`` when the budget is spent (nothing is withdrawn then)."""
+        now = self._now()
+        with self._lock:
+            if now >= self._slice_end:
+                self._roll(now)
+            # A tiny tolerance so that e.g. 0.1 * 30 deposits allows exactly 3 retries.
+            if self._b_total + 1 > self._a_total * self.ratio + self._reserve + 1e-9:
+                return False
+            self._b[self._slot] += 1
+            self._b_total += 1
+            return True
+
+    def on_success(self) -> None:
+        """Nothing to do: the budget counts requests and retries, not outcomes."""
+
+    def on_failure(self, error: BaseException) -> None:
+        """Nothing to do: the budget counts requests and retries, not outcomes."""
+
+    @property
+    def requests(self) -> int:
+        """Logical calls counted in the current window."""
+        with self._lock:
+            self._refresh()
+            return self._a_total
+
+    @property
+    def retries(self) -> int:
+        """Retries withdrawn in the current window."""
+        with self._lock:
+            self._refresh()
+            return self._b_total
+
+    def available(self) -> int:
+        """How many retries would be allowed now."""
+        with self._lock:
+            self._refresh()
+            room = self._a_total * self.ratio + self._reserve - self._b_total + 1e-9
+            return max(0, math.floor(room))
+
+    def __repr__(self) -> str:
+        return (
+            f"RetryBudget(ratio={self.ratio!r}, min_per_second={self.min_per_second!r}, "
+            f"window={self.window!r})"
+        )
+
+
+# -- TokenBucket -------------------------------------------------------------------------------
+
+
+class TokenBucket:
+    """gRPC retry throttling: retries stop while more than about half the attempts fail.
+
+    The bucket starts full with ``max_tokens``. Each failed attempt takes one token, each
+    successful attempt gives back ``token_ratio``; retries (and hedges) are refused while the
+    bucket holds ``max_tokens / 2`` tokens or fewer. Tokens are kept in thousandths, as gRPC
+    does, so the arithmetic is exact.
+
+    Args:
+        max_tokens: the bucket's size, e.g. ``10``.
+        token_ratio: tokens given back per success, e.g. ``0.1``: with ``max_tokens=10``,
+            retrying stops after about five net failures and resumes after ten successes per
+            failure beyond that.
+
+    Raises:
+        ValueError: ``max_tokens`` or ``token_ratio`` not > 0 (``token_ratio`` at least 0.001).
+    """
+
+    # gRPC proposal A6 (client-side retries), "Throttling retry attempts and hedged RPCs".
+
+    __slots__ = ("_lock", "_max", "_milli", "_ratio", "max_tokens", "token_ratio")
+
+    def __init__(self, max_tokens: float = 10.0, token_ratio: float = 0.1) -> None:
+        self.max_tokens = _positive("max_tokens", max_tokens)
+        self.token_ratio = _positive("token_ratio", token_ratio)
+        self._max = round(self.max_tokens * 1000)
+        self._ratio = round(self.token_ratio * 1000)
+        if self._ratio < 1:
+            raise ValueError(f"token_ratio must be >= 0.001, got {token_ratio!r}")
+        if self._max < 1:
+            raise ValueError(f"max_tokens must be >= 0.001, got {max_tokens!r}")
+        self._milli = self._max
+        self._lock = threading.Lock()
+
+    @property
+    def tokens(self) -> float:
+        """Tokens in the bucket now."""
+        return self._milli / 1000
+
+    def on_request(self) -> None:
+        """Nothing to do: only outcomes move tokens."""
+
+    def allow_retry(self, error: BaseException | None = None) -> bool:
+        """Whether a retry may go out: the bucket holds more than half its tokens."""
+        # A read of one int: no lock needed, and no token is taken (gRPC A6).
+        return self._milli * 2 > self._max
+
+    def on_success(self) -> None:
+        """Give back ``token_ratio`` tokens."""
+        with self._lock:
+            self._milli = min(self._max, self._milli + self._ratio)
+
+    def on_failure(self, error: BaseException) -> None:
+        """Take one token."""
+        with self._lock:
+            self._milli = max(0, self._milli - 1000)
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenBucket(max_tokens={self.max_tokens!r}, token_ratio={self.token_ratio!r}, "
+            f"tokens={self.tokens!r})"
+        )
+
+
+# -- RetryQuota (AWS SDK "standard" retry mode) ------------------------------------------------
+
+# The quota withdrawn by the latest retry of the call running in this thread or task, so that
+# its success can refund exactly that amount. (quota, cost), or None.
+_RETRY_COST: Final[contextvars.ContextVar[tuple[RetryQuota, int] | None]] = contextvars.ContextVar(
+    "seawall_retry_quota_cost", default=None
+)
+
+
+def _looks_like_timeout(error: BaseException) -> bool:
+    """Whether *error* is a timeout: a ``TimeoutError``, or a class named like one.
+
+    Client libraries have their own timeout classes (``httpx.ReadTimeout``,
+    ``requests.Timeout``) that do not derive from ``TimeoutError``; matching the class names in
+    the MRO recognises them without importing those libraries.
+    """
+    if isinstance(error, TimeoutError):
+        return True
+    return any("Timeout" in cls.__name__ for cls in type(error).__mro__)
+
+
+class RetryQuota:
+    """A retry quota in the style of the AWS SDKs: each retry costs tokens; successes refund.
+
+    The quota starts full. A retry costs ``retry_cost`` tokens, or ``timeout_cost`` after a
+    timeout, and is refused when the quota holds fewer. When the call then succeeds, the cost
+    of its latest retry is refunded; a call that succeeds at its first attempt adds
+    ``success_reward``. Tokens spent by calls that end in failure come back only through later
+    successes, so a long outage stops retries after ``capacity / retry_cost`` of them.
+
+    Use :meth:`aws_standard` for the SDKs' defaults.
+
+    Args:
+        capacity: tokens in a full quota.
+        retry_cost: tokens one retry costs.
+        timeout_cost: tokens a retry after a timeout costs (timeouts hold resources longer).
+        success_reward: tokens a first-attempt success adds (up to ``capacity``).
+        is_timeout: a predicate telling timeouts; by default ``TimeoutError`` and any exception
+            class whose name contains ``Timeout`` (such as ``httpx.ReadTimeout``).
+
+    Raises:
+        ValueError: ``capacity`` not > 0, or a cost or reward < 0.
+    """
+
+    __slots__ = (
+        "_available",
+        "_is_timeout",
+        "_lock",
+        "capacity",
+        "retry_cost",
+        "success_reward",
+        "timeout_cost",
+    )
+
+    def __init__(
+        self,
+        capacity: int = 500,
+        retry_cost: int = 5,
+        timeout_cost: int = 10,
+        success_reward: int = 1,
+        is_timeout: Callable[[BaseException], bool] | None = None,
+    ) -> None:
+        self.capacity = _count("capacity", capacity, minimum=1)
+        self.retry_cost = _count("retry_cost", retry_cost, minimum=0)
+        self.timeout_cost = _count("timeout_cost", timeout_cost, minimum=0)
+        self.success_reward = _count("success_reward", success_reward, minimum=0)
+        if is_timeout is not None and not callable(is_timeout):
+            raise TypeError(f"is_timeout must be callable or None, got {is_timeout!r}")
+        self._is_timeout = is_timeout or _looks_like_timeout
+        self._available = self.capacity
+        self._lock = threading.Lock()
+
+    @classmethod
+    def aws_standard(cls) -> RetryQuota:
+        """The AWS SDKs' "standard" retry mode quota: 500 tokens, retry 5, after a timeout 10.
+
+        A first-attempt success adds 1 token; a success after retries refunds the latest
+        retry's cost.
+        """
+        # AWS SDKs and Tools reference guide, "Retry behavior", standard mode; botocore's
+        # retries/standard.py (INITIAL_RETRY_TOKENS, RETRY_COST, TIMEOUT_RETRY_COST).
+        return cls(capacity=500, retry_cost=5, timeout_cost=10, success_reward=1)
+
+    @property
+    def available(self) -> int:
+        """Tokens in the quota now."""
+        return self._available
+
+    def on_request(self) -> None:
+        """A call starts: forget a cost left over by a call that ended without an outcome."""
+        if _RETRY_COST.get() is not None:
+            _RETRY_COST.set(None)
+
+    def allow_retry(self, error: BaseException | None = None) -> bool:
+        """Take the cost of one retry after *error*; ``False`` when the quota cannot pay it."""
+        timeout = error is not None and self._is_timeout(error)
+        cost = self.timeout_cost if timeout else self.retry_cost
+        with self._lock:
+            if self._available < cost:
+                return False
+            self._available -= cost
+        _RETRY_COST.set((self, cost))
+        return True
+
+    def on_success(self) -> None:
+        """Refund the latest retry's cost, or add ``success_reward`` after a first attempt."""
+        held = _RETRY_COST.get()
+        if held is not None and held[0] is self:
+            _RETRY_COST.set(None)
+            amount = held[1]
+        else:
+            amount = self.success_reward
+        if amount:
+            with self._lock:
+                self._available = min(self.capacity, self._available + amount)
+
+    def on_failure(self, error: BaseException) -> None:
+        """The retry failed: its cost stays spent."""
+        held = _RETRY_COST.get()
+        if held is not None and held[0] is self:
+            _RETRY_COST.set(None)
+
+    def __repr__(self) -> str:
+        return (
+            f"RetryQuota(capacity={self.capacity!r}, retry_cost={self.retry_cost!r}, "
+            f"timeout_cost={self.timeout_cost!r}, success_reward={self.success_reward!r}, "
+            f"available={self._available!r})"
+        )
+
+
+def _count(name: str, value: object, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return value
+
+
+# -- AdaptiveThrottle --------------------------------------------------------------------------
+
+
+class AdaptiveThrottle(_Windowed):
+    """Client-side adaptive throttling: reject requests locally when the dependency rejects most.
+
+    Over the sliding ``window`` the throttle counts *requests* (every attempt the application
+    makes, including those it rejects locally) and *accepts* (attempts the dependency answered).
+    A new call is rejected locally, with :class:`Throttled`, with probability
+    ``max(0, (requests - k * accepts) / (requests + 1))``; a retry is refused with the same
+    probability. While the dependency is healthy the probability is 0 and nothing is rejected;
+    once it accepts fewer than ``1/k`` of the requests, the client sheds the excess itself
+    instead of sending requests that would be rejected anyway.
+
+    Args:
+        k: how many requests per accept the client tolerates; ``2`` by default. Lower is more
+            aggressive; it must be at least 1.
+        window: seconds over which requests and accepts are counted (two minutes by default).
+        clock: where time comes from (``None``: the system's monotonic clock).
+        rng: a seedable :class:`random.Random` for the rejection draws.
+
+    Raises:
+        ValueError: ``k`` < 1 (or NaN), ``window`` not > 0.
+    """
+
+    # Google SRE book, chapter 21 "Handling Overload", "Client-side throttling" (K = 2, 2 min).
+
+    __slots__ = ("_random", "k")
+
+    def __init__(
+        self,
+        k: float = 2.0,
+        window: float = 120.0,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        k = _number("k", k)
+        if not (math.isfinite(k) and k >= 1):
+            raise ValueError(f"k must be a finite number >= 1, got {k!r}")
+        self.k = k
+        window = _positive("window", window)
+        if rng is not None and not isinstance(rng, random.Random):
+            raise TypeError(f"rng must be a random.Random or None, got {rng!r}")
+        self._random = (rng if rng is not None else random.Random()).random
+        super().__init__(window, _clock_now(clock))
+
+    def _admit(self) -> float:
+        """Count one request; the rejection probability it drew against (0: admitted)."""
+        now = self._now()
+        with self._lock:
+            if now >= self._slice_end:
+                self._roll(now)
+            requests = self._a_total
+            p = (requests - self.k * self._b_total) / (requests + 1)
+            self._a[self._slot] += 1
+            self._a_total = requests + 1
+            if p > 0 and self._random() < p:
+                return p
+            return 0.0
+
+    def on_request(self) -> None:
+        """A new call: admit it, or raise :class:`Throttled` without sending it.
+
+        Raises:
+            Throttled: the call is rejected locally.
+        """
+        p = self._admit()
+        if p:
+            raise Throttled(p)
+
+    def allow_retry(self, error: BaseException | None = None) -> bool:
+        """A retry counts as a request too: ``False`` when it is rejected locally."""
+        return not self._admit()
+
+    def on_success(self) -> None:
+        """The dependency answered: count an accept."""
+        now = self._now()
+        with self._lock:
+            if now >= self._slice_end:
+                self._roll(now)
+            self._b[self._slot] += 1
+            self._b_total += 1
+
+    def on_failure(self, error: BaseException) -> None:
+        """The dependency did not answer (or shed the request): no accept."""
+
+    @property
+    def requests(self) -> int:
+        """Requests counted in the current window, local rejections included."""
+        with self._lock:
+            self._refresh()
+            return self._a_total
+
+    @property
+    def accepts(self) -> int:
+        """Accepts counted in the current window."""
+        with self._lock:
+            self._refresh()
+            return self._b_total
+
+    def rejection_probability(self) -> float:
+        """The probability that a new call is rejected locally now."""
+        with self._lock:
+            self._refresh()
+            requests = self._a_total
+            return max(0.0, (requests - self.k * self._b_total) / (requests + 1))
+
+    def __repr__(self) -> str:
+        return f"AdaptiveThrottle(k={self.k!r}, window={self.window!r})"
