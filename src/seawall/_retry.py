@@ -82,21 +82,26 @@ class RetryEvent:
     Attributes:
         kind: ``"retry"`` (a retry is scheduled after ``delay``), ``"budget_exhausted"`` (the
             budget refused a retry) or ``"give_up"`` (the policy stops; ``reason`` says why).
+            ``"success"`` (an attempt succeeded) goes only to hooks whose ``observes_attempts``
+            attribute is ``True``, such as metrics adapters; their policies skip the fast path.
         policy: the policy's ``name`` (or ``None``).
         attempt: the number of the attempt that just failed, from 1.
         error: the exception of that attempt (``None`` for a retried bad result).
         delay: the wait before the next attempt (0 when giving up).
         elapsed: seconds since the call started, waits included.
         reason: why the policy gave up (``give_up`` and ``budget_exhausted`` only).
+        duration: seconds the attempt itself took (0 when a policy without attempt-observing
+            hooks made its first attempt on the fast path).
     """
 
-    kind: Literal["retry", "budget_exhausted", "give_up"]
+    kind: Literal["retry", "budget_exhausted", "give_up", "success"]
     policy: str | None
     attempt: int
     error: BaseException | None
     delay: float
     elapsed: float
     reason: GiveUpReason | None = None
+    duration: float = 0.0
 
 
 Hook = Callable[[RetryEvent], None]
@@ -239,10 +244,24 @@ class RetryState:
 
     def on_success(self, now: float) -> None:
         """The attempt succeeded."""
-        budget = self.policy.budget
+        p = self.policy
+        budget = p.budget
         if budget is not None:
             budget.on_success()
         self._record(now, None, None)
+        if p._attempt_hooks:
+            event = RetryEvent(
+                "success",
+                p.name,
+                self.attempts,
+                None,
+                0.0,
+                now - self.started,
+                None,
+                now - self._attempt_started,
+            )
+            for hook in p._attempt_hooks:
+                hook(event)
 
     def on_error(self, error: BaseException, now: float) -> float | None:
         """The attempt raised *error*: the delay before the next attempt, or ``None`` to give up."""
@@ -341,7 +360,14 @@ class RetryState:
         hooks = self.policy._hooks
         if hooks:
             event = RetryEvent(
-                kind, self.policy.name, self.attempts, error, delay, now - self.started, reason
+                kind,
+                self.policy.name,
+                self.attempts,
+                error,
+                delay,
+                now - self.started,
+                reason,
+                now - self._attempt_started,
             )
             for hook in hooks:
                 hook(event)
@@ -441,6 +467,8 @@ class RetryPolicy:
         init=False, repr=False, compare=False
     )
     _hooks: tuple[Hook, ...] = dataclasses.field(init=False, repr=False, compare=False)
+    # Hooks that also want "success" events (metrics); empty for most policies.
+    _attempt_hooks: tuple[Hook, ...] = dataclasses.field(init=False, repr=False, compare=False)
     _clock: Clock = dataclasses.field(init=False, repr=False, compare=False)
     # True when a call needs no bookkeeping before its first attempt: no budget, no timeouts,
     # no result check. The fast path is then a bare try/except around the function.
@@ -485,6 +513,8 @@ class RetryPolicy:
                 if not callable(h):
                     raise TypeError(f"hooks must be callables, got {h!r}")
         set_(self, "_hooks", hooks)
+        attempt_hooks = tuple(h for h in hooks if getattr(h, "observes_attempts", False) is True)
+        set_(self, "_attempt_hooks", attempt_hooks)
         set_(self, "_clock", self.clock if self.clock is not None else SYSTEM_CLOCK)
         set_(
             self,
@@ -492,7 +522,8 @@ class RetryPolicy:
             self.budget is None
             and self.timeout is None
             and self.attempt_timeout is None
-            and self.retry_if_result is None,
+            and self.retry_if_result is None
+            and not attempt_hooks,
         )
 
     def replace(self, **changes: Any) -> RetryPolicy:
