@@ -41,6 +41,7 @@ from seawall._errors import (
     is_permanent,
     permanent,
 )
+from seawall._hedge import Hedge, HedgeDelayPassed, hedge
 from seawall._latency import LatencyTracker
 from seawall._retry import (
     Attempt,
@@ -71,6 +72,8 @@ __all__ = [
     "DeadlineExceeded",
     "DeadlineHeaderCounts",
     "GRPC_TIMEOUT_HEADER",
+    "Hedge",
+    "HedgeDelayPassed",
     "Hook",
     "Jitter",
     "LatencyTracker",
@@ -96,6 +99,7 @@ __all__ = [
     "decode_request_deadline",
     "encode_grpc_timeout",
     "encode_request_deadline",
+    "hedge",
     "is_enabled",
     "is_permanent",
     "logging_hook",

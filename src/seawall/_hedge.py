@@ -1,0 +1,402 @@
+"""Hedged requests: when an attempt is slow, start another and take whichever answers first.
+
+A hedge trades a few percent of extra load for a much shorter latency tail (Dean and Barroso,
+"The Tail at Scale", CACM 2013). Only for idempotent operations: two attempts may both run to
+completion on the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import math
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
+
+from seawall._budget import Budget
+from seawall._clock import SYSTEM_CLOCK, Clock
+from seawall._errors import Overloaded, is_permanent
+from seawall._switch import SWITCH
+
+__all__ = ["Hedge", "HedgeDelayPassed", "QuantileSource", "hedge"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+
+
+@runtime_checkable
+class QuantileSource(Protocol):
+    """What an adaptive hedge delay needs: a live latency distribution (a LatencyTracker)."""
+
+    def record(self, seconds: float) -> None:
+        """Add one latency sample."""
+
+    def quantile(self, q: float) -> float | None:
+        """The latency below which a fraction *q* of the samples fall (``None``: no data)."""
+
+
+class HedgeDelayPassed(TimeoutError):
+    """What a budget's ``allow_retry`` receives for a hedge started because an attempt was slow."""
+
+
+def _compile_retry_on(value: RetryOn) -> Callable[[BaseException], bool]:
+    if isinstance(value, type):
+        value = (value,)
+    if isinstance(value, tuple):
+        for cls in value:
+            if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+                raise TypeError(f"retry_on must be exception classes or a predicate, got {value!r}")
+        classes = value
+        return lambda exc: isinstance(exc, classes)
+    if callable(value):
+        return value
+    raise TypeError(f"retry_on must be exception classes or a predicate, got {value!r}")
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
+    v = float(value)
+    if math.isnan(v) or v < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return v
+
+
+class Hedge:
+    """A reusable hedging policy for ``async`` calls; see :func:`hedge` for the one-shot form.
+
+    Starts one attempt; if it has not finished after ``delay``, starts another (up to
+    ``max_attempts`` in flight), returns the first success and cancels the others, awaiting them
+    so that their cleanup has run when the call returns. Following gRPC's hedging policy, an
+    attempt failing with a retryable error starts the next one at once, and any other error ends
+    the call.
+
+    **Only for idempotent operations**: a hedged request may be executed more than once.
+
+    Args:
+        delay: seconds to wait before each extra attempt, or a latency tracker (any object with
+            ``record(seconds)`` and ``quantile(q)``, such as :class:`seawall.LatencyTracker`):
+            the delay is then its live ``quantile``, and every successful call records its
+            latency there (Finagle's backup requests track a percentile the same way).
+        max_attempts: most attempts per call, the first included (gRPC ``maxAttempts``).
+        quantile: the percentile of an adaptive delay (0.95 for p95).
+        min_samples: with an adaptive delay, do not hedge on time until the tracker holds this
+            many samples (its ``count``; a tail estimate from a handful of samples is noise).
+        min_delay: never hedge sooner than this (seconds).
+        max_extra_load: bound extra attempts to this fraction of calls (0.05 = 5 %): each call
+            earns that fraction of a token, each extra attempt spends one, and at most
+            ``max(1, 100 * max_extra_load)`` tokens are saved up (Finagle's
+            ``BackupRequestFilter`` bounds its backups with a retry budget the same way).
+        budget: a shared :class:`~seawall.Budget` (``RetryBudget``, ``TokenBucket``): extra
+            attempts draw from it like retries (``allow_hedge`` if it has one, else
+            ``allow_retry``), so hedging stops when the dependency is sick.
+        replicas: call attempt *i* as ``fn(replicas[i % len(replicas)], *args, **kwargs)``, to
+            send each attempt to another replica.
+        retry_on: errors after which the next attempt starts at once (the others end the call).
+            ``Permanent`` and ``Overloaded`` errors always end it.
+        clock: where latency is measured (the system clock by default; a
+            :class:`~seawall.VirtualClock` under :func:`seawall.testing.run`). Waits run on the
+            event loop's timers, which must follow the same clock.
+        name: keys the per-name kill switch: with retries off, no extra attempts are made.
+
+    Attributes:
+        calls: calls made through this policy.
+        hedges: extra attempts started.
+        wins: calls answered by an extra attempt.
+    """
+
+    __slots__ = (
+        "_count_requests",
+        "_delay",
+        "_lock",
+        "_retryable",
+        "_tokens",
+        "_tracker",
+        "budget",
+        "calls",
+        "clock",
+        "hedges",
+        "max_attempts",
+        "max_extra_load",
+        "min_delay",
+        "min_samples",
+        "name",
+        "quantile",
+        "recorded",
+        "replicas",
+        "wins",
+    )
+
+    def __init__(
+        self,
+        delay: float | QuantileSource,
+        *,
+        max_attempts: int = 2,
+        quantile: float = 0.95,
+        min_samples: int = 20,
+        min_delay: float = 0.0,
+        max_extra_load: float | None = None,
+        budget: Budget | None = None,
+        replicas: Sequence[Any] | None = None,
+        retry_on: RetryOn = (ConnectionError, TimeoutError),
+        clock: Clock | None = None,
+        name: str | None = None,
+    ) -> None:
+        self._tracker: QuantileSource | None
+        if isinstance(delay, QuantileSource):
+            self._tracker = delay
+            self._delay = math.inf
+        else:
+            self._tracker = None
+            self._delay = _seconds("delay", delay)
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+            raise TypeError(f"max_attempts must be an int, got {max_attempts!r}")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts!r}")
+        self.max_attempts = max_attempts
+        if isinstance(quantile, bool) or not isinstance(quantile, (int, float)):
+            raise TypeError(f"quantile must be a number, got {quantile!r}")
+        if not 0 < quantile < 1:
+            raise ValueError(f"quantile must be > 0 and < 1, got {quantile!r}")
+        self.quantile = float(quantile)
+        if isinstance(min_samples, bool) or not isinstance(min_samples, int):
+            raise TypeError(f"min_samples must be an int, got {min_samples!r}")
+        if min_samples < 0:
+            raise ValueError(f"min_samples must be >= 0, got {min_samples!r}")
+        self.min_samples = min_samples
+        self.min_delay = _seconds("min_delay", min_delay)
+        if max_extra_load is not None:
+            if isinstance(max_extra_load, bool) or not isinstance(max_extra_load, (int, float)):
+                raise TypeError(f"max_extra_load must be a number or None, got {max_extra_load!r}")
+            if not 0 <= max_extra_load <= max_attempts - 1 or math.isnan(max_extra_load):
+                raise ValueError(
+                    f"max_extra_load must be between 0 and max_attempts - 1, got {max_extra_load!r}"
+                )
+            max_extra_load = float(max_extra_load)
+        self.max_extra_load = max_extra_load
+        if budget is not None and not isinstance(budget, Budget):
+            raise TypeError(f"budget must implement seawall.Budget, got {budget!r}")
+        self.budget = budget
+        if replicas is not None:
+            if isinstance(replicas, (str, bytes)) or not isinstance(replicas, Sequence):
+                raise TypeError(f"replicas must be a sequence, got {replicas!r}")
+            if not replicas:
+                raise ValueError("replicas must not be empty")
+            replicas = tuple(replicas)
+        self.replicas = replicas
+        self._retryable = _compile_retry_on(retry_on)
+        if clock is not None and not isinstance(clock, Clock):
+            raise TypeError(f"clock must implement seawall.Clock, got {clock!r}")
+        self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str or None, got {name!r}")
+        self.name = name
+        # A pipeline whose retry layer shares the budget turns this off, so that one logical
+        # call is announced to the budget once.
+        self._count_requests = True
+        self._lock = threading.Lock()
+        self._tokens = 0.0
+        self.calls = 0
+        self.hedges = 0
+        self.wins = 0
+        self.recorded = 0
+
+    @property
+    def delay(self) -> float:
+        """The wait before the next extra attempt now (``inf``: hedge only after failures)."""
+        tracker = self._tracker
+        if tracker is None:
+            return max(self._delay, self.min_delay)
+        # The tracker's own count when it has one: it may be shared with other code.
+        seen = getattr(tracker, "count", None)
+        if isinstance(seen, bool) or not isinstance(seen, int):
+            seen = self.recorded
+        if seen < self.min_samples:
+            return math.inf
+        value = tracker.quantile(self.quantile)
+        if value is None or not math.isfinite(value):
+            return math.inf
+        return max(value, self.min_delay)
+
+    def _admit(self, error: BaseException) -> bool:
+        """May an extra attempt start now? Spends a load token and a budget withdrawal."""
+        if not SWITCH.enabled or (self.name is not None and self.name in SWITCH.disabled_names):
+            return False
+        bound = self.max_extra_load
+        if bound is not None and self._tokens < 1.0:
+            return False
+        budget = self.budget
+        if budget is not None:
+            allow = getattr(budget, "allow_hedge", None) or budget.allow_retry
+            if not allow(error):
+                return False
+        if bound is not None:
+            with self._lock:
+                if self._tokens < 1.0:
+                    return False  # another caller took the last token meanwhile
+                self._tokens -= 1.0
+        return True
+
+    async def acall(self, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
+        """Await ``fn(*args, **kwargs)``, hedged.
+
+        Returns:
+            The first successful attempt's value.
+
+        Raises:
+            BaseException: the first non-retryable error, or the last error when every attempt
+                failed; the original exception, unchanged.
+        """
+        loop = asyncio.get_running_loop()
+        clock = self.clock
+        started = clock.now()
+        budget = self.budget
+        if budget is not None and self._count_requests:
+            budget.on_request()
+        self.calls += 1
+        bound = self.max_extra_load
+        if bound is not None:
+            with self._lock:
+                self._tokens = min(self._tokens + bound, max(1.0, 100.0 * bound))
+        delay = self.delay
+        replicas = self.replicas
+        max_attempts = self.max_attempts
+
+        def launch() -> asyncio.Future[T]:
+            if replicas is None:
+                aw = fn(*args, **kwargs)
+            else:
+                aw = fn(replicas[len(tasks) % len(replicas)], *args, **kwargs)
+            task = asyncio.ensure_future(aw)
+            tasks.append(task)
+            return task
+
+        tasks: list[asyncio.Future[T]] = []
+        pending = {launch()}
+        next_at = loop.time() + delay
+        last_error: BaseException | None = None
+        try:
+            while True:
+                timeout = None
+                if len(tasks) < max_attempts and next_at != math.inf:
+                    timeout = max(0.0, next_at - loop.time())
+                done, pending = await asyncio.wait(
+                    pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:
+                    # The delay passed with every attempt still running: hedge.
+                    if self._admit(HedgeDelayPassed(f"no answer after {delay:.3f} s")):
+                        pending.add(launch())
+                        self.hedges += 1
+                        next_at = loop.time() + delay
+                    else:
+                        next_at = math.inf
+                    continue
+                for task in sorted(done, key=_failed_last):
+                    if task.cancelled():
+                        error: BaseException = asyncio.CancelledError()
+                    else:
+                        exc = task.exception()
+                        if exc is None:
+                            return self._won(task, tasks, started)
+                        error = exc
+                    fatal = is_permanent(error) or not self._retryable(error)
+                    if budget is not None and isinstance(error, Exception):
+                        # As in RetryState: an error not worth retrying is an answer, not
+                        # sickness; overload and retryable errors are failures. A cancelled
+                        # attempt (not an Exception) taught nothing about the dependency.
+                        if fatal and not isinstance(error, Overloaded):
+                            budget.on_success()
+                        else:
+                            budget.on_failure(error)
+                    if fatal:
+                        raise error
+                    last_error = error
+                if not pending:
+                    assert last_error is not None
+                    if len(tasks) < max_attempts and self._admit(last_error):
+                        # gRPC hedging: a retryable failure sends the next hedge at once.
+                        pending.add(launch())
+                        self.hedges += 1
+                        next_at = loop.time() + delay
+                        continue
+                    raise last_error
+        finally:
+            if pending:
+                for task in pending:
+                    task.cancel()
+                # Wait for the losers to unwind, so their cleanup (closing connections) has run.
+                await asyncio.wait(pending)
+
+    def _won(self, task: asyncio.Future[T], tasks: list[asyncio.Future[T]], started: float) -> T:
+        if task is not tasks[0]:
+            self.wins += 1
+        if self.budget is not None:
+            self.budget.on_success()
+        tracker = self._tracker
+        if tracker is not None:
+            tracker.record(self.clock.now() - started)
+            self.recorded += 1
+        return task.result()
+
+    def __call__(
+        self, fn: Callable[P, Coroutine[Any, Any, T]]
+    ) -> Callable[P, Coroutine[Any, Any, T]]:
+        """Decorate an ``async def`` function (hedging needs asyncio)."""
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"hedging needs an async def function, got {fn!r}")
+        acall = self.acall
+
+        @functools.wraps(fn)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+            return await acall(fn, *args, **kwargs)
+
+        return wrapper
+
+    def __repr__(self) -> str:
+        delay = "adaptive" if self._tracker is not None else f"{self._delay!r}"
+        return f"Hedge(delay={delay}, max_attempts={self.max_attempts}, calls={self.calls})"
+
+
+def _failed_last(task: asyncio.Future[Any]) -> int:
+    # When attempts finish together, a success wins over a failure.
+    return 1 if task.cancelled() or task.exception() is not None else 0
+
+
+async def hedge(
+    fn: Callable[..., Awaitable[T]],
+    /,
+    *args: Any,
+    delay: float | QuantileSource,
+    max_attempts: int = 2,
+    budget: Budget | None = None,
+    replicas: Sequence[Any] | None = None,
+    quantile: float = 0.95,
+    retry_on: RetryOn = (ConnectionError, TimeoutError),
+    clock: Clock | None = None,
+) -> T:
+    """Await ``fn(*args)``; if it is slower than *delay*, start another attempt; first wins.
+
+    The one-shot form of :class:`Hedge` (whose arguments these are). To bound the extra load
+    across calls (``max_extra_load``), build one :class:`Hedge` and reuse it.
+
+    **Only for idempotent operations.**
+
+    Example:
+        ``await seawall.hedge(fetch, key, delay=0.05, replicas=["a", "b"])`` calls
+        ``fetch("a", key)``, then ``fetch("b", key)`` if no answer came within 50 ms.
+    """
+    policy = Hedge(
+        delay,
+        max_attempts=max_attempts,
+        budget=budget,
+        replicas=replicas,
+        quantile=quantile,
+        retry_on=retry_on,
+        clock=clock,
+    )
+    return await policy.acall(fn, *args)
