@@ -25,6 +25,10 @@ from seawall._clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["LatencyTracker"]
 
+_INF = math.inf
+_log = math.log
+_ceil = math.ceil
+
 # Rescale the weights when their exponent passes this (e**60 ~ 1e26: far from overflow, and
 # adding a weight of 1 to a sum of 1e26 still moves it in double precision for our purposes).
 _RESCALE_EXPONENT = 60.0
@@ -127,13 +131,13 @@ class LatencyTracker:
 
     def record(self, seconds: float) -> None:
         """Record one latency in seconds (a finite number >= 0)."""
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-            raise TypeError(f"seconds must be a number, got {seconds!r}")
-        if not 0.0 <= seconds < math.inf:  # also rejects NaN
+        if type(seconds) is not float:  # the common case skips the slower checks
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+                raise TypeError(f"seconds must be a number, got {seconds!r}")
+            seconds = float(seconds)
+        if not 0.0 <= seconds < _INF:  # also rejects NaN
             raise ValueError(f"seconds must be finite and >= 0, got {seconds!r}")
-        key = (
-            math.ceil(math.log(seconds) / self._log_gamma) if seconds >= self._min_latency else None
-        )
+        key = _ceil(_log(seconds) / self._log_gamma) if seconds >= self._min_latency else None
         with self._lock:
             if self._decay:
                 exponent = self._decay * (self._clock.now() - self._landmark)
