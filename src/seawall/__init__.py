@@ -43,6 +43,7 @@ from seawall._errors import (
 )
 from seawall._hedge import Hedge, HedgeDelayPassed, hedge
 from seawall._latency import LatencyTracker
+from seawall._pipeline import Pipeline
 from seawall._retry import (
     Attempt,
     AttemptRecord,
@@ -80,6 +81,7 @@ __all__ = [
     "Outcome",
     "Overloaded",
     "Permanent",
+    "Pipeline",
     "REQUEST_DEADLINE_HEADER",
     "RetryAfter",
     "RetryBudget",

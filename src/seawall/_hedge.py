@@ -110,9 +110,9 @@ class Hedge:
     """
 
     __slots__ = (
-        "_count_requests",
         "_delay",
         "_lock",
+        "_reports_to_budget",
         "_retryable",
         "_tokens",
         "_tracker",
@@ -195,9 +195,9 @@ class Hedge:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {name!r}")
         self.name = name
-        # A pipeline whose retry layer shares the budget turns this off, so that one logical
-        # call is announced to the budget once.
-        self._count_requests = True
+        # A pipeline whose retry layer shares the budget turns this off: the retry layer then
+        # reports requests and outcomes, and hedging only withdraws, so nothing counts twice.
+        self._reports_to_budget = True
         self._lock = threading.Lock()
         self._tokens = 0.0
         self.calls = 0
@@ -255,8 +255,9 @@ class Hedge:
         clock = self.clock
         started = clock.now()
         budget = self.budget
-        if budget is not None and self._count_requests:
-            budget.on_request()
+        reporter = budget if self._reports_to_budget else None
+        if reporter is not None:
+            reporter.on_request()
         self.calls += 1
         bound = self.max_extra_load
         if bound is not None:
@@ -305,14 +306,14 @@ class Hedge:
                             return self._won(task, tasks, started)
                         error = exc
                     fatal = is_permanent(error) or not self._retryable(error)
-                    if budget is not None and isinstance(error, Exception):
+                    if reporter is not None and isinstance(error, Exception):
                         # As in RetryState: an error not worth retrying is an answer, not
                         # sickness; overload and retryable errors are failures. A cancelled
                         # attempt (not an Exception) taught nothing about the dependency.
                         if fatal and not isinstance(error, Overloaded):
-                            budget.on_success()
+                            reporter.on_success()
                         else:
-                            budget.on_failure(error)
+                            reporter.on_failure(error)
                     if fatal:
                         raise error
                     last_error = error
@@ -335,7 +336,7 @@ class Hedge:
     def _won(self, task: asyncio.Future[T], tasks: list[asyncio.Future[T]], started: float) -> T:
         if task is not tasks[0]:
             self.wins += 1
-        if self.budget is not None:
+        if self.budget is not None and self._reports_to_budget:
             self.budget.on_success()
         tracker = self._tracker
         if tracker is not None:

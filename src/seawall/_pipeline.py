@@ -1,0 +1,324 @@
+"""Pipeline: compose timeouts, retries, a circuit breaker and hedging in one fixed order.
+
+The order, outermost first, is the one that keeps each strategy honest about what it sees:
+
+1. **total timeout**: one deadline for the whole call, waits included; every layer below sees it.
+2. **retry**: retries the layers below as one attempt.
+3. **breaker**: each retry attempt passes the breaker; an open breaker fails fast and is never
+   retried (:class:`~seawall.CircuitOpen` is an ``Overloaded``).
+4. **attempt timeout**: inside the breaker, so a timed-out attempt counts as a failure there.
+5. **hedge**: inside the attempt timeout, so the timeout bounds the hedged group as a whole.
+
+The same order as Polly's and resilience4j's recommended decorations (timeout outside retry,
+circuit breaker inside it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import math
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar, overload
+
+from seawall._breaker import CircuitBreaker
+from seawall._clock import SYSTEM_CLOCK, Clock
+from seawall._deadline import deadline
+from seawall._hedge import Hedge
+from seawall._retry import RetryPolicy
+
+__all__ = ["Pipeline"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+# A layer takes (fn, args, kwargs) and makes one call through itself and the layers below.
+_Sync = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
+_Async = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Awaitable[Any]]
+
+
+def _optional_seconds(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds or None, got {value!r}")
+    v = float(value)
+    if math.isnan(v) or v <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return v
+
+
+class Pipeline:
+    """Strategies composed in the documented order, used like a policy.
+
+    ``call`` / ``acall`` / decorator, like :class:`~seawall.RetryPolicy`. Layers left out cost
+    nothing: the composition is built once, here, not on every call.
+
+    Args:
+        timeout: seconds for the whole call, retries and waits included (an ambient
+            :func:`seawall.deadline`; in async code the work is cancelled at the deadline and
+            :class:`~seawall.DeadlineExceeded` raised).
+        retry: the :class:`~seawall.RetryPolicy` that retries each attempt below it. Give it no
+            ``attempt_timeout`` of its own: that would sit outside the breaker, which would see
+            a cancelled call instead of a failure. Use this pipeline's ``attempt_timeout``.
+        breaker: the :class:`~seawall.CircuitBreaker` each attempt passes.
+        attempt_timeout: seconds per attempt. Async: the attempt is cancelled and raises
+            ``TimeoutError`` (retryable). Sync: threads cannot be interrupted; the attempt sees it
+            as its deadline through :func:`seawall.remaining`.
+        hedge: a :class:`~seawall.Hedge` run as the innermost layer (async only; idempotent
+            operations only). When it shares the retry policy's budget, the retry layer reports
+            requests and outcomes to it and hedges only withdraw, so nothing counts twice.
+        clock: where the deadlines are measured (by default the retry policy's clock, else the
+            system clock).
+
+    Raises:
+        TypeError: a layer of the wrong type (the message names it).
+        ValueError: a timeout out of range.
+    """
+
+    __slots__ = (
+        "_acall",
+        "_call",
+        "attempt_timeout",
+        "breaker",
+        "clock",
+        "hedge",
+        "retry",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        *,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        breaker: CircuitBreaker | None = None,
+        attempt_timeout: float | None = None,
+        hedge: Hedge | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.timeout = _optional_seconds("timeout", timeout)
+        self.attempt_timeout = _optional_seconds("attempt_timeout", attempt_timeout)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(f"retry must be a seawall.RetryPolicy, got {retry!r}")
+        if breaker is not None and not isinstance(breaker, CircuitBreaker):
+            raise TypeError(f"breaker must be a seawall.CircuitBreaker, got {breaker!r}")
+        if hedge is not None and not isinstance(hedge, Hedge):
+            raise TypeError(f"hedge must be a seawall.Hedge, got {hedge!r}")
+        if clock is not None and not isinstance(clock, Clock):
+            raise TypeError(f"clock must implement seawall.Clock, got {clock!r}")
+        self.retry = retry
+        self.breaker = breaker
+        self.hedge = hedge
+        if clock is None:
+            clock = retry._clock if retry is not None else SYSTEM_CLOCK
+        self.clock: Clock = clock
+        if (
+            hedge is not None
+            and retry is not None
+            and hedge.budget is not None
+            and hedge.budget is retry.budget
+        ):
+            hedge._reports_to_budget = False
+        self._call = self._compose_sync()
+        self._acall = self._compose_async()
+
+    # -- composition ------------------------------------------------------------------------
+
+    def _compose_sync(self) -> _Sync:
+        layer: _Sync | None = None  # None: call fn directly (saves a frame on the hot path)
+        if self.attempt_timeout is not None:
+            layer = _sync_deadline(layer, self.attempt_timeout, self.clock)
+        if self.breaker is not None:
+            layer = _sync_breaker(layer, self.breaker)
+        if self.retry is not None:
+            layer = _sync_retry(layer, self.retry)
+        if self.timeout is not None:
+            layer = _sync_deadline(layer, self.timeout, self.clock)
+        return layer if layer is not None else _direct
+
+    def _compose_async(self) -> _Async:
+        layer: _Async | None = None
+        if self.hedge is not None:
+            hedge_call = self.hedge.acall
+
+            async def hedged(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+                return await hedge_call(fn, *args, **kwargs)
+
+            layer = hedged
+        if self.attempt_timeout is not None:
+            layer = _async_attempt_timeout(layer, self.attempt_timeout, self.clock)
+        if self.breaker is not None:
+            layer = _async_breaker(layer, self.breaker)
+        if self.retry is not None:
+            layer = _async_retry(layer, self.retry)
+        if self.timeout is not None:
+            layer = _async_total_timeout(layer or _adirect, self.timeout, self.clock)
+        return layer if layer is not None else _adirect
+
+    # -- drivers ----------------------------------------------------------------------------
+
+    def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Call ``fn(*args, **kwargs)`` through every layer.
+
+        Raises:
+            TypeError: the pipeline hedges (hedging needs asyncio: use :meth:`acall`).
+            BaseException: what the layers raise: the original last error, ``CircuitOpen``,
+                ``DeadlineExceeded``.
+        """
+        if self.hedge is not None:
+            raise TypeError("a pipeline with a hedge needs asyncio: use acall()")
+        result: T = self._call(fn, args, kwargs)
+        return result
+
+    async def acall(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """The async twin of :meth:`call`: ``await fn(*args, **kwargs)`` through every layer."""
+        result: T = await self._acall(fn, args, kwargs)
+        return result
+
+    @overload
+    def __call__(
+        self, fn: Callable[P, Coroutine[Any, Any, T]]
+    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]: ...
+
+    def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
+        """Decorate a ``def`` or ``async def`` function; its signature is preserved."""
+        if not callable(fn):
+            raise TypeError(f"can only decorate callables, got {fn!r}")
+        if inspect.iscoroutinefunction(fn):
+            acall = self._acall
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                return await acall(fn, args, kwargs)
+
+            return async_wrapper
+        if self.hedge is not None:
+            raise TypeError(f"a pipeline with a hedge can only decorate async def, got {fn!r}")
+        call = self._call
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return call(fn, args, kwargs)
+
+        return wrapper
+
+    def __repr__(self) -> str:
+        parts = [
+            f"{name}={getattr(self, name)!r}"
+            for name in ("timeout", "retry", "breaker", "attempt_timeout", "hedge")
+            if getattr(self, name) is not None
+        ]
+        return f"Pipeline({', '.join(parts)})"
+
+
+def _direct(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    return fn(*args, **kwargs)
+
+
+async def _adirect(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    return await fn(*args, **kwargs)
+
+
+def _sync_deadline(inner: _Sync | None, seconds: float, clock: Clock) -> _Sync:
+    call = inner if inner is not None else _direct
+
+    def layer(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        with deadline(seconds, clock=clock):
+            return call(fn, args, kwargs)
+
+    return layer
+
+
+def _sync_breaker(inner: _Sync | None, breaker: CircuitBreaker) -> _Sync:
+    acquire, record, release = breaker.acquire, breaker.record, breaker.release
+
+    def layer(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        permit = acquire()
+        try:
+            result = fn(*args, **kwargs) if inner is None else inner(fn, args, kwargs)
+        except Exception as exc:
+            record(permit, exc)
+            raise
+        except BaseException:
+            release(permit)
+            raise
+        record(permit, None)
+        return result
+
+    return layer
+
+
+def _sync_retry(inner: _Sync | None, retry: RetryPolicy) -> _Sync:
+    retry_call = retry.call
+    if inner is None:
+        return lambda fn, args, kwargs: retry_call(fn, *args, **kwargs)
+    return lambda fn, args, kwargs: retry_call(inner, fn, args, kwargs)
+
+
+def _async_attempt_timeout(inner: _Async | None, seconds: float, clock: Clock) -> _Async:
+    async def layer(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        # The ambient deadline lets the attempt see its time left; the timeout cancels it. A
+        # plain TimeoutError (not DeadlineExceeded): one slow attempt is worth retrying.
+        with deadline(seconds, clock=clock):
+            aw = fn(*args, **kwargs) if inner is None else inner(fn, args, kwargs)
+            return await _with_timeout(aw, seconds)
+
+    return layer
+
+
+async def _with_timeout(aw: Awaitable[T], seconds: float) -> T:
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await aw
+    try:  # pragma: no cover - Python 3.10
+        return await asyncio.wait_for(aw, seconds)
+    except asyncio.TimeoutError as err:  # pragma: no cover - distinct from TimeoutError on 3.10
+        raise TimeoutError(f"attempt timed out after {seconds} s") from err
+
+
+def _async_total_timeout(inner: _Async, seconds: float, clock: Clock) -> _Async:
+    async def layer(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        async with deadline(seconds, clock=clock):
+            return await inner(fn, args, kwargs)
+
+    return layer
+
+
+def _async_breaker(inner: _Async | None, breaker: CircuitBreaker) -> _Async:
+    acquire, record, release = breaker.acquire, breaker.record, breaker.release
+
+    async def layer(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        permit = acquire()
+        try:
+            result = await (fn(*args, **kwargs) if inner is None else inner(fn, args, kwargs))
+        except Exception as exc:
+            record(permit, exc)
+            raise
+        except BaseException:  # the caller's cancellation is not the dependency's failure
+            release(permit)
+            raise
+        record(permit, None)
+        return result
+
+    return layer
+
+
+def _async_retry(inner: _Async | None, retry: RetryPolicy) -> _Async:
+    retry_acall = retry.acall
+    if inner is None:
+
+        async def direct(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+            return await retry_acall(fn, *args, **kwargs)
+
+        return direct
+
+    async def layer(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        return await retry_acall(inner, fn, args, kwargs)
+
+    return layer
