@@ -1,0 +1,408 @@
+"""HTTP retry rules shared by the httpx and requests integrations, free of any HTTP library.
+
+What is safe to retry (methods, statuses, overload signals), Retry-After parsing, idempotency
+keys, per-host budgets, and :class:`HttpCall`: the decisions for one logical HTTP request, driven
+by a :class:`~seawall.RetryPolicy`'s sans-I/O :class:`~seawall.RetryState`. The integrations only
+move bytes; every retry, wait and give-up is the policy's decision.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime
+import email.utils
+import math
+import re
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Callable, Collection, Mapping
+from typing import Final
+
+from seawall._budget import Budget
+from seawall._deadline import deadline_headers as encode_deadline_headers
+from seawall._errors import Overloaded, add_note
+from seawall._retry import RetryPolicy, RetryState
+
+__all__ = [
+    "DEFAULT_RETRY_STATUSES",
+    "IDEMPOTENCY_KEY_HEADER",
+    "IDEMPOTENT_METHODS",
+    "OVERLOADED_HEADERS",
+    "HttpCall",
+    "HttpRules",
+    "budget_for_host",
+    "is_overloaded",
+    "new_idempotency_key",
+    "parse_retry_after",
+]
+
+# RFC 9110 section 9.2.2: methods whose intended effect of several identical requests is the same
+# as of one. POST and PATCH are not; they are retried only with an Idempotency-Key.
+IDEMPOTENT_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
+
+# Transient statuses: 408 Request Timeout, 429 Too Many Requests, 502/503/504 from gateways and
+# overloaded servers (the same set as gRPC's UNAVAILABLE mapping and the AWS SDKs' retryable
+# statuses). 500 and 501 are left out: they usually mean a bug, which a retry repeats.
+DEFAULT_RETRY_STATUSES: Final = frozenset({408, 429, 502, 503, 504})
+
+# "Overloaded; don't retry". Envoy sets x-envoy-overloaded when it sheds a request; seawall's own
+# server middleware sets x-seawall-overloaded. Either one stops every retry above it.
+OVERLOADED_HEADERS: Final = ("x-seawall-overloaded", "x-envoy-overloaded")
+
+# IETF draft-ietf-httpapi-idempotency-key-header: the same key on every attempt of one request.
+IDEMPOTENCY_KEY_HEADER: Final = "Idempotency-Key"
+
+_DELTA_SECONDS = re.compile(r"[0-9]{1,32}(?:\.[0-9]{1,9})?")
+_FALSE_VALUES = frozenset({"", "0", "false", "no", "off"})
+
+
+def parse_retry_after(
+    value: str | bytes | None, *, now: float | None = None, maximum: float = math.inf
+) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header value, or ``None`` if absent or invalid.
+
+    Both forms of RFC 9110 section 10.2.3 are understood: delay-seconds (``"120"``; a decimal
+    fraction is tolerated) and an HTTP-date (``"Wed, 21 Oct 2015 07:28:00 GMT"``; a date in the
+    past means 0). The value is untrusted: garbage, negative numbers, NaN and dates beyond the
+    calendar are ignored, and the result is clamped to *maximum*. Never raises.
+
+    Args:
+        value: the header value.
+        now: the wall-clock time (:func:`time.time`) that an HTTP-date is measured from.
+        maximum: the longest wait to return.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    if _DELTA_SECONDS.fullmatch(value):
+        seconds = float(value)  # at most 32 digits: finite, no OverflowError
+    else:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+            if when.tzinfo is None:  # RFC 9110 dates are always GMT
+                when = when.replace(tzinfo=datetime.timezone.utc)
+            at = when.timestamp()
+        except (TypeError, ValueError, IndexError, OverflowError, OSError):
+            return None
+        seconds = at - (time.time() if now is None else now)
+        if not math.isfinite(seconds):
+            return None
+        seconds = max(0.0, seconds)
+    return min(seconds, maximum)
+
+
+def is_overloaded(headers: Mapping[str, str] | Callable[[str], str | None]) -> bool:
+    """Whether a response carries the "overloaded; don't retry" signal (see OVERLOADED_HEADERS).
+
+    Args:
+        headers: a case-insensitive mapping, or a ``get(name) -> value`` function.
+    """
+    get = headers if callable(headers) else headers.get
+    for name in OVERLOADED_HEADERS:
+        value = get(name)
+        if value is not None and value.strip().lower() not in _FALSE_VALUES:
+            return True
+    return False
+
+
+def new_idempotency_key() -> str:
+    """A fresh random key for the ``Idempotency-Key`` header (a UUID4 drawn from :mod:`secrets`)."""
+    return str(uuid.UUID(bytes=secrets.token_bytes(16), version=4))
+
+
+# -- one budget per host ------------------------------------------------------------------------
+
+_HOST_BUDGETS: collections.OrderedDict[str, Budget] = collections.OrderedDict()
+_HOST_BUDGETS_LOCK = threading.Lock()
+# Bounded so that a process talking to ever-new hosts keeps bounded memory; the least recently
+# used host loses its budget (it starts afresh, as a new process would).
+_MAX_HOST_BUDGETS: Final = 1024
+
+
+def budget_for_host(host: str, factory: Callable[[], Budget] | None = None) -> Budget:
+    """The process-wide budget for *host* (``"scheme://host:port"``), created on first use.
+
+    Every transport and adapter with the default ``budget`` shares it, so retries towards one
+    host are bounded together, whichever client sends them.
+
+    Args:
+        host: the key, e.g. ``"https://api.example.com:443"``.
+        factory: builds a new budget; ``seawall.RetryBudget()`` by default.
+    """
+    with _HOST_BUDGETS_LOCK:
+        budget = _HOST_BUDGETS.get(host)
+        if budget is not None:
+            _HOST_BUDGETS.move_to_end(host)
+            return budget
+        if factory is None:
+            from seawall._budget import RetryBudget
+
+            budget = RetryBudget()
+        else:
+            budget = factory()
+        _HOST_BUDGETS[host] = budget
+        while len(_HOST_BUDGETS) > _MAX_HOST_BUDGETS:
+            _HOST_BUDGETS.popitem(last=False)
+        return budget
+
+
+class _PerHost:
+    """The default ``budget``: one :class:`~seawall.RetryBudget` per host, shared process-wide."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "PER_HOST"
+
+
+PER_HOST: Final = _PerHost()
+
+# -- classification -------------------------------------------------------------------------------
+
+# Set on an error for the duration of one RetryState.on_error call: the transport's classification
+# said "retry this", and the derived policy's retry_on reads it. Per instance, so thread-safe.
+_RETRYABLE_MARK = "__seawall_http_retryable__"
+
+
+def _marked_retryable(exc: BaseException) -> bool:
+    return getattr(exc, _RETRYABLE_MARK, False) is True
+
+
+class RetryableResponse(Exception):
+    """Stands for a response with a retryable status while the policy decides.
+
+    Never raised to the caller: when the policy gives up, the caller gets the response itself.
+    """
+
+    def __init__(self, status: int, retry_after: float | None) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        # Read by the policy (seawall._errors.retry_after_of): server pushback replaces backoff.
+        self.retry_after = retry_after
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HttpRules:
+    """What the HTTP integrations treat as retryable, and how (validated, frozen).
+
+    Args:
+        retry_statuses: response statuses worth retrying.
+        idempotent_methods: methods retried without an Idempotency-Key.
+        idempotency_key: add an ``Idempotency-Key`` (the same on every attempt) to requests whose
+            method is not idempotent, so that they can be retried.
+        deadline_headers: send the time left downstream (``grpc-timeout``, ``x-request-deadline``).
+        buffer_limit: read response bodies of up to this many bytes (by ``Content-Length``)
+            within the attempt, so that a connection reset mid-body is retried; 0 turns it off.
+    """
+
+    retry_statuses: Collection[int] = DEFAULT_RETRY_STATUSES
+    idempotent_methods: Collection[str] = IDEMPOTENT_METHODS
+    idempotency_key: bool = False
+    deadline_headers: bool = True
+    buffer_limit: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if isinstance(self.retry_statuses, (str, bytes)) or not isinstance(
+            self.retry_statuses, Collection
+        ):
+            raise TypeError(
+                f"retry_statuses must be a collection of ints, got {self.retry_statuses!r}"
+            )
+        for s in self.retry_statuses:
+            if isinstance(s, bool) or not isinstance(s, int) or not 100 <= s <= 599:
+                raise ValueError(f"retry_statuses must hold HTTP statuses (100-599), got {s!r}")
+        set_(self, "retry_statuses", frozenset(self.retry_statuses))
+        if isinstance(self.idempotent_methods, (str, bytes)) or not isinstance(
+            self.idempotent_methods, Collection
+        ):
+            raise TypeError(
+                f"idempotent_methods must be a collection of str, got {self.idempotent_methods!r}"
+            )
+        for m in self.idempotent_methods:
+            if not isinstance(m, str) or not m:
+                raise ValueError(f"idempotent_methods must hold method names, got {m!r}")
+        set_(self, "idempotent_methods", frozenset(m.upper() for m in self.idempotent_methods))
+        for name in ("idempotency_key", "deadline_headers"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        bl = self.buffer_limit
+        if isinstance(bl, bool) or not isinstance(bl, int):
+            raise TypeError(f"buffer_limit must be an int, got {bl!r}")
+        if bl < 0:
+            raise ValueError(f"buffer_limit must be >= 0, got {bl!r}")
+
+
+def derive_policy(policy: RetryPolicy, budget: Budget | None) -> RetryPolicy:
+    """The policy the transport drives: the caller's, classifying through the HTTP rules."""
+    if not isinstance(policy, RetryPolicy):
+        raise TypeError(f"policy must be a seawall.RetryPolicy, got {policy!r}")
+    return policy.replace(retry_on=_marked_retryable, retry_if_result=None, budget=budget)
+
+
+def check_budget(budget: object) -> Budget | _PerHost | None:
+    if budget is None or budget is PER_HOST or isinstance(budget, Budget):
+        return budget
+    raise TypeError(f"budget must be a seawall.Budget, None or PER_HOST, got {budget!r}")
+
+
+class PolicyCache:
+    """The derived policy for each host (the budget differs per host), bounded in size."""
+
+    __slots__ = ("_budget", "_by_host", "_lock", "_policy", "_single")
+
+    def __init__(self, policy: RetryPolicy, budget: object) -> None:
+        if not isinstance(policy, RetryPolicy):
+            raise TypeError(f"policy must be a seawall.RetryPolicy, got {policy!r}")
+        budget = check_budget(budget)
+        self._policy = policy
+        self._budget = budget
+        self._lock = threading.Lock()
+        self._by_host: dict[str, RetryPolicy] = {}
+        self._single: RetryPolicy | None = None
+        if budget is PER_HOST and policy.budget is not None:
+            budget = policy.budget  # the policy brought its own budget: use it everywhere
+        if budget is not PER_HOST:
+            self._single = derive_policy(policy, budget)  # type: ignore[arg-type]
+        else:
+            derive_policy(policy, None)  # validate now, not on the first request
+
+    @property
+    def policy(self) -> RetryPolicy:
+        return self._policy
+
+    def for_host(self, host: str) -> RetryPolicy:
+        if self._single is not None:
+            return self._single
+        derived = self._by_host.get(host)
+        if derived is None:
+            with self._lock:
+                if len(self._by_host) >= _MAX_HOST_BUDGETS:
+                    self._by_host.clear()
+                derived = derive_policy(self._policy, budget_for_host(host))
+                self._by_host[host] = derived
+        return derived
+
+
+_NOT_IDEMPOTENT_NOTE = (
+    "seawall: not retried: {method} is not idempotent and the request has no Idempotency-Key "
+    "header; send one (or configure idempotency_key=True) to make it retryable"
+)
+_NOT_REPLAYABLE_NOTE = (
+    "seawall: not retried: the request body is a stream that the first attempt consumed and "
+    "that cannot be replayed; send bytes (or read the body first) to make it retryable"
+)
+
+
+class HttpCall:
+    """The retry decisions for one logical HTTP request, over the policy's :class:`RetryState`.
+
+    A driver calls :meth:`begin_attempt`, sends the request with :meth:`timeout` and
+    :meth:`deadline_headers`, then reports the outcome with :meth:`on_response` or
+    :meth:`on_error`; each returns the wait before the next attempt, or ``None``: return that
+    response / raise that error.
+
+    Args:
+        policy: the derived policy (see :class:`PolicyCache`).
+        rules: the HTTP rules.
+        method: the request method.
+        has_key: the request carries an ``Idempotency-Key``.
+        replayable: the request body can be sent again.
+    """
+
+    __slots__ = ("attempt_deadline", "clock", "method", "replayable", "rules", "safe", "state")
+
+    def __init__(
+        self, policy: RetryPolicy, rules: HttpRules, method: str, has_key: bool, replayable: bool
+    ) -> None:
+        self.rules = rules
+        self.method = method.upper()
+        self.safe = has_key or self.method in rules.idempotent_methods
+        self.replayable = replayable
+        self.clock = policy._clock
+        self.state: RetryState = policy.new_state(self.clock.now())
+        self.attempt_deadline = math.inf
+
+    def begin_attempt(self) -> float:
+        """Count an attempt; return the seconds it may take (``inf`` for no limit).
+
+        Raises:
+            DeadlineExceeded: too little time is left to start it.
+        """
+        now = self.clock.now()
+        self.attempt_deadline = self.state.begin_attempt(now)
+        return self.attempt_deadline - now
+
+    def timeout(self, configured: float | None) -> float | None:
+        """min(configured, time left for this attempt); ``None`` for no limit."""
+        left = self.attempt_deadline - self.clock.now()
+        if configured is None:
+            return None if left == math.inf else max(left, 0.0)
+        return min(configured, max(left, 0.0))
+
+    def deadline_headers(self) -> dict[str, str]:
+        """The headers that tell the next hop how long it has (empty without a deadline)."""
+        if not self.rules.deadline_headers or self.attempt_deadline == math.inf:
+            return {}
+        # grpc-timeout and x-request-deadline, less the transit margin (seawall._deadline).
+        return encode_deadline_headers(self.attempt_deadline - self.clock.now())
+
+    def on_response(self, status: int, get_header: Callable[[str], str | None]) -> float | None:
+        """Classify a response: the wait before retrying, or ``None`` to return it."""
+        now = self.clock.now()
+        state = self.state
+        if is_overloaded(get_header):
+            # The policy counts it as a failure for the budget and never retries it.
+            state.on_error(Overloaded("the server answered overloaded; don't retry"), now)
+            return None
+        if status not in self.rules.retry_statuses:
+            state.on_success(now)  # the dependency answered, even with a 404
+            return None
+        signal = RetryableResponse(
+            status,
+            parse_retry_after(get_header("retry-after"), maximum=state.policy.max_retry_after),
+        )
+        if self.safe and self.replayable:
+            setattr(signal, _RETRYABLE_MARK, True)
+        return state.on_error(signal, now)
+
+    def on_error(self, error: Exception, never_sent: bool, retryable: bool) -> float | None:
+        """Classify a transport error: the wait before retrying, or ``None`` to raise it.
+
+        Args:
+            error: what the attempt raised.
+            never_sent: the request never left (failed to connect): safe for every method.
+            retryable: the transport error is of a retryable kind (timeouts, resets, ...).
+        """
+        note = None
+        ok = retryable
+        if retryable and not never_sent:
+            if not self.safe:
+                ok, note = False, _NOT_IDEMPOTENT_NOTE.format(method=self.method)
+            elif not self.replayable:
+                ok, note = False, _NOT_REPLAYABLE_NOTE
+        if ok:
+            try:
+                setattr(error, _RETRYABLE_MARK, True)
+            except AttributeError:  # an exception that refuses attributes cannot be marked
+                ok = False
+        try:
+            delay = self.state.on_error(error, self.clock.now())
+        finally:
+            if ok:
+                delattr(error, _RETRYABLE_MARK)
+        if delay is None and note is not None:
+            add_note(error, note)
+        return delay

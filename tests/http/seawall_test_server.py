@@ -1,0 +1,140 @@
+"""A real HTTP server on 127.0.0.1 for the integration tests (stdlib, threaded, random port).
+
+Behaviours are chosen by path; counts are per (method, path) so that each test sees its own:
+
+- ``/ok``: 200 with body ``ok``.
+- ``/status/<code>``: always that status.
+- ``/flaky/<n>/<code>``: the first n requests get <code>, then 200. Query: ``retry_after=<value>``
+  (sent verbatim as Retry-After), ``overloaded=envoy|seawall``.
+- ``/reset-head/<n>``: the first n requests: half a status line, then a TCP reset.
+- ``/reset-body/<n>``: the first n requests: headers declaring 100 bytes, 10 bytes, then a reset.
+- ``/stall/<n>``: the first n requests: no answer for up to ``STALL_SECONDS``, then 200.
+
+Every request is recorded (method, path, headers, body).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import socket
+import struct
+import threading
+import urllib.parse
+
+STALL_SECONDS = 2.0
+
+
+@dataclasses.dataclass
+class Received:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+class Server:
+    """The test server's address and what it received."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.received: list[Received] = []
+        self.counts: dict[tuple[str, str], int] = {}
+        self.release = threading.Event()
+        self.httpd: http.server.ThreadingHTTPServer | None = None
+        self.url = ""
+
+    def count(self, method: str, path: str) -> int:
+        with self.lock:
+            return self.counts.get((method, path), 0)
+
+    def requests_to(self, path: str) -> list[Received]:
+        with self.lock:
+            return [r for r in self.received if r.path == path]
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, so that connection reuse is exercised
+    disable_nagle_algorithm = True  # headers and body go out at once (no delayed-ACK stalls)
+    server_state: Server
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _body(self) -> bytes:
+        if self.headers.get("transfer-encoding", "").lower() == "chunked":
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            return b"".join(chunks)
+        length = int(self.headers.get("content-length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _send(
+        self, status: int, body: bytes = b"ok", headers: dict[str, str] | None = None
+    ) -> None:
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _reset(self, partial: bytes) -> None:
+        self.wfile.write(partial)
+        self.wfile.flush()
+        # SO_LINGER with a zero timeout: close() sends a TCP RST instead of a FIN.
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
+        self.connection.close()
+
+    def _handle(self) -> None:
+        state = self.server_state
+        body = self._body()
+        url = urllib.parse.urlsplit(self.path)
+        path = url.path
+        query = dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True))
+        with state.lock:
+            key = (self.command, path)
+            n = state.counts[key] = state.counts.get(key, 0) + 1
+            state.received.append(
+                Received(self.command, path, {k.lower(): v for k, v in self.headers.items()}, body)
+            )
+        parts = path.strip("/").split("/")
+        kind = parts[0]
+        if kind == "ok":
+            self._send(200, b"ok")
+        elif kind == "status":
+            self._send(int(parts[1]), b"status")
+        elif kind == "flaky":
+            fails, code = int(parts[1]), int(parts[2])
+            if n <= fails:
+                headers = {}
+                if "retry_after" in query:
+                    headers["Retry-After"] = query["retry_after"]
+                if query.get("overloaded") == "envoy":
+                    headers["x-envoy-overloaded"] = "true"
+                elif query.get("overloaded") == "seawall":
+                    headers["x-seawall-overloaded"] = "1"
+                self._send(code, b"fail", headers)
+            else:
+                self._send(200, f"ok after {n}".encode())
+        elif kind == "reset-head" and n <= int(parts[1]):
+            self._reset(b"HTTP/1.1 2")
+        elif kind == "reset-body" and n <= int(parts[1]):
+            self._reset(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
+        elif kind == "stall" and n <= int(parts[1]):
+            state.release.wait(STALL_SECONDS)  # bounded: the client's read timeout is far shorter
+            self.close_connection = True
+        elif kind in ("reset-head", "reset-body", "stall"):
+            self._send(200, f"ok after {n}".encode())
+        else:
+            self._send(404, b"no such test route")
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
