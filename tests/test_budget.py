@@ -523,7 +523,7 @@ def test_retry_quota_in_a_policy_refunds_successful_retries() -> None:
     clock = VirtualClock()
     quota = RetryQuota.aws_standard()
     policy = RetryPolicy(max_attempts=3, backoff=FAST, budget=quota, clock=clock, hooks=())
-    outcomes = iter([ConnectionError(), TimeoutError(), "ok"])
+    outcomes: Iterator[Exception | str] = iter([ConnectionError(), TimeoutError(), "ok"])
 
     def flaky() -> str:
         item = next(outcomes)
