@@ -1,0 +1,134 @@
+"""The dependency-free HTTP rules: Retry-After parsing, overload signals, keys, configuration."""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import math
+import uuid
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import seawall
+from seawall import _http
+from seawall._http import HttpRules, budget_for_host, is_overloaded, parse_retry_after
+
+NOW = 1_700_000_000.0  # a fixed wall-clock time for HTTP-dates
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("0", 0.0),
+        ("120", 120.0),
+        (" 7 ", 7.0),
+        ("1.5", 1.5),
+        (b"30", 30.0),
+        (email.utils.formatdate(NOW + 90, usegmt=True), 90.0),
+        (email.utils.formatdate(NOW - 90, usegmt=True), 0.0),  # in the past: now
+        ("Sun, 06 Nov 1994 08:49:37 GMT", 0.0),  # RFC 9110's own example, long past
+    ],
+)
+def test_valid_values(value: str | bytes, expected: float) -> None:
+    assert parse_retry_after(value, now=NOW) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        "",
+        "   ",
+        "-1",
+        "+5",
+        "NaN",
+        "inf",
+        "1e3",
+        "0x10",
+        "soon",
+        "5s",
+        "1,5",
+        "\u0661",
+        b"\xff\xfe",
+        "Fri, 31 Feb 2015 25:61:00 GMT",
+        "9" * 100,
+    ],
+)
+def test_invalid_values_are_ignored(value: str | bytes | None) -> None:
+    assert parse_retry_after(value, now=NOW) is None
+
+
+def test_clamped_to_maximum() -> None:
+    assert parse_retry_after("9" * 32, maximum=60.0) == 60.0
+    far = email.utils.formatdate(NOW + 10 * 365 * 86400, usegmt=True)
+    assert parse_retry_after(far, now=NOW, maximum=60.0) == 60.0
+
+
+@given(st.one_of(st.text(max_size=80), st.binary(max_size=80)))
+def test_never_raises_and_stays_in_bounds(value: str | bytes) -> None:
+    got = parse_retry_after(value, now=NOW, maximum=120.0)
+    assert got is None or (math.isfinite(got) and 0.0 <= got <= 120.0)
+
+
+@given(st.datetimes(timezones=st.just(datetime.timezone.utc)))
+def test_any_http_date_is_bounded(when: datetime.datetime) -> None:
+    value = email.utils.format_datetime(when, usegmt=True)
+    got = parse_retry_after(value, now=NOW, maximum=3600.0)
+    assert got is not None
+    assert 0.0 <= got <= 3600.0
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({}, False),
+        ({"x-envoy-overloaded": "true"}, True),
+        ({"x-seawall-overloaded": "1"}, True),
+        ({"x-seawall-overloaded": "0"}, False),
+        ({"x-envoy-overloaded": "false"}, False),
+        ({"x-seawall-overloaded": " TRUE "}, True),
+    ],
+)
+def test_overload_signal(headers: dict[str, str], expected: bool) -> None:
+    assert is_overloaded(headers) is expected
+
+
+def test_idempotency_keys_are_random_uuid4() -> None:
+    keys = {_http.new_idempotency_key() for _ in range(100)}
+    assert len(keys) == 100
+    assert all(uuid.UUID(k).version == 4 for k in keys)
+
+
+def test_rules_normalise_methods_and_statuses() -> None:
+    rules = HttpRules(retry_statuses=[503], idempotent_methods=["get", "Put"])
+    assert rules.retry_statuses == frozenset({503})
+    assert rules.idempotent_methods == frozenset({"GET", "PUT"})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "name"),
+    [
+        ({"retry_statuses": [True]}, ValueError, "retry_statuses"),
+        ({"retry_statuses": 503}, TypeError, "retry_statuses"),
+        ({"idempotent_methods": [1]}, ValueError, "idempotent_methods"),
+        ({"deadline_headers": 1}, TypeError, "deadline_headers"),
+        ({"buffer_limit": 1.5}, TypeError, "buffer_limit"),
+    ],
+)
+def test_rules_validation(kwargs: dict[str, object], error: type[Exception], name: str) -> None:
+    with pytest.raises(error, match=name):
+        HttpRules(**kwargs)  # type: ignore[arg-type]
+
+
+def test_host_budgets_are_shared_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_http, "_MAX_HOST_BUDGETS", 3)
+    monkeypatch.setattr(_http, "_HOST_BUDGETS", type(_http._HOST_BUDGETS)())
+    a = budget_for_host("http://a:80")
+    assert isinstance(a, seawall.RetryBudget)
+    assert budget_for_host("http://a:80") is a
+    for host in ("http://b:80", "http://c:80", "http://d:80"):
+        budget_for_host(host)
+    assert len(_http._HOST_BUDGETS) == 3
+    assert budget_for_host("http://a:80") is not a  # evicted as least recently used
