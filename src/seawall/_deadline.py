@@ -8,9 +8,9 @@ import dataclasses
 import math
 import sys
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from seawall._clock import SYSTEM_CLOCK, Clock
 from seawall._errors import DeadlineExceeded
@@ -397,7 +397,13 @@ def deadline_header_counts() -> DeadlineHeaderCounts:
         return DeadlineHeaderCounts(c.accepted, c.invalid, c.clamped)
 
 
-HeadersLike = Mapping[str, str] | Mapping[bytes, bytes] | Iterable[tuple[str | bytes, str | bytes]]
+class SupportsHeaderItems(Protocol):
+    """Anything with ``items()`` giving ``(name, value)`` pairs: dicts and header containers."""
+
+    def items(self) -> Iterable[tuple[Any, Any]]: ...
+
+
+HeadersLike = SupportsHeaderItems | Iterable[tuple[str | bytes, str | bytes]]
 _DECODERS = {
     GRPC_TIMEOUT_HEADER: decode_grpc_timeout,
     REQUEST_DEADLINE_HEADER: decode_request_deadline,
@@ -407,16 +413,14 @@ _DECODERS = {
 
 
 def _header_items(headers: object) -> Iterable[Any]:
-    if isinstance(headers, Mapping):
-        # Case-insensitive mappings (httpx, Starlette) may also repeat a name: prefer multi_items.
-        multi = getattr(headers, "multi_items", None)
-        if callable(multi):
-            try:
-                return list(multi())
-            except Exception:
-                pass
-        return list(headers.items())
-    if isinstance(headers, Iterable) and not isinstance(headers, (str, bytes)):
+    # Header containers repeat names their own way: httpx and Starlette offer multi_items(); the
+    # standard library's http.server and email messages, aiohttp and Django offer items() (and
+    # http.server's headers are not a Mapping at all). Plain pairs are ASGI's raw headers.
+    for method in ("multi_items", "items"):
+        items = getattr(headers, method, None)
+        if callable(items):
+            return list(items())
+    if isinstance(headers, Iterable) and not isinstance(headers, (str, bytes, bytearray)):
         return headers
     raise TypeError(
         f"headers must be a mapping or an iterable of (name, value) pairs, got {headers!r}"
@@ -438,8 +442,9 @@ def timeout_from_headers(
     raises on header *content*.
 
     Args:
-        headers: a mapping (``dict``, ``httpx.Headers``, Starlette ``Headers``) or ASGI-style
-            ``(name, value)`` pairs of ``bytes`` or ``str``.
+        headers: a mapping or anything with ``items()`` (``dict``, ``httpx.Headers``, Starlette
+            ``Headers``, ``http.server``'s ``self.headers``), or ASGI-style ``(name, value)``
+            pairs of ``bytes`` or ``str``.
         max_seconds: the server's own limit, used when no valid header arrived. Positive, finite.
         margin: seconds subtracted from the client's value (the server's time to send its answer).
 
