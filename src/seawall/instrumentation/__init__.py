@@ -1,0 +1,30 @@
+"""Observability: hooks and metrics adapters for retry policies, breakers, hedges and servers.
+
+The core vocabulary (:class:`Recorder`, :class:`MetricsHook`, :class:`Counters`) has no
+dependency. Adapters import their library only in their own module:
+``seawall.instrumentation.prometheus`` (extra ``prometheus``),
+``seawall.instrumentation.otel`` (extra ``otel``) and ``seawall.instrumentation.structlog``
+(extra ``structlog``). See ``docs/observability.md`` for the metric names.
+"""
+
+from seawall._retry import Hook, RetryEvent, logging_hook
+from seawall.instrumentation._core import (
+    ATTEMPT_OUTCOMES,
+    MAX_NAMES,
+    SHED_REASONS,
+    Counters,
+    MetricsHook,
+    Recorder,
+)
+
+__all__ = [
+    "ATTEMPT_OUTCOMES",
+    "MAX_NAMES",
+    "SHED_REASONS",
+    "Counters",
+    "Hook",
+    "MetricsHook",
+    "Recorder",
+    "RetryEvent",
+    "logging_hook",
+]

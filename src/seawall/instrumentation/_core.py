@@ -1,0 +1,211 @@
+"""The metrics vocabulary shared by every adapter, and the hook that feeds it from policies.
+
+A :class:`Recorder` receives a handful of well-defined signals (attempts, retries, budget
+refusals, give-ups, breaker transitions, hedges, sheds). Adapters map them onto a metrics
+library; :class:`Counters` keeps them in memory (tests, the simulator, a debug endpoint).
+Labels are bounded: a policy name and an outcome or reason from a fixed set, never attempt
+numbers, URLs or error messages.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Mapping
+from typing import Final, Protocol, runtime_checkable
+
+from seawall._breaker import BreakerEvent
+from seawall._retry import RetryEvent
+
+__all__ = [
+    "ATTEMPT_OUTCOMES",
+    "MAX_NAMES",
+    "SHED_REASONS",
+    "Counters",
+    "MetricsHook",
+    "Recorder",
+]
+
+#: Outcomes of one attempt: it returned an accepted value, or it failed (error or bad result).
+ATTEMPT_OUTCOMES: Final = ("success", "failure")
+#: Why a server shed a request (see :class:`seawall.server.LoadShedder`).
+SHED_REASONS: Final = ("queue_full", "priority", "queue_timeout", "deadline")
+#: Distinct policy (or breaker, or server) names a recorder keeps apart; further names are
+#: reported as ``"other"`` so that a bug that names policies after URLs cannot explode a
+#: metrics backend.
+MAX_NAMES: Final = 200
+
+
+@runtime_checkable
+class Recorder(Protocol):
+    """What seawall reports; implemented by the Prometheus, OpenTelemetry and in-memory adapters.
+
+    Every method is called synchronously on the caller's thread and must be cheap and never
+    raise.
+    """
+
+    def attempt(self, policy: str, outcome: str, duration: float) -> None:
+        """An attempt ended with *outcome* (``"success"`` or ``"failure"``) after *duration* s."""
+
+    def retry(self, policy: str) -> None:
+        """A retry was scheduled."""
+
+    def budget_refusal(self, policy: str) -> None:
+        """A retry budget refused a retry (or a hedge)."""
+
+    def give_up(self, policy: str, reason: str) -> None:
+        """A policy stopped retrying a failed call; *reason* is a ``GiveUpReason``."""
+
+    def breaker_transition(self, breaker: str, state: str) -> None:
+        """A circuit breaker entered *state* (``"closed"``, ``"open"``, ``"half_open"``)."""
+
+    def hedge(self, policy: str) -> None:
+        """A hedged (backup) request was sent."""
+
+    def shed(self, server: str, reason: str) -> None:
+        """A server rejected a request without doing its work; *reason* from ``SHED_REASONS``."""
+
+
+class _Names:
+    """Maps raw names to label values; at most ``MAX_NAMES`` distinct ones, then ``"other"``."""
+
+    __slots__ = ("_known", "_lock", "limit")
+
+    def __init__(self, limit: int = MAX_NAMES) -> None:
+        self.limit = limit
+        self._known: dict[str | None, str] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str | None) -> str:
+        label = self._known.get(name)
+        if label is not None:
+            return label
+        with self._lock:
+            if name in self._known:
+                return self._known[name]
+            if len(self._known) >= self.limit:
+                return "other"
+            label = name if name is not None else ""
+            self._known[name] = label
+            return label
+
+
+class MetricsHook:
+    """A :class:`~seawall.RetryPolicy` hook that reports every attempt to a :class:`Recorder`.
+
+    Example:
+        ``RetryPolicy(name="users", hooks=[seawall.logging_hook, MetricsHook(recorder)])``
+
+    It sets ``observes_attempts``, so the policy also reports successful attempts (and their
+    latency); such a policy forgoes the bare try/except fast path, which costs a few hundred
+    nanoseconds per call. Policies without a metrics hook are not slowed down at all.
+
+    Args:
+        recorder: where the signals go.
+    """
+
+    __slots__ = ("_names", "recorder")
+
+    observes_attempts: Final = True
+
+    def __init__(self, recorder: Recorder) -> None:
+        if not isinstance(recorder, Recorder):
+            raise TypeError(
+                f"recorder must implement seawall.instrumentation.Recorder, got {recorder!r}"
+            )
+        self.recorder = recorder
+        self._names = _Names()
+
+    def __call__(self, event: RetryEvent) -> None:
+        name = self._names(event.policy)
+        r = self.recorder
+        kind = event.kind
+        if kind == "success":
+            r.attempt(name, "success", event.duration)
+        elif kind == "retry":
+            r.attempt(name, "failure", event.duration)
+            r.retry(name)
+        elif kind == "give_up":
+            r.attempt(name, "failure", event.duration)
+            r.give_up(name, event.reason or "not_retryable")
+        elif kind == "budget_exhausted":
+            r.budget_refusal(name)
+
+    def breaker_hook(self, event: BreakerEvent) -> None:
+        """A state-change hook for :class:`~seawall.CircuitBreaker` (``on_state_change=[...]``)."""
+        self.recorder.breaker_transition(self._names(event.breaker), event.new)
+
+    def __repr__(self) -> str:
+        return f"MetricsHook({self.recorder!r})"
+
+
+class Counters:
+    """An in-memory :class:`Recorder`: counts and latency sums, thread-safe, bounded labels.
+
+    Useful in tests, in the simulator (which prints the same counters operators see in
+    production) and behind a debug endpoint. Keys are ``(metric, label, label)`` tuples.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str, str], float] = {}
+        self._names = _Names()
+
+    def _add(self, metric: str, a: str, b: str, value: float = 1.0) -> None:
+        key = (metric, self._names(a), b)
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0.0) + value
+
+    def attempt(self, policy: str, outcome: str, duration: float) -> None:
+        self._add("attempts", policy, outcome)
+        if math.isfinite(duration) and duration >= 0:
+            self._add("attempt_seconds_sum", policy, outcome, duration)
+
+    def retry(self, policy: str) -> None:
+        self._add("retries", policy, "")
+
+    def budget_refusal(self, policy: str) -> None:
+        self._add("budget_refusals", policy, "")
+
+    def give_up(self, policy: str, reason: str) -> None:
+        self._add("give_ups", policy, reason)
+
+    def breaker_transition(self, breaker: str, state: str) -> None:
+        self._add("breaker_transitions", breaker, state)
+
+    def hedge(self, policy: str) -> None:
+        self._add("hedges", policy, "")
+
+    def shed(self, server: str, reason: str) -> None:
+        self._add("sheds", server, reason)
+
+    def get(self, metric: str, name: str = "", label: str = "") -> float:
+        """The count of *metric* for *name* (and outcome/reason/state *label*), 0 if none."""
+        with self._lock:
+            return self._counts.get((metric, name, label), 0.0)
+
+    def total(self, metric: str) -> float:
+        """The count of *metric* summed over every label."""
+        with self._lock:
+            return sum(v for (m, _, _), v in self._counts.items() if m == metric)
+
+    def snapshot(self) -> Mapping[tuple[str, str, str], float]:
+        """A copy of every count, keyed ``(metric, name, label)``."""
+        with self._lock:
+            return dict(self._counts)
+
+    def format(self) -> str:
+        """The counts as aligned text lines, in the Prometheus metric names (for printing)."""
+        rows = []
+        for (metric, name, label), value in sorted(self.snapshot().items()):
+            labels = [f'name="{name}"']
+            if label:
+                key = {"give_ups": "reason", "sheds": "reason", "breaker_transitions": "state"}
+                labels.append(f'{key.get(metric, "outcome")}="{label}"')
+            shown = f"{value:.6g}" if metric.endswith("_sum") else f"{int(value)}"
+            rows.append((f"seawall_{metric}{{{','.join(labels)}}}", shown))
+        width = max((len(r[0]) for r in rows), default=0)
+        return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+    def __repr__(self) -> str:
+        return f"<Counters {len(self._counts)} series>"

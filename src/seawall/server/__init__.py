@@ -1,0 +1,8 @@
+"""Server-side defences for ASGI applications: load shedding and deadline intake.
+
+Only the ASGI specification is needed; no web framework is imported. See ``docs/server.md``.
+"""
+
+from seawall.server._shed import OVERLOADED_HEADER, LoadShedder, ShedStats, parse_priority
+
+__all__ = ["OVERLOADED_HEADER", "LoadShedder", "ShedStats", "parse_priority"]
