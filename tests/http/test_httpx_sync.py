@@ -427,3 +427,18 @@ def test_bad_configuration_is_refused(kwargs: dict[str, Any], error: type[Except
     name = next(iter(kwargs))
     with pytest.raises(error, match=name):
         RetryTransport(**kwargs)
+
+
+def test_enclosing_policy_does_not_multiply_attempts(
+    server: Server, clock: seawall.VirtualClock
+) -> None:
+    # Retry at one layer: the transport's policy gave up after 3 attempts on a retryable
+    # error; an enclosing policy passes it through instead of making 3 x 3.
+    outer_events: list[seawall.RetryEvent] = []
+    outer = seawall.RetryPolicy(
+        retry_on=httpx.TransportError, clock=clock, hooks=[outer_events.append]
+    )
+    with client(policy(clock)) as c, pytest.raises(RESET):
+        outer.call(c.get, server.url + "/reset-head/9")
+    assert server.count("GET", "/reset-head/9") == 3
+    assert [e.reason for e in outer_events] == ["exhausted_below"]
