@@ -11,6 +11,7 @@ tasks) never wait for each other.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import inspect
@@ -107,39 +108,29 @@ def _compile_failure_on(value: FailureOn) -> Callable[[BaseException], bool]:
 
 
 class _CountWindow:
-    """The outcomes of the last *size* calls, with running totals (O(1) per call)."""
+    """The outcomes of the last *size* calls.
 
-    __slots__ = ("_fail", "_i", "_slow", "calls", "failures", "size", "slow")
+    A bounded deque of outcome codes (bit 1: failed, bit 2: slow). ``deque.append`` is atomic,
+    so a plain success is recorded without taking the breaker's lock; totals are counted (in C)
+    only when a failure asks whether to open.
+    """
+
+    __slots__ = ("outcomes", "size")
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._fail = bytearray(size)
-        self._slow = bytearray(size)
-        self._i = 0
-        self.calls = 0
-        self.failures = 0
-        self.slow = 0
+        self.outcomes: collections.deque[int] = collections.deque(maxlen=size)
 
     def add(self, failed: bool, slow: bool, now: float) -> None:
-        i = self._i
-        if self.calls == self.size:
-            self.failures -= self._fail[i]
-            self.slow -= self._slow[i]
-        else:
-            self.calls += 1
-        self._fail[i] = failed
-        self._slow[i] = slow
-        self.failures += failed
-        self.slow += slow
-        self._i = (i + 1) % self.size
+        self.outcomes.append(failed | (slow << 1))
 
     def totals(self, now: float) -> tuple[int, int, int]:
-        return self.calls, self.failures, self.slow
+        d = self.outcomes
+        both = d.count(3)
+        return len(d), d.count(1) + both, d.count(2) + both
 
     def clear(self) -> None:
-        self._fail = bytearray(self.size)
-        self._slow = bytearray(self.size)
-        self._i = self.calls = self.failures = self.slow = 0
+        self.outcomes.clear()
 
 
 class _TimeWindow:
@@ -183,18 +174,13 @@ class _TimeWindow:
         self._epoch = [-1] * self.buckets
 
 
-class Permit:
-    """Permission to make one call, from :meth:`CircuitBreaker.acquire`.
+# Permission to make one call: (generation, is_probe, start time). A plain tuple: it is made on
+# every call, and building a tuple costs a fraction of building an object.
+Permit = tuple[int, bool, float]
 
-    Report its end exactly once: :meth:`CircuitBreaker.record` or :meth:`CircuitBreaker.release`.
-    """
 
-    __slots__ = ("generation", "probe", "started")
-
-    def __init__(self, generation: int, probe: bool, started: float) -> None:
-        self.generation = generation
-        self.probe = probe
-        self.started = started
+def _never(outcome: int) -> None:  # pragma: no cover - guarded by _lock_free_success
+    raise AssertionError("lock-free success path used without a count window")
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -325,6 +311,15 @@ class CircuitBreaker:
                 raise TypeError(f"on_state_change must hold callables, got {hook!r}")
         self._hooks = tuple(on_state_change)
 
+        # Calls need a start time only to spot slow calls.
+        self._timed = self.slow_call_duration is not None
+        self._lock_free_success = isinstance(self._window, _CountWindow) and not self._timed
+        # Bound once: the deque is cleared in place, never replaced.
+        self._append: Callable[[int], None] = (
+            self._window.outcomes.append
+            if isinstance(self._window, _CountWindow)
+            else _never  # only used when _lock_free_success
+        )
         self._lock = threading.Lock()
         self._state: BreakerState = "closed"
         # Bumped on every state change: results of calls admitted under an older state are
@@ -409,12 +404,18 @@ class CircuitBreaker:
         Raises:
             CircuitOpen: the breaker is open, isolated, or half-open with every probe slot taken.
         """
+        # Lock-free while closed: the generation is read before the state, so a permit issued
+        # across a state change carries the older generation and its result is ignored.
+        generation = self._generation
+        state: BreakerState = self._state
+        if state == "closed":
+            return (generation, False, self._clock.now() if self._timed else 0.0)
         event = None
         with self._lock:
             now = self._clock.now()
             state = self._state
             if state == "closed":
-                return Permit(self._generation, False, now)
+                return (self._generation, False, now)
             if state == "open":
                 if now < self._open_until:
                     raise CircuitOpen(self.name, self._open_until - now, "open")
@@ -425,23 +426,26 @@ class CircuitBreaker:
                 # Every probe slot is taken: the probes' results will decide soon.
                 raise CircuitOpen(self.name, 0.0, "half_open")
             self._probes_in_flight += 1
-            permit = Permit(self._generation, True, now)
+            permit = (self._generation, True, now)
         self._emit(event)
         return permit
 
     def record(self, permit: Permit, error: BaseException | None = None) -> None:
         """Report the end of a call: *error* is its exception, or ``None`` if it returned."""
+        generation, probe, started = permit
+        if error is None and not probe and self._lock_free_success:
+            # The success path of a count window: one atomic append, no lock.
+            if generation == self._generation:
+                self._append(0)
+            return
         failed = error is not None and self._is_failure(error)
         event = None
         with self._lock:
             now = self._clock.now()
-            if permit.generation != self._generation:
+            if generation != self._generation:
                 return  # admitted under an earlier state: no longer relevant
-            slow = (
-                self.slow_call_duration is not None
-                and now - permit.started >= self.slow_call_duration
-            )
-            if permit.probe:
+            slow = self.slow_call_duration is not None and now - started >= self.slow_call_duration
+            if probe:
                 self._probes_in_flight -= 1
                 if failed or slow:
                     event = self._change("open", now)
@@ -465,9 +469,11 @@ class CircuitBreaker:
 
     def release(self, permit: Permit) -> None:
         """Give a permit back without an outcome (the caller cancelled; nothing was learnt)."""
-        with self._lock:
-            if permit.probe and permit.generation == self._generation:
-                self._probes_in_flight -= 1
+        generation, probe, _ = permit
+        if probe:
+            with self._lock:
+                if generation == self._generation:
+                    self._probes_in_flight -= 1
 
     # -- drivers ----------------------------------------------------------------------------
 
@@ -478,7 +484,13 @@ class CircuitBreaker:
             CircuitOpen: the call was not made.
             BaseException: whatever *fn* raised, unchanged.
         """
-        permit = self.acquire()
+        # acquire() and record() inlined for a closed count window: the success path is two
+        # attribute reads, the call, and one atomic append.
+        generation = self._generation
+        if self._state == "closed" and self._lock_free_success:
+            permit: Permit = (generation, False, 0.0)
+        else:
+            permit = self.acquire()
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:
@@ -487,12 +499,20 @@ class CircuitBreaker:
         except BaseException:
             self.release(permit)
             raise
-        self.record(permit, None)
+        if self._lock_free_success and not permit[1]:
+            if permit[0] == self._generation:
+                self._append(0)
+        else:
+            self.record(permit, None)
         return result
 
     async def acall(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """The async twin of :meth:`call`. The caller's cancellation is not a failure."""
-        permit = self.acquire()
+        generation = self._generation
+        if self._state == "closed" and self._lock_free_success:
+            permit: Permit = (generation, False, 0.0)
+        else:
+            permit = self.acquire()
         try:
             result = await fn(*args, **kwargs)
         except Exception as exc:
@@ -501,7 +521,11 @@ class CircuitBreaker:
         except BaseException:  # asyncio.CancelledError: the caller gave up, not the dependency
             self.release(permit)
             raise
-        self.record(permit, None)
+        if self._lock_free_success and not permit[1]:
+            if permit[0] == self._generation:
+                self._append(0)
+        else:
+            self.record(permit, None)
         return result
 
     @overload
@@ -525,12 +549,32 @@ class CircuitBreaker:
 
             return async_wrapper
         call = self.call
+        if not self._lock_free_success:
+
+            @functools.wraps(fn)
+            def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                return call(fn, *args, **kwargs)
+
+            return wrapper
+
+        append = self._append
 
         @functools.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-            return call(fn, *args, **kwargs)
+        def fast_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+            # call() with its closed-state success path inlined (a frame less per call).
+            generation = self._generation
+            if self._state != "closed":
+                return call(fn, *args, **kwargs)
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                self.record((generation, False, 0.0), exc)
+                raise
+            if generation == self._generation:
+                append(0)
+            return result
 
-        return wrapper
+        return fast_wrapper
 
     def __repr__(self) -> str:
         name = f" {self.name!r}" if self.name else ""

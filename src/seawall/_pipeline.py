@@ -190,7 +190,19 @@ class Pipeline:
         """Decorate a ``def`` or ``async def`` function; its signature is preserved."""
         if not callable(fn):
             raise TypeError(f"can only decorate callables, got {fn!r}")
-        if inspect.iscoroutinefunction(fn):
+        is_async = inspect.iscoroutinefunction(fn)
+        if self.timeout is None and self.attempt_timeout is None and (is_async or not self.hedge):
+            # Without timeouts, nest the layers' own decorators (each keeps its fast path), so
+            # the pipeline costs what the layers cost and nothing more.
+            decorated: Callable[..., Any] = fn
+            if self.hedge is not None:
+                decorated = self.hedge(decorated)
+            if self.breaker is not None:
+                decorated = self.breaker(decorated)
+            if self.retry is not None:
+                decorated = self.retry(decorated)
+            return decorated
+        if is_async:
             acall = self._acall
 
             @functools.wraps(fn)
@@ -236,22 +248,10 @@ def _sync_deadline(inner: _Sync | None, seconds: float, clock: Clock) -> _Sync:
 
 
 def _sync_breaker(inner: _Sync | None, breaker: CircuitBreaker) -> _Sync:
-    acquire, record, release = breaker.acquire, breaker.record, breaker.release
-
-    def layer(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        permit = acquire()
-        try:
-            result = fn(*args, **kwargs) if inner is None else inner(fn, args, kwargs)
-        except Exception as exc:
-            record(permit, exc)
-            raise
-        except BaseException:
-            release(permit)
-            raise
-        record(permit, None)
-        return result
-
-    return layer
+    breaker_call = breaker.call
+    if inner is None:
+        return lambda fn, args, kwargs: breaker_call(fn, *args, **kwargs)
+    return lambda fn, args, kwargs: breaker_call(inner, fn, args, kwargs)
 
 
 def _sync_retry(inner: _Sync | None, retry: RetryPolicy) -> _Sync:
@@ -291,20 +291,16 @@ def _async_total_timeout(inner: _Async, seconds: float, clock: Clock) -> _Async:
 
 
 def _async_breaker(inner: _Async | None, breaker: CircuitBreaker) -> _Async:
-    acquire, record, release = breaker.acquire, breaker.record, breaker.release
+    breaker_acall = breaker.acall
+    if inner is None:
+
+        async def direct(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+            return await breaker_acall(fn, *args, **kwargs)
+
+        return direct
 
     async def layer(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        permit = acquire()
-        try:
-            result = await (fn(*args, **kwargs) if inner is None else inner(fn, args, kwargs))
-        except Exception as exc:
-            record(permit, exc)
-            raise
-        except BaseException:  # the caller's cancellation is not the dependency's failure
-            release(permit)
-            raise
-        record(permit, None)
-        return result
+        return await breaker_acall(inner, fn, args, kwargs)
 
     return layer
 
