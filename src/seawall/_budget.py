@@ -19,11 +19,13 @@ around the caller's function.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import math
 import random
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Final, Protocol, runtime_checkable
 
 from seawall._clock import Clock
@@ -117,6 +119,40 @@ def _clock_now(clock: Clock | None) -> Callable[[], float]:
     return clock.now
 
 
+# -- counters ----------------------------------------------------------------------------------
+
+
+class _LockedCounter:
+    """``itertools.count()`` behind a lock, for interpreters without a GIL."""
+
+    __slots__ = ("_lock", "_value")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value = 0
+
+    def __iter__(self) -> Iterator[int]:
+        return self
+
+    def __next__(self) -> int:
+        with self._lock:
+            value = self._value
+            self._value = value + 1
+            return value
+
+
+def _atomic_counter() -> Iterator[int]:
+    """A counter whose ``next()`` never loses an increment when threads race.
+
+    With the GIL, ``next()`` on :func:`itertools.count` is a single C call that no other thread
+    can interleave: the usual lock-free counter in CPython, and much cheaper than a lock. A
+    free-threaded interpreter gets a locked counter instead.
+    """
+    if getattr(sys, "_is_gil_enabled", lambda: True)():
+        return itertools.count()
+    return _LockedCounter()  # pragma: no cover - free-threaded builds only
+
+
 # -- sliding windows ---------------------------------------------------------------------------
 
 # Finagle's WindowedAdder splits its window into 10 slices: memory stays bounded (two short
@@ -188,7 +224,7 @@ class _Windowed:
 # -- RetryBudget -------------------------------------------------------------------------------
 
 
-class RetryBudget(_Windowed):
+class RetryBudget:
     """Retries may add at most ``ratio`` of the requests, plus a floor, over a sliding window.
 
     Every logical call deposits (:meth:`on_request`); every retry withdraws (:meth:`allow_retry`).
@@ -198,6 +234,9 @@ class RetryBudget(_Windowed):
 
     With the defaults, a client whose every call fails sends at most about 1.1 times its request
     rate (plus ten retries a second), instead of three times with ``max_attempts=3`` alone.
+
+    A deposit takes no lock (it bumps an atomic counter), so a budget shared by every call adds
+    little to the success path; withdrawals, on the failure path, take a short lock.
 
     Args:
         ratio: retries allowed per request, e.g. ``0.1`` for at most 10% extra load.
@@ -213,7 +252,23 @@ class RetryBudget(_Windowed):
     # Finagle RetryBudget(ttl, minRetriesPerSec, percentCanRetry); defaults as Linkerd's budget
     # (minRetriesPerSecond 10, ttl 10 s), with a ratio of 0.1 where Linkerd uses 0.2.
 
-    __slots__ = ("_reserve", "min_per_second", "ratio")
+    __slots__ = (
+        "_deposits",
+        "_index",
+        "_lock",
+        "_marks",
+        "_now",
+        "_peeks",
+        "_reserve",
+        "_retries",
+        "_retries_total",
+        "_slice",
+        "_slice_end",
+        "_slot",
+        "min_per_second",
+        "ratio",
+        "window",
+    )
 
     def __init__(
         self,
@@ -224,31 +279,41 @@ class RetryBudget(_Windowed):
     ) -> None:
         self.ratio = _positive("ratio", ratio)
         self.min_per_second = _non_negative("min_per_second", min_per_second)
-        window = _positive("window", window)
-        super().__init__(window, _clock_now(clock))
+        self.window = _positive("window", window)
+        self._now = _clock_now(clock)
         # The floor is a reserve of retries per window that needs no deposit.
-        self._reserve = self.min_per_second * window
+        self._reserve = self.min_per_second * self.window
+        self._lock = threading.Lock()
+        # Deposits: one running count; each slice remembers the count when it began, so the
+        # deposits in the window are the count now minus the mark of the oldest slice.
+        self._deposits = _atomic_counter()
+        self._peeks = 0  # reads of the counter (under the lock), which also advance it
+        self._marks = [0] * _SLICES
+        self._retries = [0] * _SLICES
+        self._retries_total = 0
+        self._slice = self.window / _SLICES
+        self._index = math.floor(self._now() / self._slice)
+        self._slot = self._index % _SLICES
+        self._slice_end = (self._index + 1) * self._slice
 
     def on_request(self) -> None:
         """Deposit: a logical call starts (its first attempt)."""
-        now = self._now()
-        with self._lock:
-            if now >= self._slice_end:
-                self._roll(now)
-            self._a[self._slot] += 1
-            self._a_total += 1
+        if self._now() >= self._slice_end:
+            with self._lock:
+                self._refresh()
+        # No lock: a deposit racing with a slice change lands in one slice or its neighbour.
+        next(self._deposits)
 
     def allow_retry(self, error: BaseException | None = None) -> bool:
         """Withdraw one retry; ``False`` when the budget is spent (nothing is withdrawn then)."""
-        now = self._now()
         with self._lock:
-            if now >= self._slice_end:
-                self._roll(now)
+            self._refresh()
             # A tiny tolerance so that e.g. 0.1 * 30 deposits allows exactly 3 retries.
-            if self._b_total + 1 > self._a_total * self.ratio + self._reserve + 1e-9:
+            room = self._requests() * self.ratio + self._reserve + 1e-9
+            if self._retries_total + 1 > room:
                 return False
-            self._b[self._slot] += 1
-            self._b_total += 1
+            self._retries[self._slot] += 1
+            self._retries_total += 1
             return True
 
     def on_success(self) -> None:
@@ -262,21 +327,50 @@ class RetryBudget(_Windowed):
         """Logical calls counted in the current window."""
         with self._lock:
             self._refresh()
-            return self._a_total
+            return self._requests()
 
     @property
     def retries(self) -> int:
         """Retries withdrawn in the current window."""
         with self._lock:
             self._refresh()
-            return self._b_total
+            return self._retries_total
 
     def available(self) -> int:
         """How many retries would be allowed now."""
         with self._lock:
             self._refresh()
-            room = self._a_total * self.ratio + self._reserve - self._b_total + 1e-9
+            room = self._requests() * self.ratio + self._reserve - self._retries_total + 1e-9
             return max(0, math.floor(room))
+
+    # The methods below run under the lock.
+
+    def _count(self) -> int:
+        """Deposits ever made. Reading the counter advances it, so count the reads too."""
+        value = next(self._deposits) - self._peeks
+        self._peeks += 1
+        return value
+
+    def _requests(self) -> int:
+        # The oldest slice of the window is _SLICES - 1 before the current one, i.e. slot + 1.
+        return self._count() - self._marks[(self._slot + 1) % _SLICES]
+
+    def _refresh(self) -> None:
+        now = self._now()
+        if now < self._slice_end:
+            return
+        # Always move forward at least one slice: float rounding must not make us roll forever.
+        index = max(math.floor(now / self._slice), self._index + 1)
+        count = self._count()
+        marks, retries = self._marks, self._retries
+        for i in range(max(self._index + 1, index - _SLICES + 1), index + 1):
+            slot = i % _SLICES
+            marks[slot] = count
+            self._retries_total -= retries[slot]
+            retries[slot] = 0
+        self._index = index
+        self._slot = index % _SLICES
+        self._slice_end = (index + 1) * self._slice
 
     def __repr__(self) -> str:
         return (
@@ -337,6 +431,8 @@ class TokenBucket:
 
     def on_success(self) -> None:
         """Give back ``token_ratio`` tokens."""
+        if self._milli >= self._max:
+            return  # full, as it is while the dependency is healthy: no lock needed
         with self._lock:
             self._milli = min(self._max, self._milli + self._ratio)
 
