@@ -473,6 +473,9 @@ class RetryPolicy:
     # True when a call needs no bookkeeping before its first attempt: no budget, no timeouts,
     # no result check. The fast path is then a bare try/except around the function.
     _simple: bool = dataclasses.field(init=False, repr=False, compare=False)
+    # Like _simple, but with a budget: the fast path only tells the budget of the call and of
+    # its success, and builds no RetryState unless the first attempt fails.
+    _lean_budget: Budget | None = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -516,15 +519,14 @@ class RetryPolicy:
         attempt_hooks = tuple(h for h in hooks if getattr(h, "observes_attempts", False) is True)
         set_(self, "_attempt_hooks", attempt_hooks)
         set_(self, "_clock", self.clock if self.clock is not None else SYSTEM_CLOCK)
-        set_(
-            self,
-            "_simple",
-            self.budget is None
-            and self.timeout is None
+        lean = (
+            self.timeout is None
             and self.attempt_timeout is None
             and self.retry_if_result is None
-            and not attempt_hooks,
+            and not attempt_hooks
         )
+        set_(self, "_simple", lean and self.budget is None)
+        set_(self, "_lean_budget", self.budget if lean else None)
 
     def replace(self, **changes: Any) -> RetryPolicy:
         """A new policy with some parameters changed (validated like the constructor)."""
@@ -579,6 +581,15 @@ class RetryPolicy:
                 return fn(*args, **kwargs)
             except Exception as exc:
                 return self._call_retrying(fn, args, kwargs, exc)
+        budget = self._lean_budget
+        if budget is not None and _DEADLINE.get() is None:
+            budget.on_request()
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                return self._call_retrying(fn, args, kwargs, exc)
+            budget.on_success()
+            return result
         return self._call_retrying(fn, args, kwargs, None)
 
     def _call_retrying(
@@ -592,7 +603,9 @@ class RetryPolicy:
         clock = self._clock
         now = clock.now()
         if state is None:
-            state = self.new_state(now)
+            # After a fast-path first attempt, on_request was already called and there is no
+            # deadline: a bare state.
+            state = self.new_state(now) if first_error is None else RetryState(self, now)
         if first_error is not None:
             # The fast path already made attempt 1; account for it.
             state.attempts = 1
@@ -642,6 +655,15 @@ class RetryPolicy:
                 return await fn(*args, **kwargs)
             except Exception as exc:
                 return await self._acall_retrying(fn, args, kwargs, exc)
+        budget = self._lean_budget
+        if budget is not None and _DEADLINE.get() is None:
+            budget.on_request()
+            try:
+                result = await fn(*args, **kwargs)
+            except Exception as exc:
+                return await self._acall_retrying(fn, args, kwargs, exc)
+            budget.on_success()
+            return result
         return await self._acall_retrying(fn, args, kwargs, None)
 
     async def _acall_retrying(
@@ -655,7 +677,9 @@ class RetryPolicy:
         clock = self._clock
         now = clock.now()
         if state is None:
-            state = self.new_state(now)
+            # After a fast-path first attempt, on_request was already called and there is no
+            # deadline: a bare state.
+            state = self.new_state(now) if first_error is None else RetryState(self, now)
         if first_error is not None:
             state.attempts = 1
             delay = state.on_error(first_error, now)
@@ -723,6 +747,23 @@ class RetryPolicy:
         simple = self._simple
         slow = self._call_retrying
         get_deadline = _DEADLINE.get
+        budget = self._lean_budget
+        if budget is not None:
+            on_request, on_success = budget.on_request, budget.on_success
+
+            @functools.wraps(fn)
+            def budget_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                if get_deadline() is None:
+                    on_request()
+                    try:
+                        result = fn(*args, **kwargs)
+                    except Exception as exc:
+                        return slow(fn, args, kwargs, exc)
+                    on_success()
+                    return result
+                return slow(fn, args, kwargs, None)
+
+            return budget_wrapper
 
         @functools.wraps(fn)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
