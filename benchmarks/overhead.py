@@ -78,9 +78,9 @@ def contenders(failures: int) -> dict[str, Callable[[], object]]:
         wait_max=0.0,
         wait_jitter=0.0,
     )(target)
-    w = seawall.RetryPolicy(
-        max_attempts=attempts, backoff=seawall.Backoff.constant(0.0), hooks=()
-    )(target)
+    w = seawall.RetryPolicy(max_attempts=attempts, backoff=seawall.Backoff.constant(0.0), hooks=())(
+        target
+    )
     return {
         "bare call": target,
         "hand-written loop": loop,
