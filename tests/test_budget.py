@@ -695,3 +695,65 @@ def test_adaptive_throttle_with_the_system_clock_and_default_rng() -> None:
         throttle.on_success()
     assert throttle.rejection_probability() == 0.0
     assert "k=2.0" in repr(throttle)
+
+
+# -- what a policy tells its budget ------------------------------------------------------------
+
+
+class RecordingBudget:
+    """A Budget that records the calls a policy makes to it."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    def on_request(self) -> None:
+        self.log.append("request")
+
+    def allow_retry(self, error: BaseException) -> bool:
+        self.log.append("allow_retry")
+        return True
+
+    def on_success(self) -> None:
+        self.log.append("success")
+
+    def on_failure(self, error: BaseException) -> None:
+        self.log.append("failure")
+
+
+def flaky_then(value: str, failures: int) -> Callable[[], str]:
+    left = [failures]
+
+    def fn() -> str:
+        if left[0]:
+            left[0] -= 1
+            raise ConnectionError("flaky")
+        return value
+
+    return fn
+
+
+@pytest.mark.parametrize("style", ["call", "decorator", "acall", "timeout"])
+def test_policy_tells_the_budget_once_per_call_and_per_attempt(style: str) -> None:
+    clock = VirtualClock()
+    budget = RecordingBudget()
+    extra: dict[str, float] = {"timeout": 60.0} if style == "timeout" else {}
+    policy = RetryPolicy(
+        max_attempts=3, backoff=FAST, budget=budget, clock=clock, hooks=(), **extra
+    )
+
+    def invoke(fn: Callable[[], str]) -> str:
+        if style == "decorator":
+            return policy(fn)()
+        if style == "acall":
+
+            async def afn() -> str:
+                return fn()
+
+            return seawall.testing.run(policy.acall(afn), clock)
+        return policy.call(fn)
+
+    assert invoke(flaky_then("a", 0)) == "a"
+    assert budget.log == ["request", "success"]
+    budget.log.clear()
+    assert invoke(flaky_then("b", 2)) == "b"
+    assert budget.log == ["request"] + ["failure", "allow_retry"] * 2 + ["success"]
