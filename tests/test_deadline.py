@@ -2,9 +2,12 @@
 
 import asyncio
 import math
+import random
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import seawall
 from seawall import (
@@ -471,3 +474,95 @@ def test_async_policy_attempt_is_cancelled_at_the_deadline() -> None:
         seawall.testing.run(main(), clock)
     assert started == [0.0]
     assert clock.now() == pytest.approx(1.0)  # cancelled at the deadline, not at 10 s
+
+
+def test_async_attempts_get_the_smaller_of_attempt_timeout_and_time_left() -> None:
+    clock = VirtualClock()
+    attempts: list[tuple[float, float]] = []  # (start, time left seen by the attempt)
+
+    async def hang() -> str:
+        attempts.append((clock.now(), seawall.remaining()))
+        await asyncio.sleep(100)
+        return "never"
+
+    async def main() -> str:
+        policy = RetryPolicy(
+            max_attempts=5,
+            attempt_timeout=0.5,
+            backoff=Backoff.constant(0.05),
+            clock=clock,
+            hooks=(),
+        )
+        with seawall.deadline(1.3, clock=clock):
+            return await policy.acall(hang)
+
+    with pytest.raises(TimeoutError) as info:
+        seawall.testing.run(main(), clock)
+    # The caller gets the last attempt's own timeout, with a note saying why the policy stopped.
+    assert type(info.value) is TimeoutError
+    assert "(deadline)" in str(getattr(info.value, "__notes__", None))
+    # 0.0: 0.5 s (attempt_timeout); 0.55: 0.5 s; 1.1: only 0.2 s left, the deadline wins.
+    assert [a for a, _ in attempts] == pytest.approx([0.0, 0.55, 1.1])
+    assert [left for _, left in attempts] == pytest.approx([0.5, 0.5, 0.2])
+    assert clock.now() == pytest.approx(1.3)  # the last attempt was cut at the deadline
+
+
+def test_policy_timeout_and_ambient_deadline_the_earlier_wins(clock: VirtualClock) -> None:
+    seen: list[float] = []
+
+    def work() -> str:
+        seen.append(seawall.remaining())
+        return "ok"
+
+    with seawall.deadline(5.0, clock=clock):
+        RetryPolicy(timeout=2.0, clock=clock).call(work)
+        RetryPolicy(timeout=9.0, clock=clock).call(work)
+    assert seen == [2.0, 5.0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    edge=st.floats(min_value=0.05, max_value=5.0),
+    cost=st.floats(min_value=0.0, max_value=1.0),
+    base=st.floats(min_value=0.0, max_value=1.0),
+    attempt_timeout=st.one_of(st.none(), st.floats(min_value=0.01, max_value=2.0)),
+    min_attempt_time=st.floats(min_value=0.0, max_value=0.5),
+)
+def test_async_policy_never_outlives_the_ambient_deadline(
+    edge: float,
+    cost: float,
+    base: float,
+    attempt_timeout: float | None,
+    min_attempt_time: float,
+) -> None:
+    clock = VirtualClock()
+    starts: list[tuple[float, float]] = []
+
+    async def work() -> str:
+        starts.append((clock.now(), seawall.remaining()))
+        await asyncio.sleep(cost)
+        raise ConnectionError("down")
+
+    async def main() -> None:
+        policy = RetryPolicy(
+            max_attempts=10,
+            backoff=Backoff(base=base, jitter="full") if base else Backoff.constant(0.0),
+            attempt_timeout=attempt_timeout,
+            min_attempt_time=min_attempt_time,
+            clock=clock,
+            rng=random.Random(0),
+            hooks=(),
+        )
+        async with seawall.deadline(edge, clock=clock):
+            await policy.acall(work)
+
+    with pytest.raises((ConnectionError, TimeoutError)):
+        seawall.testing.run(main(), clock)
+    assert clock.now() <= edge + 1e-9
+    for start, left in starts:
+        # Every attempt started with at least min_attempt_time before the deadline...
+        assert edge - start >= min_attempt_time - 1e-9
+        assert start < edge
+        # ...and saw as its deadline the tighter of attempt_timeout and the time left.
+        want = min(edge - start, attempt_timeout if attempt_timeout is not None else math.inf)
+        assert left == pytest.approx(want, abs=1e-9)
