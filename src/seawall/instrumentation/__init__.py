@@ -10,19 +10,25 @@ dependency. Adapters import their library only in their own module:
 from seawall._retry import Hook, RetryEvent, logging_hook
 from seawall.instrumentation._core import (
     ATTEMPT_OUTCOMES,
+    LATENCY_BUCKETS,
     MAX_NAMES,
+    METRICS,
     SHED_REASONS,
     Counters,
+    Metric,
     MetricsHook,
     Recorder,
 )
 
 __all__ = [
     "ATTEMPT_OUTCOMES",
+    "LATENCY_BUCKETS",
     "MAX_NAMES",
+    "METRICS",
     "SHED_REASONS",
     "Counters",
     "Hook",
+    "Metric",
     "MetricsHook",
     "Recorder",
     "RetryEvent",

@@ -9,6 +9,7 @@ numbers, URLs or error messages.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from collections.abc import Mapping
@@ -19,9 +20,12 @@ from seawall._retry import RetryEvent
 
 __all__ = [
     "ATTEMPT_OUTCOMES",
+    "LATENCY_BUCKETS",
     "MAX_NAMES",
+    "METRICS",
     "SHED_REASONS",
     "Counters",
+    "Metric",
     "MetricsHook",
     "Recorder",
 ]
@@ -34,6 +38,90 @@ SHED_REASONS: Final = ("queue_full", "priority", "queue_timeout", "deadline")
 #: reported as ``"other"`` so that a bug that names policies after URLs cannot explode a
 #: metrics backend.
 MAX_NAMES: Final = 200
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Metric:
+    """One metric every adapter exports, under the same name and labels.
+
+    Attributes:
+        key: the short name (``"attempts"``); Prometheus shows ``seawall_<key>_total`` for
+            counters and ``seawall_<key>`` for histograms; OpenTelemetry ``seawall.<key>``.
+        kind: ``"counter"`` or ``"histogram"``.
+        labels: the label names, each with a bounded set of values.
+        unit: the unit (UCUM, as OpenTelemetry wants it).
+        help: a one-line description.
+    """
+
+    key: str
+    kind: str
+    labels: tuple[str, ...]
+    unit: str
+    help: str
+
+    @property
+    def prometheus_name(self) -> str:
+        return f"seawall_{self.key}_total" if self.kind == "counter" else f"seawall_{self.key}"
+
+
+#: Every metric, in the order the docs list them.
+METRICS: Final = (
+    Metric("attempts", "counter", ("policy", "outcome"), "{attempt}", "Attempts made by policies."),
+    Metric("retries", "counter", ("policy",), "{retry}", "Retries scheduled by policies."),
+    Metric(
+        "budget_refusals",
+        "counter",
+        ("policy",),
+        "{retry}",
+        "Retries refused by a retry budget.",
+    ),
+    Metric(
+        "give_ups",
+        "counter",
+        ("policy", "reason"),
+        "{call}",
+        "Calls a policy stopped retrying, by reason.",
+    ),
+    Metric(
+        "breaker_transitions",
+        "counter",
+        ("breaker", "state"),
+        "{transition}",
+        "Circuit breaker state changes, by the state entered.",
+    ),
+    Metric("hedges", "counter", ("policy",), "{request}", "Hedged (backup) requests sent."),
+    Metric(
+        "sheds",
+        "counter",
+        ("server", "reason"),
+        "{request}",
+        "Requests a server rejected without doing their work.",
+    ),
+    Metric(
+        "attempt_duration_seconds",
+        "histogram",
+        ("policy", "outcome"),
+        "s",
+        "Duration of single attempts.",
+    ),
+)
+#: Histogram buckets for attempt latency, in seconds: 1 ms to 30 s, about 2.5x apart.
+LATENCY_BUCKETS: Final = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
 
 
 @runtime_checkable
@@ -143,69 +231,74 @@ class Counters:
     """An in-memory :class:`Recorder`: counts and latency sums, thread-safe, bounded labels.
 
     Useful in tests, in the simulator (which prints the same counters operators see in
-    production) and behind a debug endpoint. Keys are ``(metric, label, label)`` tuples.
+    production) and behind a debug endpoint. Series are keyed by the metric's short name and its
+    label values, e.g. ``counters.get("attempts", "users", "success")``.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: dict[tuple[str, str, str], float] = {}
+        self._counts: dict[tuple[str, ...], float] = {}
         self._names = _Names()
 
-    def _add(self, metric: str, a: str, b: str, value: float = 1.0) -> None:
-        key = (metric, self._names(a), b)
+    def _add(self, key: tuple[str, ...], value: float = 1.0) -> None:
         with self._lock:
             self._counts[key] = self._counts.get(key, 0.0) + value
 
     def attempt(self, policy: str, outcome: str, duration: float) -> None:
-        self._add("attempts", policy, outcome)
+        policy = self._names(policy)
+        self._add(("attempts", policy, outcome))
         if math.isfinite(duration) and duration >= 0:
-            self._add("attempt_seconds_sum", policy, outcome, duration)
+            self._add(("attempt_duration_seconds_count", policy, outcome))
+            self._add(("attempt_duration_seconds_sum", policy, outcome), duration)
 
     def retry(self, policy: str) -> None:
-        self._add("retries", policy, "")
+        self._add(("retries", self._names(policy)))
 
     def budget_refusal(self, policy: str) -> None:
-        self._add("budget_refusals", policy, "")
+        self._add(("budget_refusals", self._names(policy)))
 
     def give_up(self, policy: str, reason: str) -> None:
-        self._add("give_ups", policy, reason)
+        self._add(("give_ups", self._names(policy), reason))
 
     def breaker_transition(self, breaker: str, state: str) -> None:
-        self._add("breaker_transitions", breaker, state)
+        self._add(("breaker_transitions", self._names(breaker), state))
 
     def hedge(self, policy: str) -> None:
-        self._add("hedges", policy, "")
+        self._add(("hedges", self._names(policy)))
 
     def shed(self, server: str, reason: str) -> None:
-        self._add("sheds", server, reason)
+        self._add(("sheds", self._names(server), reason))
 
-    def get(self, metric: str, name: str = "", label: str = "") -> float:
-        """The count of *metric* for *name* (and outcome/reason/state *label*), 0 if none."""
+    def get(self, metric: str, *labels: str) -> float:
+        """The value of one series (0 if never recorded), e.g. ``get("retries", "users")``."""
         with self._lock:
-            return self._counts.get((metric, name, label), 0.0)
+            return self._counts.get((metric, *labels), 0.0)
 
     def total(self, metric: str) -> float:
-        """The count of *metric* summed over every label."""
+        """The sum of *metric* over every label value."""
         with self._lock:
-            return sum(v for (m, _, _), v in self._counts.items() if m == metric)
+            return sum(v for k, v in self._counts.items() if k[0] == metric)
 
-    def snapshot(self) -> Mapping[tuple[str, str, str], float]:
-        """A copy of every count, keyed ``(metric, name, label)``."""
+    def snapshot(self) -> Mapping[tuple[str, ...], float]:
+        """A copy of every series, keyed ``(metric, *label_values)``."""
         with self._lock:
             return dict(self._counts)
 
     def format(self) -> str:
-        """The counts as aligned text lines, in the Prometheus metric names (for printing)."""
-        rows = []
-        for (metric, name, label), value in sorted(self.snapshot().items()):
-            labels = [f'name="{name}"']
-            if label:
-                key = {"give_ups": "reason", "sheds": "reason", "breaker_transitions": "state"}
-                labels.append(f'{key.get(metric, "outcome")}="{label}"')
-            shown = f"{value:.6g}" if metric.endswith("_sum") else f"{int(value)}"
-            rows.append((f"seawall_{metric}{{{','.join(labels)}}}", shown))
-        width = max((len(r[0]) for r in rows), default=0)
-        return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+        """The series in Prometheus text notation, one per line, sorted (for printing)."""
+        labels_of = {m.key: m.labels for m in METRICS}
+        lines = []
+        for key, value in sorted(self.snapshot().items()):
+            metric, values = key[0], key[1:]
+            if metric.startswith("attempt_duration_seconds_"):
+                name, names = f"seawall_{metric}", labels_of["attempt_duration_seconds"]
+                shown = f"{value:.6g}" if metric.endswith("_sum") else str(int(value))
+            else:
+                name, names = f"seawall_{metric}_total", labels_of[metric]
+                shown = str(int(value))
+            pairs = ",".join(f'{n}="{v}"' for n, v in zip(names, values, strict=True))
+            lines.append(f"{name}{{{pairs}}} {shown}")
+        return "\n".join(lines)
 
     def __repr__(self) -> str:
         return f"<Counters {len(self._counts)} series>"
