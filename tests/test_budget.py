@@ -688,6 +688,20 @@ def test_adaptive_throttle_sheds_during_an_outage_and_recovers() -> None:
     assert throttle.rejection_probability() == 0.0
 
 
+def test_adaptive_throttle_no_lost_counts_with_8_threads(contention: None) -> None:
+    clock = VirtualClock()
+    throttle = AdaptiveThrottle(clock=clock, rng=random.Random(5))
+
+    def healthy(_: int) -> None:
+        for _ in range(3000):
+            throttle.on_request()
+            throttle.on_success()
+
+    run_threads(8, healthy)
+    assert (throttle.requests, throttle.accepts) == (8 * 3000, 8 * 3000)
+    assert throttle.rejection_probability() == 0.0
+
+
 def test_adaptive_throttle_with_the_system_clock_and_default_rng() -> None:
     throttle = AdaptiveThrottle()
     for _ in range(100):
@@ -736,9 +750,9 @@ def flaky_then(value: str, failures: int) -> Callable[[], str]:
 def test_policy_tells_the_budget_once_per_call_and_per_attempt(style: str) -> None:
     clock = VirtualClock()
     budget = RecordingBudget()
-    extra: dict[str, float] = {"timeout": 60.0} if style == "timeout" else {}
+    timeout = 60.0 if style == "timeout" else None  # a timeout takes the full path
     policy = RetryPolicy(
-        max_attempts=3, backoff=FAST, budget=budget, clock=clock, hooks=(), **extra
+        max_attempts=3, backoff=FAST, budget=budget, clock=clock, hooks=(), timeout=timeout
     )
 
     def invoke(fn: Callable[[], str]) -> str:

@@ -153,72 +153,9 @@ def _atomic_counter() -> Iterator[int]:
     return _LockedCounter()  # pragma: no cover - free-threaded builds only
 
 
-# -- sliding windows ---------------------------------------------------------------------------
-
-# Finagle's WindowedAdder splits its window into 10 slices: memory stays bounded (two short
-# lists), and the window slides in steps of window/10.
+# Finagle's WindowedAdder splits its window into 10 slices: memory stays bounded (short lists of
+# marks), and the window slides in steps of window/10.
 _SLICES: Final = 10
-
-
-class _Windowed:
-    """Two counters, ``a`` and ``b``, summed over a sliding window of time slices.
-
-    Totals are kept up to date, so reading them is O(1); moving to a new slice clears at most
-    ``_SLICES`` expired slices. Callers hold ``_lock`` and call :meth:`_roll` when
-    ``now >= _slice_end``.
-    """
-
-    __slots__ = (
-        "_a",
-        "_a_total",
-        "_b",
-        "_b_total",
-        "_index",
-        "_lock",
-        "_now",
-        "_slice",
-        "_slice_end",
-        "_slot",
-        "window",
-    )
-
-    def __init__(self, window: float, now: Callable[[], float]) -> None:
-        self.window = window
-        self._now = now
-        self._lock = threading.Lock()
-        self._slice = window / _SLICES
-        self._a = [0] * _SLICES
-        self._b = [0] * _SLICES
-        self._a_total = 0
-        self._b_total = 0
-        self._index = math.floor(now() / self._slice)
-        self._slot = self._index % _SLICES
-        self._slice_end = (self._index + 1) * self._slice
-
-    def _refresh(self) -> None:
-        now = self._now()
-        if now >= self._slice_end:
-            self._roll(now)
-
-    def _roll(self, now: float) -> None:
-        # Always move forward at least one slice: float rounding must not make us roll forever.
-        index = max(math.floor(now / self._slice), self._index + 1)
-        a, b = self._a, self._b
-        if index - self._index >= _SLICES:
-            a[:] = [0] * _SLICES
-            b[:] = [0] * _SLICES
-            self._a_total = 0
-            self._b_total = 0
-        else:
-            for i in range(self._index + 1, index + 1):
-                slot = i % _SLICES
-                self._a_total -= a[slot]
-                self._b_total -= b[slot]
-                a[slot] = 0
-                b[slot] = 0
-        self._index = index
-        self._slot = index % _SLICES
-        self._slice_end = (index + 1) * self._slice
 
 
 # -- RetryBudget -------------------------------------------------------------------------------
@@ -560,7 +497,7 @@ class RetryQuota:
             amount = held[1]
         else:
             amount = self.success_reward
-        if amount:
+        if amount and self._available < self.capacity:  # full while healthy: no lock
             with self._lock:
                 self._available = min(self.capacity, self._available + amount)
 
@@ -589,7 +526,7 @@ def _count(name: str, value: object, *, minimum: int) -> int:
 # -- AdaptiveThrottle --------------------------------------------------------------------------
 
 
-class AdaptiveThrottle(_Windowed):
+class AdaptiveThrottle:
     """Client-side adaptive throttling: reject requests locally when the dependency rejects most.
 
     Over the sliding ``window`` the throttle counts *requests* (every attempt the application
@@ -599,6 +536,10 @@ class AdaptiveThrottle(_Windowed):
     probability. While the dependency is healthy the probability is 0 and nothing is rejected;
     once it accepts fewer than ``1/k`` of the requests, the client sheds the excess itself
     instead of sending requests that would be rejected anyway.
+
+    Counting takes no lock (atomic counters, as in :class:`RetryBudget`): a healthy call costs
+    two counter bumps and two clock reads. Racing threads may see counts a few requests stale,
+    which moves the probability by a hair, never loses a count.
 
     Args:
         k: how many requests per accept the client tolerates; ``2`` by default. Lower is more
@@ -613,7 +554,24 @@ class AdaptiveThrottle(_Windowed):
 
     # Google SRE book, chapter 21 "Handling Overload", "Client-side throttling" (K = 2, 2 min).
 
-    __slots__ = ("_random", "k")
+    __slots__ = (
+        "_acc_marks",
+        "_acc_peeks",
+        "_accepted",
+        "_accepts",
+        "_index",
+        "_lock",
+        "_now",
+        "_random",
+        "_req_marks",
+        "_req_peeks",
+        "_requests",
+        "_slice",
+        "_slice_end",
+        "_slot",
+        "k",
+        "window",
+    )
 
     def __init__(
         self,
@@ -626,25 +584,38 @@ class AdaptiveThrottle(_Windowed):
         if not (math.isfinite(k) and k >= 1):
             raise ValueError(f"k must be a finite number >= 1, got {k!r}")
         self.k = k
-        window = _positive("window", window)
+        self.window = _positive("window", window)
         if rng is not None and not isinstance(rng, random.Random):
             raise TypeError(f"rng must be a random.Random or None, got {rng!r}")
         self._random = (rng if rng is not None else random.Random()).random
-        super().__init__(window, _clock_now(clock))
+        self._now = _clock_now(clock)
+        self._lock = threading.Lock()  # only for moving to a new slice, and for exact reads
+        # Running counts; each slice remembers both counts when it began (see RetryBudget).
+        self._requests = _atomic_counter()
+        self._accepts = _atomic_counter()
+        self._req_peeks = 0
+        self._acc_peeks = 0
+        self._accepted = 0  # the accept count as of the latest success (read without a lock)
+        self._req_marks = [0] * _SLICES
+        self._acc_marks = [0] * _SLICES
+        self._slice = self.window / _SLICES
+        self._index = math.floor(self._now() / self._slice)
+        self._slot = self._index % _SLICES
+        self._slice_end = (self._index + 1) * self._slice
 
     def _admit(self) -> float:
         """Count one request; the rejection probability it drew against (0: admitted)."""
-        now = self._now()
-        with self._lock:
-            if now >= self._slice_end:
-                self._roll(now)
-            requests = self._a_total
-            p = (requests - self.k * self._b_total) / (requests + 1)
-            self._a[self._slot] += 1
-            self._a_total = requests + 1
-            if p > 0 and self._random() < p:
-                return p
-            return 0.0
+        if self._now() >= self._slice_end:
+            with self._lock:
+                self._refresh()
+        before = next(self._requests) - self._req_peeks  # requests before this one, ever
+        oldest = (self._slot + 1) % _SLICES
+        requests = before - self._req_marks[oldest]
+        excess = requests - self.k * (self._accepted - self._acc_marks[oldest])
+        if excess <= 0:
+            return 0.0  # the healthy case: no draw
+        p = excess / (requests + 1)
+        return p if self._random() < p else 0.0
 
     def on_request(self) -> None:
         """A new call: admit it, or raise :class:`Throttled` without sending it.
@@ -662,12 +633,10 @@ class AdaptiveThrottle(_Windowed):
 
     def on_success(self) -> None:
         """The dependency answered: count an accept."""
-        now = self._now()
-        with self._lock:
-            if now >= self._slice_end:
-                self._roll(now)
-            self._b[self._slot] += 1
-            self._b_total += 1
+        if self._now() >= self._slice_end:
+            with self._lock:
+                self._refresh()
+        self._accepted = next(self._accepts) + 1 - self._acc_peeks
 
     def on_failure(self, error: BaseException) -> None:
         """The dependency did not answer (or shed the request): no accept."""
@@ -677,21 +646,49 @@ class AdaptiveThrottle(_Windowed):
         """Requests counted in the current window, local rejections included."""
         with self._lock:
             self._refresh()
-            return self._a_total
+            return self._window_counts()[0]
 
     @property
     def accepts(self) -> int:
         """Accepts counted in the current window."""
         with self._lock:
             self._refresh()
-            return self._b_total
+            return self._window_counts()[1]
 
     def rejection_probability(self) -> float:
         """The probability that a new call is rejected locally now."""
         with self._lock:
             self._refresh()
-            requests = self._a_total
-            return max(0.0, (requests - self.k * self._b_total) / (requests + 1))
+            requests, accepts = self._window_counts()
+            return max(0.0, (requests - self.k * accepts) / (requests + 1))
+
+    # The methods below run under the lock.
+
+    def _counts(self) -> tuple[int, int]:
+        """Requests and accepts ever made. Reading a counter advances it: count the reads."""
+        requests = next(self._requests) - self._req_peeks
+        self._req_peeks += 1
+        accepts = next(self._accepts) - self._acc_peeks
+        self._acc_peeks += 1
+        return requests, accepts
+
+    def _window_counts(self) -> tuple[int, int]:
+        requests, accepts = self._counts()
+        oldest = (self._slot + 1) % _SLICES
+        return requests - self._req_marks[oldest], accepts - self._acc_marks[oldest]
+
+    def _refresh(self) -> None:
+        now = self._now()
+        if now < self._slice_end:
+            return
+        index = max(math.floor(now / self._slice), self._index + 1)
+        requests, accepts = self._counts()
+        for i in range(max(self._index + 1, index - _SLICES + 1), index + 1):
+            self._req_marks[i % _SLICES] = requests
+            self._acc_marks[i % _SLICES] = accepts
+        self._index = index
+        self._slot = index % _SLICES
+        self._slice_end = (index + 1) * self._slice
 
     def __repr__(self) -> str:
         return f"AdaptiveThrottle(k={self.k!r}, window={self.window!r})"
