@@ -185,6 +185,7 @@ GRPC_TIMEOUT_HEADER: Final = "grpc-timeout"
 REQUEST_DEADLINE_HEADER: Final = "x-request-deadline"
 #: Subtracted from the time left before it goes on the wire: the request's transit to the next
 #: hop and the response's way back both come out of the caller's budget.
+# 5 ms covers a few round trips inside one data centre; callers across regions should raise it.
 DEFAULT_TRANSIT_MARGIN: Final = 0.005
 
 # gRPC over HTTP/2 spec: TimeoutValue is "a positive integer as ASCII string of at most 8 digits".
@@ -484,6 +485,8 @@ def timeout_from_headers(
         else:
             accepted += 1
             best = min(best, seconds)
+    # Clamp to the server's own limit, as Envoy's max_grpc_timeout (and grpc_timeout_header_offset
+    # for the margin) do at a proxy: the client proposes, the server disposes.
     allowed = min(cap, best - m)
     clamped = best - m > cap and best != math.inf
     if accepted or invalid or clamped:
