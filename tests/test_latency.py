@@ -294,3 +294,45 @@ def test_invalid_query_arguments_are_rejected(call: object, match: str) -> None:
     tracker.record(0.1)
     with pytest.raises(ValueError, match=match):
         call(tracker)  # type: ignore[operator]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(min_value=1e-6, max_value=1e4, allow_nan=False),
+            st.floats(min_value=0.0, max_value=30.0),
+        ),
+        min_size=1,
+        max_size=200,
+    ),
+    st.floats(min_value=0.0, max_value=1.0),
+)
+@settings(max_examples=200, deadline=None)
+def test_decayed_quantiles_match_the_exact_weighted_quantile(
+    samples: list[tuple[float, float]], q: float
+) -> None:
+    # Each sample arrives after a pause; its weight is 2 ** (arrival / half_life).
+    clock = VirtualClock()
+    half_life = 10.0
+    tracker = LatencyTracker(0.01, half_life=half_life, clock=clock)
+    weighted = []
+    for value, pause in samples:
+        clock.advance(pause)
+        tracker.record(value)
+        weighted.append((value, 2.0 ** (clock.now() / half_life)))
+    weighted.sort()
+    total = sum(w for _, w in weighted)
+    rank = q * total
+    slack = 1e-9 * total
+    # The exact answer is the first value whose cumulative weight passes the rank; floating-point
+    # sums taken in another order may land on a neighbour when the rank sits on a boundary.
+    candidates = []
+    seen = 0.0
+    for value, w in weighted:
+        if seen <= rank + slack and seen + w > rank - slack:
+            candidates.append(value)
+        seen += w
+    candidates.append(weighted[-1][0])  # q = 1 reads the largest
+    got = tracker.quantile(q)
+    assert got is not None
+    assert any(abs(got - c) <= 0.01 * c * (1 + 1e-9) for c in candidates), (got, candidates)
