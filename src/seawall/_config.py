@@ -1,0 +1,802 @@
+"""Declarative policies: load retry policies from a dict, TOML or YAML, see and change them live.
+
+The shape follows Envoy's route retry policy, which operators already know::
+
+    [defaults.retry_policy]
+    num_retries = 2
+
+    [routes.users]
+    timeout = "2s"
+
+    [routes.users.retry_policy]
+    retry_on = "connect-failure,reset,timeout,5xx"
+    num_retries = 3
+    per_try_timeout = "500ms"
+    back_off = { base = "25ms", max = "250ms" }
+    budget = { percent = 20, min = 3 }
+
+Every field is validated, and errors name the field path
+(``routes.users.retry_policy.num_retries: must be >= 0, got -1``). A :class:`PolicyRegistry`
+holds the live policies; its :class:`PolicyHandle` objects always call through the current
+policy, so :meth:`PolicyRegistry.reload` changes behaviour without a restart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
+
+from seawall._backoff import DEFAULT_BACKOFF, Backoff
+from seawall._budget import RetryBudget
+from seawall._clock import Clock
+from seawall._retry import Attempts, Hook, Outcome, RetryPolicy
+from seawall._switch import is_enabled, set_enabled
+
+if TYPE_CHECKING:
+    from seawall._http import HttpRules
+
+__all__ = [
+    "BudgetConfig",
+    "ConfigError",
+    "HedgeConfig",
+    "PolicyHandle",
+    "PolicyRegistry",
+    "RouteConfig",
+    "load_config",
+    "parse_config",
+]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A policy file or mapping is invalid.
+
+    Attributes:
+        path: the dotted path of the offending field (``routes.users.retry_policy.num_retries``).
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}" if path else problem)
+        self.path = path
+
+
+# -- retry_on conditions ------------------------------------------------------------------------
+
+#: Conditions that name transport errors, and the exception classes they retry.
+ERROR_CONDITIONS: Final[Mapping[str, tuple[type[BaseException], ...]]] = {
+    "connect-failure": (ConnectionError,),
+    "reset": (ConnectionResetError, ConnectionAbortedError),
+    "refused-stream": (ConnectionRefusedError,),
+    "timeout": (TimeoutError,),
+}
+#: Conditions that name HTTP statuses (Envoy's x-envoy-retry-on values), for HTTP integrations.
+STATUS_CONDITIONS: Final[Mapping[str, frozenset[int]]] = {
+    "5xx": frozenset(range(500, 600)),
+    "gateway-error": frozenset({502, 503, 504}),
+    "retriable-4xx": frozenset({409}),
+    "retriable-status-codes": frozenset(),  # the codes come from retriable_status_codes
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BudgetConfig:
+    """``budget = {percent, min, window}``: a :class:`~seawall.RetryBudget` per route.
+
+    ``percent`` maps to ``ratio = percent / 100`` (Envoy's ``budget_percent``); ``min`` to
+    ``min_per_second``; ``window`` in seconds.
+    """
+
+    percent: float
+    min_per_second: float
+    window: float
+
+    def build(self, clock: Clock | None) -> RetryBudget:
+        return RetryBudget(
+            ratio=self.percent / 100.0,
+            min_per_second=self.min_per_second,
+            window=self.window,
+            clock=clock,
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HedgeConfig:
+    """``hedge = {delay, max_attempts}``: validated and kept for hedging callers.
+
+    Attributes:
+        delay: seconds to wait before sending a hedged request.
+        max_attempts: total requests, the first included.
+    """
+
+    delay: float
+    max_attempts: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RouteConfig:
+    """One validated route policy (see the module docs for the fields).
+
+    Attributes:
+        name: the route's name; also the policy's ``name`` (metrics, logs, kill switch).
+        num_retries: retries after the first attempt (``max_attempts = num_retries + 1``).
+        retry_on: the conditions, as written.
+        retry_statuses: HTTP statuses to retry, when ``retry_on`` names any (else ``None``).
+        timeout: seconds for the whole call, waits included (``None``: no limit).
+        per_try_timeout: seconds per attempt (``None``: no limit).
+        back_off: the delays between attempts.
+        budget: the retry budget, if any.
+        hedge: the hedging settings, if any.
+        enabled: ``False`` turns retries off for this name (the per-name kill switch).
+    """
+
+    name: str
+    num_retries: int
+    retry_on: tuple[str, ...]
+    retry_statuses: frozenset[int] | None
+    timeout: float | None
+    per_try_timeout: float | None
+    back_off: Backoff
+    budget: BudgetConfig | None
+    hedge: HedgeConfig | None
+    enabled: bool
+    _errors: tuple[type[BaseException], ...] | None = dataclasses.field(
+        default=None, repr=False, compare=True
+    )
+
+    def build(
+        self,
+        *,
+        budget: RetryBudget | None = None,
+        hooks: Sequence[Hook] | None = None,
+        clock: Clock | None = None,
+    ) -> RetryPolicy:
+        """The :class:`~seawall.RetryPolicy` this route describes."""
+        kwargs: dict[str, Any] = {}
+        if self._errors is not None:
+            kwargs["retry_on"] = self._errors
+        return RetryPolicy(
+            max_attempts=self.num_retries + 1,
+            backoff=self.back_off,
+            timeout=self.timeout,
+            attempt_timeout=self.per_try_timeout,
+            budget=budget,
+            clock=clock,
+            name=self.name,
+            hooks=hooks,
+            **kwargs,
+        )
+
+    def http_rules(self) -> HttpRules:
+        """:class:`HttpRules` for the HTTP integrations, retrying this route's statuses."""
+        from seawall._http import HttpRules
+
+        if self.retry_statuses is None:
+            return HttpRules()
+        return HttpRules(retry_statuses=self.retry_statuses)
+
+    def describe(self) -> dict[str, Any]:
+        """A plain dict of the settings, for admin pages and logs."""
+        b = self.back_off
+        return {
+            "max_attempts": self.num_retries + 1,
+            "retry_on": list(self.retry_on),
+            "retry_statuses": sorted(self.retry_statuses) if self.retry_statuses else None,
+            "timeout": self.timeout,
+            "per_try_timeout": self.per_try_timeout,
+            "back_off": {"base": b.base, "max": b.cap, "jitter": b.jitter},
+            "budget": dataclasses.asdict(self.budget) if self.budget else None,
+            "hedge": dataclasses.asdict(self.hedge) if self.hedge else None,
+        }
+
+
+# -- field readers --------------------------------------------------------------------------
+
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(us|ms|s|m|h)?\s*$")
+_UNITS: Final = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _mapping(value: object, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(path, f"must be a table/mapping, got {value!r}")
+    for key in value:
+        if not isinstance(key, str):
+            raise ConfigError(path, f"keys must be strings, got {key!r}")
+    return value
+
+
+def _known(table: Mapping[str, Any], path: str, allowed: Sequence[str]) -> None:
+    for key in table:
+        if key not in allowed:
+            raise ConfigError(
+                _join(path, key), f"unknown field (expected one of: {', '.join(allowed)})"
+            )
+
+
+def _duration(value: object, path: str, *, positive: bool = True) -> float:
+    """Seconds from a number or a string like ``"250ms"``, ``"2s"``, ``"1.5m"``."""
+    if isinstance(value, bool):
+        raise ConfigError(path, f"must be a duration (seconds or '250ms'), got {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = _DURATION.match(value)
+        if match is None:
+            raise ConfigError(path, f"must be a duration like '250ms', '2s' or 1.5, got {value!r}")
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    else:
+        raise ConfigError(path, f"must be a duration (seconds or '250ms'), got {value!r}")
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
+        raise ConfigError(path, f"must be {'> 0' if positive else '>= 0'}, got {value!r}")
+    return seconds
+
+
+def _number(value: object, path: str, *, minimum: float, strict: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(path, f"must be a number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v < minimum or (strict and v == minimum):
+        raise ConfigError(path, f"must be {'>' if strict else '>='} {minimum:g}, got {value!r}")
+    return v
+
+
+def _int(value: object, path: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(path, f"must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(path, f"must be >= {minimum}, got {value!r}")
+    return value
+
+
+def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """*override* on top of *base*; nested tables merge, other values replace."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+_ROUTE_FIELDS: Final = ("timeout", "retry_policy", "hedge", "enabled")
+_RETRY_FIELDS: Final = (
+    "retry_on",
+    "num_retries",
+    "per_try_timeout",
+    "back_off",
+    "retry_back_off",
+    "budget",
+    "retriable_status_codes",
+)
+
+
+def _retry_on(
+    value: object,
+    path: str,
+    errors: Mapping[str, type[BaseException]],
+    statuses: object,
+    statuses_path: str,
+) -> tuple[tuple[str, ...], tuple[type[BaseException], ...] | None, frozenset[int] | None]:
+    if isinstance(value, str):
+        names = [n.strip() for n in value.split(",") if n.strip()]
+    elif isinstance(value, Sequence) and all(isinstance(n, str) for n in value):
+        names = [n.strip() for n in value]
+    else:
+        raise ConfigError(path, f"must be a list or comma-separated string of names, got {value!r}")
+    if not names:
+        raise ConfigError(path, "must name at least one condition")
+    classes: list[type[BaseException]] = []
+    codes: set[int] = set()
+    http = False
+    for name in names:
+        if name in ERROR_CONDITIONS:
+            classes.extend(ERROR_CONDITIONS[name])
+        elif name in STATUS_CONDITIONS:
+            http = True
+            codes |= STATUS_CONDITIONS[name]
+        elif name in errors:
+            classes.append(errors[name])
+        else:
+            known = sorted({*ERROR_CONDITIONS, *STATUS_CONDITIONS, *errors})
+            raise ConfigError(path, f"unknown condition {name!r} (known: {', '.join(known)})")
+    if statuses is not None:
+        if "retriable-status-codes" not in names:
+            raise ConfigError(statuses_path, "needs 'retriable-status-codes' in retry_on")
+        if isinstance(statuses, (str, bytes)) or not isinstance(statuses, Sequence):
+            raise ConfigError(statuses_path, f"must be a list of HTTP statuses, got {statuses!r}")
+        for i, code in enumerate(statuses):
+            if isinstance(code, bool) or not isinstance(code, int) or not 100 <= code <= 599:
+                raise ConfigError(
+                    f"{statuses_path}[{i}]", f"must be an HTTP status (100-599), got {code!r}"
+                )
+            codes.add(code)
+    elif "retriable-status-codes" in names:
+        raise ConfigError(path, "'retriable-status-codes' needs retriable_status_codes = [...]")
+    return tuple(names), tuple(dict.fromkeys(classes)), frozenset(codes) if http else None
+
+
+def _back_off(table: Mapping[str, Any], path: str) -> Backoff:
+    if "back_off" in table and "retry_back_off" in table:
+        raise ConfigError(
+            _join(path, "retry_back_off"), "give back_off or retry_back_off, not both"
+        )
+    if "retry_back_off" in table:
+        # Envoy's spelling: retry_back_off = {base_interval, max_interval}.
+        key, base_key, max_key = "retry_back_off", "base_interval", "max_interval"
+    elif "back_off" in table:
+        key, base_key, max_key = "back_off", "base", "max"
+    else:
+        return DEFAULT_BACKOFF
+    bpath = _join(path, key)
+    spec = _mapping(table[key], bpath)
+    _known(spec, bpath, (base_key, max_key, "jitter"))
+    if base_key not in spec:
+        raise ConfigError(_join(bpath, base_key), "required")
+    base = _duration(spec[base_key], _join(bpath, base_key))
+    # Envoy: max_interval defaults to 10 times base_interval.
+    cap = _duration(spec[max_key], _join(bpath, max_key)) if max_key in spec else 10 * base
+    if cap < base:
+        raise ConfigError(_join(bpath, max_key), f"must be >= {base_key} ({base:g} s), got {cap:g}")
+    jitter = spec.get("jitter", "full")
+    if jitter not in ("none", "full", "equal", "decorrelated"):
+        raise ConfigError(
+            _join(bpath, "jitter"), f"must be none, full, equal or decorrelated, got {jitter!r}"
+        )
+    return Backoff(base=base, cap=cap, jitter=jitter)
+
+
+def _budget(value: object, path: str) -> BudgetConfig:
+    spec = _mapping(value, path)
+    _known(spec, path, ("percent", "min", "window"))
+    if "percent" not in spec:
+        raise ConfigError(_join(path, "percent"), "required")
+    percent = _number(spec["percent"], _join(path, "percent"), minimum=0.0, strict=True)
+    minimum = _number(spec.get("min", 10.0), _join(path, "min"), minimum=0.0)
+    window = _duration(spec.get("window", 10.0), _join(path, "window"))
+    return BudgetConfig(percent, minimum, window)
+
+
+def _hedge(value: object, path: str) -> HedgeConfig:
+    spec = _mapping(value, path)
+    _known(spec, path, ("delay", "max_attempts"))
+    if "delay" not in spec:
+        raise ConfigError(_join(path, "delay"), "required")
+    delay = _duration(spec["delay"], _join(path, "delay"), positive=False)
+    attempts = _int(spec.get("max_attempts", 2), _join(path, "max_attempts"), minimum=1)
+    return HedgeConfig(delay, attempts)
+
+
+def _route(
+    name: str, table: Mapping[str, Any], path: str, errors: Mapping[str, type[BaseException]]
+) -> RouteConfig:
+    _known(table, path, _ROUTE_FIELDS)
+    timeout = _duration(table["timeout"], _join(path, "timeout")) if "timeout" in table else None
+    enabled = table.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(_join(path, "enabled"), f"must be true or false, got {enabled!r}")
+    hedge = _hedge(table["hedge"], _join(path, "hedge")) if "hedge" in table else None
+    rpath = _join(path, "retry_policy")
+    retry = _mapping(table.get("retry_policy", {}), rpath)
+    _known(retry, rpath, _RETRY_FIELDS)
+    num_retries = _int(retry.get("num_retries", 2), _join(rpath, "num_retries"), minimum=0)
+    per_try = retry.get("per_try_timeout")
+    per_try_timeout = (
+        None if per_try is None else _duration(per_try, _join(rpath, "per_try_timeout"))
+    )
+    if "retry_on" in retry:
+        retry_on, classes, statuses = _retry_on(
+            retry["retry_on"],
+            _join(rpath, "retry_on"),
+            errors,
+            retry.get("retriable_status_codes"),
+            _join(rpath, "retriable_status_codes"),
+        )
+    elif "retriable_status_codes" in retry:
+        raise ConfigError(
+            _join(rpath, "retriable_status_codes"), "needs 'retriable-status-codes' in retry_on"
+        )
+    else:
+        retry_on, classes, statuses = ("connect-failure", "timeout"), None, None
+    back_off = _back_off(retry, rpath)
+    budget = _budget(retry["budget"], _join(rpath, "budget")) if "budget" in retry else None
+    return RouteConfig(
+        name=name,
+        num_retries=num_retries,
+        retry_on=retry_on,
+        retry_statuses=statuses,
+        timeout=timeout,
+        per_try_timeout=per_try_timeout,
+        back_off=back_off,
+        budget=budget,
+        hedge=hedge,
+        enabled=enabled,
+        _errors=classes,
+    )
+
+
+def parse_config(
+    data: Mapping[str, Any], *, errors: Mapping[str, type[BaseException]] | None = None
+) -> dict[str, RouteConfig]:
+    """Validate a configuration mapping; the routes by name.
+
+    Args:
+        data: ``{"defaults": {...}, "routes": {name: {...}}}`` (``defaults`` is optional and
+            is merged under every route).
+        errors: application error classes that ``retry_on`` may name, e.g.
+            ``{"db-unavailable": DatabaseUnavailable}``.
+
+    Raises:
+        ConfigError: a field is invalid; the message starts with its path.
+    """
+    errs = dict(errors or {})
+    for key, cls in errs.items():
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+            raise TypeError(f"errors must map names to exception classes, got {key!r}: {cls!r}")
+    root = _mapping(data, "")
+    _known(root, "", ("defaults", "routes"))
+    defaults = _mapping(root.get("defaults", {}), "defaults")
+    _known(defaults, "defaults", _ROUTE_FIELDS)
+    routes = _mapping(root.get("routes", {}), "routes")
+    parsed: dict[str, RouteConfig] = {}
+    for name, spec in routes.items():
+        path = _join("routes", name)
+        if not name or not name.strip():
+            raise ConfigError(path, "route names must not be empty")
+        parsed[name] = _route(name, _merge(defaults, _mapping(spec, path)), path, errs)
+    return parsed
+
+
+def _top(loaded: object, name: str) -> Mapping[str, Any]:
+    if not isinstance(loaded, Mapping):
+        raise ConfigError("", f"{name}: the top level must be a table/mapping, got {loaded!r}")
+    return _mapping(loaded, "")
+
+
+def _read(path: str | os.PathLike[str]) -> bytes:
+    with open(os.fspath(path), "rb") as f:
+        return f.read()
+
+
+def _decode(raw: bytes, path: str | os.PathLike[str]) -> Mapping[str, Any]:
+    name = os.fspath(path)
+    suffix = os.path.splitext(name)[1].lower()
+    if suffix == ".toml":
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover - Python 3.10
+            try:
+                import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
+            except ImportError as err:
+                raise ConfigError(
+                    "", f"{name}: reading TOML on Python 3.10 needs the tomli package"
+                ) from err
+        try:
+            return _mapping(tomllib.loads(raw.decode("utf-8")), "")
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+            raise ConfigError("", f"{name}: invalid TOML: {err}") from err
+    if suffix in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError as err:
+            raise ConfigError("", f"{name}: reading YAML needs seawall[yaml] (PyYAML)") from err
+        try:
+            loaded = yaml.safe_load(raw)
+        except yaml.YAMLError as err:
+            raise ConfigError("", f"{name}: invalid YAML: {err}") from err
+        return {} if loaded is None else _top(loaded, name)
+    if suffix == ".json":
+        import json
+
+        try:
+            loaded = json.loads(raw)
+        except ValueError as err:
+            raise ConfigError("", f"{name}: invalid JSON: {err}") from err
+        return _top(loaded, name)
+    raise ConfigError("", f"{name}: unknown format {suffix!r} (use .toml, .yaml, .yml or .json)")
+
+
+def load_config(
+    source: str | os.PathLike[str] | Mapping[str, Any],
+    *,
+    errors: Mapping[str, type[BaseException]] | None = None,
+) -> dict[str, RouteConfig]:
+    """Read and validate a policy file (``.toml``, ``.yaml``/``.yml``, ``.json``) or mapping.
+
+    Raises:
+        ConfigError: the file cannot be parsed or a field is invalid (the path is named).
+        OSError: the file cannot be read.
+    """
+    data = source if isinstance(source, Mapping) else _decode(_read(source), source)
+    return parse_config(data, errors=errors)
+
+
+# -- live policies ------------------------------------------------------------------------------
+
+
+class PolicyHandle:
+    """A named, reloadable policy: every call uses the registry's current policy for the name.
+
+    Use it like a :class:`~seawall.RetryPolicy`: ``handle.call(fn)``, ``await
+    handle.acall(fn)``, ``handle.run(fn)``, ``handle.attempts()`` or as a decorator. Holding a
+    handle (instead of a policy) is what lets :meth:`PolicyRegistry.reload` change live
+    behaviour.
+    """
+
+    __slots__ = ("_held", "_policy", "_route", "name")
+
+    def __init__(self, name: str, policy: RetryPolicy, route: RouteConfig | None) -> None:
+        self.name = name
+        self._policy = policy
+        self._route = route
+        # Set once the application asked for the handle: its route cannot vanish on reload.
+        self._held = False
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The current policy (it changes on reload)."""
+        return self._policy
+
+    @property
+    def route(self) -> RouteConfig | None:
+        """The current route settings, or ``None`` for a policy registered in code."""
+        return self._route
+
+    @property
+    def hedge(self) -> HedgeConfig | None:
+        """The route's hedging settings, if configured."""
+        return None if self._route is None else self._route.hedge
+
+    def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._policy.call(fn, *args, **kwargs)
+
+    async def acall(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._policy.acall(fn, *args, **kwargs)
+
+    def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T]:
+        return self._policy.run(fn, *args, **kwargs)
+
+    async def arun(
+        self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> Outcome[T]:
+        return await self._policy.arun(fn, *args, **kwargs)
+
+    def attempts(self) -> Attempts:
+        return self._policy.attempts()
+
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]: ...
+
+    def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
+        """Decorate ``def`` or ``async def``: each call goes through the current policy."""
+        import functools
+        import inspect
+
+        if not callable(fn):
+            raise TypeError(f"can only decorate callables, got {fn!r}")
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                return await self._policy.acall(fn, *args, **kwargs)
+
+            return async_wrapper
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return self._policy.call(fn, *args, **kwargs)
+
+        return wrapper
+
+    def __repr__(self) -> str:
+        return f"<PolicyHandle {self.name!r} {self._policy!r}>"
+
+
+class PolicyRegistry:
+    """One place for every retry policy of an application: see, change, reload, switch off.
+
+    Args:
+        source: a policy file path or mapping to load at once (optional).
+        hooks: hooks given to every policy built from the configuration (e.g. a
+            :class:`~seawall.instrumentation.MetricsHook`); ``None`` means the logging hook.
+        clock: the clock for policies and budgets (the system clock by default).
+        errors: application error classes ``retry_on`` may name.
+
+    Example:
+        ``registry = PolicyRegistry("policies.toml")``;
+        ``users = registry.policy("users")``; ``users.call(fetch_user, 42)``;
+        later ``registry.reload()`` (e.g. on SIGHUP): ``users`` follows the new file.
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+        *,
+        hooks: Sequence[Hook] | None = None,
+        clock: Clock | None = None,
+        errors: Mapping[str, type[BaseException]] | None = None,
+    ) -> None:
+        self._hooks = None if hooks is None else tuple(hooks)
+        self._clock = clock
+        self._errors = dict(errors or {})
+        self._lock = threading.RLock()
+        self._handles: dict[str, PolicyHandle] = {}
+        self._budgets: dict[str, tuple[BudgetConfig, RetryBudget]] = {}
+        self._source: str | os.PathLike[str] | None = None
+        self._loaded: bytes | None = None  # the file content last loaded
+        if source is not None:
+            self.load(source)
+
+    def _build(self, route: RouteConfig) -> RetryPolicy:
+        budget = None
+        if route.budget is not None:
+            kept = self._budgets.get(route.name)
+            if kept is not None and kept[0] == route.budget:
+                budget = kept[1]  # unchanged settings: keep the budget's window of history
+            else:
+                budget = route.budget.build(self._clock)
+        return route.build(budget=budget, hooks=self._hooks, clock=self._clock)
+
+    def load(self, source: str | os.PathLike[str] | Mapping[str, Any]) -> None:
+        """Replace every configured policy with *source*'s, atomically.
+
+        Everything is validated first: on any error nothing changes. Handles already given out
+        follow the new policies; routes missing from *source* are removed unless a handle to
+        them is held (then :class:`ConfigError`). Each route's ``enabled`` sets the per-name
+        kill switch.
+
+        Raises:
+            ConfigError: invalid settings, or a held route missing from *source*.
+        """
+        raw: bytes | None = None
+        if isinstance(source, Mapping):
+            routes = parse_config(source, errors=self._errors)
+        else:
+            raw = _read(source)
+            routes = parse_config(_decode(raw, source), errors=self._errors)
+        with self._lock:
+            for name, handle in self._handles.items():
+                if handle._route is not None and name not in routes and handle._held:
+                    raise ConfigError(
+                        _join("routes", name), "missing, but the application holds its policy"
+                    )
+            policies = {name: self._build(route) for name, route in routes.items()}
+            for name, route in routes.items():
+                live = self._handles.get(name)
+                if live is None:
+                    self._handles[name] = PolicyHandle(name, policies[name], route)
+                else:
+                    live._policy, live._route = policies[name], route
+                if route.budget is not None:
+                    budget = policies[name].budget
+                    assert isinstance(budget, RetryBudget)
+                    self._budgets[name] = (route.budget, budget)
+                else:
+                    self._budgets.pop(name, None)
+                set_enabled(route.enabled, name=name)
+            for name in [n for n, h in self._handles.items() if h._route and n not in routes]:
+                del self._handles[name]
+                self._budgets.pop(name, None)
+            if not isinstance(source, Mapping):
+                self._source = source
+            self._loaded = raw
+
+    def reload(self) -> bool:
+        """Load the file given to :meth:`load` again if its content changed; whether it did.
+
+        Raises:
+            ConfigError: the new content is invalid (the live policies are kept).
+            RuntimeError: the registry was never loaded from a file.
+        """
+        if self._source is None:
+            raise RuntimeError("reload() needs a registry loaded from a file")
+        if _read(self._source) == self._loaded:
+            return False
+        self.load(self._source)
+        return True
+
+    def register(self, name: str, policy: RetryPolicy) -> PolicyHandle:
+        """Add (or replace) a policy defined in code, so it shows up and can be changed here.
+
+        The policy is renamed to *name* (its metrics, logs and kill switch use it).
+        """
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty str, got {name!r}")
+        if not isinstance(policy, RetryPolicy):
+            raise TypeError(f"policy must be a seawall.RetryPolicy, got {policy!r}")
+        if policy.name != name:
+            policy = policy.replace(name=name)
+        with self._lock:
+            handle = self._handles.get(name)
+            if handle is None:
+                handle = self._handles[name] = PolicyHandle(name, policy, None)
+            else:
+                handle._policy = policy
+            return handle
+
+    def replace(self, name: str, **changes: Any) -> RetryPolicy:
+        """Change one live policy's parameters (as :meth:`RetryPolicy.replace`); the new policy.
+
+        The change lasts until the next :meth:`load`/:meth:`reload` of a file that sets it.
+        """
+        with self._lock:
+            handle = self._handle(name)
+            handle._policy = handle._policy.replace(**changes)
+            return handle._policy
+
+    def _handle(self, name: str) -> PolicyHandle:
+        handle = self._handles.get(name)
+        if handle is None:
+            known = ", ".join(sorted(self._handles)) or "none"
+            raise KeyError(f"no policy named {name!r} (known: {known})")
+        return handle
+
+    def policy(self, name: str) -> PolicyHandle:
+        """The handle for *name*: it always calls through the current policy of that name.
+
+        Raises:
+            KeyError: no such policy (the message lists the known names).
+        """
+        handle = self._handle(name)
+        handle._held = True
+        return handle
+
+    def __getitem__(self, name: str) -> RetryPolicy:
+        """The current :class:`~seawall.RetryPolicy` for *name* (a snapshot, not live)."""
+        return self._handle(name)._policy
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._handles
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._handles))
+
+    def __len__(self) -> int:
+        return len(self._handles)
+
+    def set_enabled(self, name: str, enabled: bool) -> None:
+        """The per-name kill switch: ``False`` makes *name*'s policy try once, never retry."""
+        self._handle(name)
+        set_enabled(enabled, name=name)
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        """Every policy's settings and kill-switch state, as plain data (for an admin page)."""
+        out: dict[str, dict[str, Any]] = {}
+        for name in self:
+            handle = self._handles[name]
+            p = handle._policy
+            b = p.backoff
+            info: dict[str, Any] = {
+                "source": "config" if handle._route is not None else "code",
+                "enabled": is_enabled(name),
+                "max_attempts": p.max_attempts,
+                "timeout": p.timeout,
+                "per_try_timeout": p.attempt_timeout,
+                "back_off": {"base": b.base, "max": b.cap, "jitter": b.jitter},
+                "budget": type(p.budget).__name__ if p.budget is not None else None,
+            }
+            if handle._route is not None:
+                route = handle._route.describe()
+                info["retry_on"] = route["retry_on"]
+                info["retry_statuses"] = route["retry_statuses"]
+                info["budget"] = route["budget"]
+                info["hedge"] = route["hedge"]
+            out[name] = info
+        return out
+
+    def __repr__(self) -> str:
+        return f"<PolicyRegistry {sorted(self._handles)}>"
