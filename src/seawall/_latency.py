@@ -241,32 +241,19 @@ class LatencyTracker:
             total = self._total
             unit = total / self._count if not self._decay else 0.0
             rank = qv * (total - unit)
+            seen = self._zero
+            if seen > rank:
+                return 0.0
             buckets = self._buckets
             keys = self._sorted_keys()
-            key: int | None
-            if qv > 0.5:
-                # Tail quantiles (the ones timeouts and hedges ask for) walk down from the top:
-                # a few buckets instead of all of them. Below key k lies total - (weight above k).
-                key = keys[-1] if keys else None  # also when rank reaches the total (q = 1)
-                above = 0.0
-                for k in reversed(keys):
-                    if total - above <= rank:
-                        break
+            # One walk up the buckets (a few hundred at most): walking down from the top for tail
+            # quantiles was measured no faster on heavy tails, where most buckets lie above p99.
+            key = keys[-1] if keys else None
+            for k in keys:
+                seen += buckets[k]
+                if seen > rank:
                     key = k
-                    above += buckets[k]
-                else:
-                    if self._zero > rank:
-                        key = None
-            else:
-                seen = self._zero
-                key = None
-                if seen <= rank:
-                    key = keys[-1] if keys else None
-                    for k in keys:
-                        seen += buckets[k]
-                        if seen > rank:
-                            key = k
-                            break
+                    break
         if key is None:
             return 0.0
         # The bucket's value with the least relative error to anything in it.
