@@ -246,10 +246,15 @@ class Counters:
 
     def attempt(self, policy: str, outcome: str, duration: float) -> None:
         policy = self._names(policy)
-        self._add(("attempts", policy, outcome))
-        if math.isfinite(duration) and duration >= 0:
-            self._add(("attempt_duration_seconds_count", policy, outcome))
-            self._add(("attempt_duration_seconds_sum", policy, outcome), duration)
+        counts = self._counts
+        key = ("attempts", policy, outcome)
+        with self._lock:
+            counts[key] = counts.get(key, 0.0) + 1.0
+            if 0.0 <= duration < math.inf:
+                key = ("attempt_duration_seconds_count", policy, outcome)
+                counts[key] = counts.get(key, 0.0) + 1.0
+                key = ("attempt_duration_seconds_sum", policy, outcome)
+                counts[key] = counts.get(key, 0.0) + duration
 
     def retry(self, policy: str) -> None:
         self._add(("retries", self._names(policy)))
