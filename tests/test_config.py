@@ -368,11 +368,13 @@ def test_invalid_reload_keeps_the_live_policies(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"routes\.users: missing"):
         registry.reload()
     assert list(registry) == ["users"]
-    path.write_text("routes: {users: {}, search: {}}\n")
+    path.write_text("routes: {users: {}, search: {enabled: false}}\n")
     registry.reload()
+    assert seawall.is_enabled("search") is False
     path.write_text("routes: {users: {}}\n")
     registry.reload()
     assert list(registry) == ["users"]
+    assert seawall.is_enabled("search") is True
 
 
 def test_kill_switch_per_name_from_the_file_and_at_runtime() -> None:

@@ -691,6 +691,7 @@ class PolicyRegistry:
             for name in [n for n, h in self._handles.items() if h._route and n not in routes]:
                 del self._handles[name]
                 self._budgets.pop(name, None)
+                set_enabled(True, name=name)  # a switch the file set must not outlive the route
             if not isinstance(source, Mapping):
                 self._source = source
             self._loaded = raw
