@@ -1,0 +1,222 @@
+"""The ``seawall`` command: run the simulator's scenarios, or the whole demo.
+
+``seawall demo`` runs every scenario in a short version, prints tables, and writes PNG plots and
+a JSON summary to ``./seawall-report/``. ``seawall sim NAME`` runs one scenario with its own
+options (``seawall sim NAME --help``). Needs the ``sim`` extra: ``pip install seawall[sim]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+__all__ = ["main"]
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+
+
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return value
+
+
+def _default_workers() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command's argument parser (one subparser per registered scenario)."""
+    from seawall.sim import SCENARIOS
+
+    parser = argparse.ArgumentParser(
+        prog="seawall",
+        description="seawall: safe retries. Run the simulator that shows what retry policies do.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+
+    demo = commands.add_parser(
+        "demo",
+        help="run every scenario (short versions); tables, PNG plots and JSON in ./seawall-report",
+        description=(
+            "Run storm and short versions of the other scenarios; print tables, and write PNG "
+            "plots and summary.json to the output directory."
+        ),
+    )
+    demo.add_argument("--out", default="seawall-report", help="output directory (seawall-report)")
+    demo.add_argument("--seed", type=_seed, default=0, help="random seed (0)")
+    demo.add_argument(
+        "--workers", type=_workers, default=_default_workers(), help="processes to use (CPUs)"
+    )
+
+    sim = commands.add_parser(
+        "sim",
+        help="run one scenario: " + ", ".join(SCENARIOS),
+        description="Run one scenario. `seawall sim NAME --help` lists its options.",
+    )
+    names = sim.add_subparsers(dest="scenario", metavar="NAME")
+    names.required = True
+    for name, scenario in SCENARIOS.items():
+        sub = names.add_parser(
+            name, help=scenario.summary, description=scenario.description or scenario.summary
+        )
+        scenario.add_arguments(sub)
+        sub.add_argument("--seed", type=_seed, default=0, help="random seed (0)")
+        sub.add_argument(
+            "--workers", type=_workers, default=_default_workers(), help="processes to use (CPUs)"
+        )
+        sub.add_argument(
+            "--json", action="store_true", help="print the result as JSON instead of tables"
+        )
+        if scenario.plot is not None:
+            sub.add_argument("--plot", metavar="PATH", help="write a PNG plot to PATH")
+    return parser
+
+
+@contextlib.contextmanager
+def _progress(console: Any, label: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on stderr, shown only once a run has taken more than a second."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    bar = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    task = bar.add_task(label, total=None)
+    started = time.monotonic()
+    shown = False
+
+    def update(done: int, total: int) -> None:
+        nonlocal shown
+        if not shown and time.monotonic() - started > 1.0:
+            bar.start()
+            shown = True
+        bar.update(task, completed=done, total=total)
+
+    try:
+        yield update
+    finally:
+        if shown:
+            bar.stop()
+
+
+def _consoles() -> tuple[Any, Any]:
+    from rich.console import Console
+
+    return Console(), Console(stderr=True)
+
+
+def _run_sim(args: argparse.Namespace) -> int:
+    from seawall.sim import SCENARIOS
+    from seawall.sim._report import jsonable
+
+    scenario = SCENARIOS[args.scenario]
+    out, err = _consoles()
+    with _progress(err, f"seawall sim {scenario.name}") as progress:
+        result = scenario.run(args, progress)
+    if args.json:
+        sys.stdout.write(json.dumps(jsonable(result), indent=2) + "\n")
+    else:
+        scenario.render(result, out)
+    plot = getattr(args, "plot", None)
+    if plot:
+        scenario.plot(result, plot)  # type: ignore[misc]
+        err.print(f"plot written to {plot}", markup=False)
+    return 0
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from seawall.sim import SCENARIOS
+    from seawall.sim._report import jsonable, occ_markdown
+
+    out, err = _consoles()
+    directory = os.path.abspath(args.out)
+    os.makedirs(directory, exist_ok=True)
+    summary: dict[str, Any] = {"seed": args.seed, "scenarios": {}}
+    written: list[str] = []
+    started = time.monotonic()
+    for name, scenario in SCENARIOS.items():
+        t0 = time.monotonic()
+        with _progress(err, f"demo: {name}") as progress:
+            result = scenario.demo(args.seed, args.workers, progress)
+        out.rule(f"[bold]{name}[/bold]: {scenario.summary}")
+        scenario.render(result, out)
+        if scenario.plot is not None:
+            path = os.path.join(directory, f"{name}.png")
+            scenario.plot(result, path)
+            written.append(path)
+        summary["scenarios"][name] = {
+            "seconds": round(time.monotonic() - t0, 3),
+            "result": jsonable(result),
+        }
+        if name == "occ":
+            table = os.path.join(directory, "occ.md")
+            with open(table, "w", encoding="utf-8") as f:
+                f.write(occ_markdown(result) + "\n")
+            written.append(table)
+    path = os.path.join(directory, "summary.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1)
+    written.append(path)
+    out.rule()
+    out.print(f"demo finished in {time.monotonic() - started:.1f} s; report in {directory}/:")
+    for p in written:
+        out.print(f"  {os.path.basename(p)}", markup=False)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``seawall`` command; returns the exit status."""
+    try:
+        import matplotlib  # noqa: F401
+        import rich  # noqa: F401
+    except ImportError as err:
+        sys.stderr.write(
+            f"seawall: the simulator needs the 'sim' extra ({err.name} is missing): "
+            "pip install 'seawall[sim]'\n"
+        )
+        return 1
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        try:
+            if args.command == "demo":
+                return _run_demo(args)
+            return _run_sim(args)
+        except (ValueError, TypeError) as err:
+            # Parameters the option types could not check alone (e.g. --cap below --base).
+            parser.exit(EXIT_USAGE, f"seawall: error: {err}\n")
+    except KeyboardInterrupt:
+        sys.stderr.write("\nseawall: interrupted\n")
+        return EXIT_INTERRUPTED
+    return 0  # pragma: no cover - parser.exit raises
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The seawall simulator: the real policy objects on virtual time, deterministic by seed.
+
+A heap-based discrete-event :class:`Engine` orders events; the scenarios model clients, network
+hops, servers and shared resources, and drive the real decision code: ``RetryPolicy.new_state``,
+``RetryState.begin_attempt`` / ``on_error`` / ``on_success``, ``Backoff.compute`` and the budgets,
+whose clock reads the engine's time (:class:`SimClock`).
+
+Each scenario is a function with documented defaults that returns a frozen result object:
+:func:`storm`, :func:`occ`, :func:`amplify`, :func:`sweep`, :func:`metastable`. The ``seawall``
+command runs them (``seawall sim NAME``); new scenarios plug into it through
+:func:`register_scenario`. Tables and plots need the ``sim`` extra (rich, matplotlib); the
+scenario functions themselves need nothing beyond seawall.
+"""
+
+from seawall.sim import _scenarios  # noqa: F401  (registers the built-in scenarios)
+from seawall.sim._amplify import AMPLIFY_STRATEGIES, AmplifyResult, AmplifyRow, amplify
+from seawall.sim._engine import Engine, SimClock
+from seawall.sim._metastable import (
+    METASTABLE_STRATEGIES,
+    MetastableResult,
+    MetastableSeries,
+    metastable,
+)
+from seawall.sim._occ import OCC_ALGORITHMS, OccResult, OccRow, WriteConflict, occ
+from seawall.sim._registry import SCENARIOS, Scenario, register_scenario
+from seawall.sim._storm import StormResult, TraceStep, storm
+from seawall.sim._sweep import SWEEP_STRATEGIES, SweepResult, SweepRow, sweep
+
+__all__ = [
+    "AMPLIFY_STRATEGIES",
+    "METASTABLE_STRATEGIES",
+    "OCC_ALGORITHMS",
+    "SCENARIOS",
+    "SWEEP_STRATEGIES",
+    "AmplifyResult",
+    "AmplifyRow",
+    "Engine",
+    "MetastableResult",
+    "MetastableSeries",
+    "OccResult",
+    "OccRow",
+    "Scenario",
+    "SimClock",
+    "StormResult",
+    "SweepResult",
+    "SweepRow",
+    "TraceStep",
+    "WriteConflict",
+    "amplify",
+    "metastable",
+    "occ",
+    "register_scenario",
+    "storm",
+    "sweep",
+]

@@ -1,0 +1,401 @@
+"""Scenario ``metastable``: a load spike tips a server into a collapse that retries sustain."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+
+from seawall._backoff import Backoff
+from seawall._budget import RetryBudget
+from seawall._errors import Overloaded
+from seawall._retry import RetryPolicy, RetryState
+from seawall.sim._engine import Engine, SimClock
+from seawall.sim._util import check_int, check_seconds, parallel_map, trial_rng
+
+__all__ = ["METASTABLE_STRATEGIES", "MetastableResult", "MetastableSeries", "metastable"]
+
+METASTABLE_STRATEGIES: tuple[str, ...] = ("naive", "backoff", "budget", "budget_shedding")
+
+
+class AttemptTimedOut(TimeoutError):
+    """The client stopped waiting for the attempt (the server still does the work)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MetastableSeries:
+    """One strategy's run(s).
+
+    Attributes:
+        strategy: one of :data:`METASTABLE_STRATEGIES`.
+        goodput: successful requests per second, per bin (mean over runs).
+        offered: attempts reaching the server per second, per bin (mean over runs).
+        in_flight: requests in the server at the end of each bin (mean over runs).
+        recovered_at: per run, when goodput came back after the spike (``None``: never).
+        success: the fraction of requests that succeeded (mean over runs).
+        load: attempts per request (mean over runs).
+        events: simulator events, all runs together.
+    """
+
+    strategy: str
+    goodput: tuple[float, ...]
+    offered: tuple[float, ...]
+    in_flight: tuple[float, ...]
+    recovered_at: tuple[float | None, ...]
+    success: float
+    load: float
+    events: int
+
+    @property
+    def recovered(self) -> bool:
+        """Whether goodput recovered after the spike in every run."""
+        return all(t is not None for t in self.recovered_at)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MetastableResult:
+    """The result of :func:`metastable`."""
+
+    series: tuple[MetastableSeries, ...]
+    bin_width: float
+    duration: float
+    rate: float
+    spike_rate: float
+    spike_start: float
+    spike_end: float
+    runs: int
+    seed: int
+
+    def get(self, strategy: str) -> MetastableSeries:
+        for s in self.series:
+            if s.strategy == strategy:
+                return s
+        raise KeyError(strategy)
+
+    @property
+    def events(self) -> int:
+        return sum(s.events for s in self.series)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Params:
+    strategy: str
+    run: int
+    seed: int
+    duration: float
+    rate: float
+    spike_rate: float
+    spike_start: float
+    spike_end: float
+    base_latency: float
+    per_request: float
+    network_mean: float
+    timeout: float
+    attempts: int
+    shed_limit: int
+    bin_width: float
+
+
+class _Request:
+    __slots__ = ("attempt", "deadline", "done", "state")
+
+    def __init__(self, state: RetryState) -> None:
+        self.state = state
+        self.attempt = 0  # answers and timeouts of older attempts are stale
+        self.deadline = 0.0
+        self.done = False
+
+
+def _policy(
+    strategy: str, attempts: int, timeout: float, clock: SimClock, seed: int, run: int
+) -> RetryPolicy:
+    rng = trial_rng(seed, "metastable", strategy, run, "policy")
+    # "naive" retries at once; the others back off with full jitter.
+    backoff = Backoff.constant(0.0) if strategy == "naive" else Backoff(base=0.1, cap=2.0)
+    budget = RetryBudget(clock=clock) if strategy in ("budget", "budget_shedding") else None
+    return RetryPolicy(
+        max_attempts=attempts,
+        backoff=backoff,
+        attempt_timeout=timeout,
+        budget=budget,
+        rng=rng,
+        hooks=(),
+    )
+
+
+def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, int]:
+    engine = Engine()
+    at = engine.at
+    rng = trial_rng(p.seed, "metastable", p.strategy, p.run)
+    expo = rng.expovariate
+    net = 1.0 / p.network_mean
+    policy = _policy(p.strategy, p.attempts, p.timeout, SimClock(engine), p.seed, p.run)
+    shed = p.strategy == "budget_shedding"
+    nbins = math.ceil(p.duration / p.bin_width)
+    goodput = [0] * nbins
+    offered = [0] * nbins
+    in_flight_at = [0] * nbins
+    width = p.bin_width
+    base, per = p.base_latency, p.per_request
+    # The server shares itself between the requests in it (processor sharing): each needs one
+    # unit of work, done at the rate 1 / (base + per * n) while n requests are in, so a request
+    # alone takes `base` seconds and, at a steady n, base + per * n. Everyone progresses at the
+    # same rate, so requests finish in arrival order: a deque of the work clock's finish marks.
+    work = 0.0  # units of work done per request since t=0
+    updated = 0.0
+    marks: collections.deque[tuple[float, tuple[_Request, int]]] = collections.deque()
+    version = 0
+    requests = 0
+    succeeded = 0
+    attempts = 0
+
+    def progress(now: float) -> None:
+        nonlocal work, updated
+        if marks:
+            work += (now - updated) / (base + per * len(marks))
+        updated = now
+
+    def reschedule(now: float) -> None:
+        nonlocal version
+        version += 1
+        if marks:
+            at(now + (marks[0][0] - work) * (base + per * len(marks)), on_done, version)
+
+    def send(req: _Request, now: float) -> None:
+        nonlocal attempts
+        attempts += 1
+        req.attempt += 1
+        req.deadline = req.state.begin_attempt(now)
+        arg = (req, req.attempt)
+        at(now + expo(net), on_server, arg)
+        # The client stops waiting at the attempt's deadline; the server does not know.
+        at(req.deadline, on_timeout, arg)
+
+    def on_server(arg: tuple[_Request, int]) -> None:
+        now = engine.now
+        k = int(now / width)
+        if k < nbins:
+            offered[k] += 1
+        if shed and len(marks) >= p.shed_limit:
+            # Shedding: answer at once with "overloaded; don't retry" instead of taking it in.
+            at(now + expo(net), on_overloaded, arg)
+            return
+        progress(now)
+        marks.append((work + 1.0, arg))
+        reschedule(now)
+
+    def on_done(token: int) -> None:
+        if token != version:
+            return  # the rate changed since this completion was scheduled
+        now = engine.now
+        progress(now)
+        _, arg = marks.popleft()
+        at(now + expo(net), on_ok, arg)
+        reschedule(now)
+
+    def on_ok(arg: tuple[_Request, int]) -> None:
+        nonlocal succeeded
+        req, n = arg
+        if req.done or n != req.attempt:
+            return  # the client gave up on this attempt: the work was wasted
+        now = engine.now
+        req.done = True
+        req.state.on_success(now)
+        succeeded += 1
+        k = int(now / width)
+        if k < nbins:
+            goodput[k] += 1
+
+    def fail(arg: tuple[_Request, int], error: BaseException) -> None:
+        req, n = arg
+        if req.done or n != req.attempt:
+            return
+        now = engine.now
+        delay = req.state.on_error(error, now)
+        if delay is None:
+            req.done = True
+        else:
+            at(now + delay, resend, req)
+
+    def resend(req: _Request) -> None:
+        send(req, engine.now)
+
+    def on_timeout(arg: tuple[_Request, int]) -> None:
+        fail(arg, AttemptTimedOut("attempt timed out"))
+
+    def on_overloaded(arg: tuple[_Request, int]) -> None:
+        fail(arg, Overloaded())
+
+    def on_arrival(_: None) -> None:
+        nonlocal requests
+        now = engine.now
+        requests += 1
+        send(_Request(policy.new_state(now)), now)
+        rate = p.spike_rate if p.spike_start <= now < p.spike_end else p.rate
+        nxt = now + expo(rate)
+        if nxt < p.duration:
+            at(nxt, on_arrival, None)
+
+    def sample(k: int) -> None:
+        in_flight_at[k] = len(marks)
+        if k + 1 < nbins:
+            at((k + 2) * width, sample, k + 1)
+
+    at(expo(p.rate), on_arrival, None)
+    at(width, sample, 0)
+    engine.run(until=p.duration)
+    return goodput, offered, in_flight_at, requests, succeeded, attempts, engine.events
+
+
+def _recovery(
+    goodput: Sequence[float], width: float, spike_end: float, baseline: float
+) -> float | None:
+    """The start of the first 5 s window after the spike whose mean goodput is >= 90% of baseline.
+
+    A window mean, not every bin, so that Poisson noise in one bin does not count as a relapse.
+    """
+    first = math.ceil(spike_end / width)
+    need = max(1, round(5.0 / width))
+    for k in range(first, len(goodput) - need + 1):
+        if sum(goodput[k : k + need]) / need >= 0.9 * baseline:
+            return k * width
+    return None
+
+
+def metastable(
+    *,
+    strategies: Sequence[str] = METASTABLE_STRATEGIES,
+    duration: float = 80.0,
+    rate: float = 40.0,
+    spike_rate: float = 80.0,
+    spike_start: float = 20.0,
+    spike_end: float = 25.0,
+    base_latency: float = 1.0,
+    per_request: float = 0.01,
+    network_mean: float = 0.1,
+    timeout: float = 3.0,
+    attempts: int = 3,
+    shed_limit: int = 100,
+    bin_width: float = 1.0,
+    runs: int = 1,
+    seed: int = 0,
+    workers: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+) -> MetastableResult:
+    """A server that slows down with load, a short spike, and clients that retry.
+
+    The server has no concurrency limit; a request takes ``base_latency + per_request * n``
+    seconds where n is the number of requests in the server when it arrives, and it finishes its
+    work even after the client has stopped waiting. Each network hop takes Exp(mean
+    *network_mean*). Requests arrive as a Poisson process at *rate* per second, at *spike_rate*
+    between *spike_start* and *spike_end*. Every attempt times out after *timeout* seconds.
+
+    Strategies (each a real :class:`~seawall.RetryPolicy` with ``max_attempts=attempts``):
+
+    - ``naive``: retry at once after a timeout.
+    - ``backoff``: full-jitter backoff (base 0.1 s, cap 2 s).
+    - ``budget``: backoff plus a shared :class:`~seawall.RetryBudget` (defaults).
+    - ``budget_shedding``: the same, and the server rejects requests with "overloaded; don't
+      retry" while *shed_limit* requests are in it.
+
+    Goodput has recovered once, after the spike, its mean over 5 s is back to >= 90% of its mean
+    before the spike (from 5 s on).
+
+    Args:
+        strategies: a subset of :data:`METASTABLE_STRATEGIES`.
+        duration: seconds simulated.
+        rate: arrivals per second outside the spike.
+        spike_rate: arrivals per second during the spike.
+        spike_start: when the spike starts (seconds).
+        spike_end: when it ends.
+        base_latency: the server's latency when empty.
+        per_request: seconds of latency added by each request in the server.
+        network_mean: mean one-way network latency.
+        timeout: the client's timeout per attempt.
+        attempts: attempts per request, the first included.
+        shed_limit: requests in the server beyond which ``budget_shedding`` rejects.
+        bin_width: seconds per bin of the time series.
+        runs: independent runs per strategy; the series are their means.
+        seed: the seed.
+        workers: processes to spread the runs over.
+        progress: called with (runs done, runs in all).
+
+    Returns:
+        A :class:`MetastableResult`.
+    """
+    for s in strategies:
+        if s not in METASTABLE_STRATEGIES:
+            raise ValueError(
+                f"strategies must be among {', '.join(METASTABLE_STRATEGIES)}; got {s!r}"
+            )
+    duration = check_seconds("duration", duration)
+    rate = check_seconds("rate", rate)
+    spike_rate = check_seconds("spike_rate", spike_rate)
+    spike_start = check_seconds("spike_start", spike_start, allow_zero=True)
+    spike_end = check_seconds("spike_end", spike_end, allow_zero=True)
+    if spike_end < spike_start:
+        raise ValueError(f"spike_end must be >= spike_start ({spike_start!r}), got {spike_end!r}")
+    base_latency = check_seconds("base_latency", base_latency)
+    per_request = check_seconds("per_request", per_request, allow_zero=True)
+    network_mean = check_seconds("network_mean", network_mean)
+    timeout = check_seconds("timeout", timeout)
+    attempts = check_int("attempts", attempts, minimum=1)
+    shed_limit = check_int("shed_limit", shed_limit, minimum=1)
+    bin_width = check_seconds("bin_width", bin_width)
+    runs = check_int("runs", runs, minimum=1)
+    seed = check_int("seed", seed, minimum=0)
+    jobs = [
+        _Params(
+            s,
+            r,
+            seed,
+            duration,
+            rate,
+            spike_rate,
+            spike_start,
+            spike_end,
+            base_latency,
+            per_request,
+            network_mean,
+            timeout,
+            attempts,
+            shed_limit,
+            bin_width,
+        )
+        for s in strategies
+        for r in range(runs)
+    ]
+    outs = parallel_map(_run, jobs, workers=workers, progress=progress)
+    series = []
+    for i, s in enumerate(strategies):
+        mine = outs[i * runs : (i + 1) * runs]
+        nbins = len(mine[0][0])
+        good = tuple(sum(o[0][k] for o in mine) / runs / bin_width for k in range(nbins))
+        offered = tuple(sum(o[1][k] for o in mine) / runs / bin_width for k in range(nbins))
+        inflight = tuple(sum(o[2][k] for o in mine) / runs for k in range(nbins))
+        recovered: list[float | None] = []
+        for o in mine:
+            g = [x / bin_width for x in o[0]]
+            pre = [
+                g[k]
+                for k in range(len(g))
+                if k * bin_width >= 5.0 and (k + 1) * bin_width <= spike_start
+            ]
+            baseline = sum(pre) / len(pre) if pre else rate
+            recovered.append(_recovery(g, bin_width, spike_end, baseline))
+        series.append(
+            MetastableSeries(
+                strategy=s,
+                goodput=good,
+                offered=offered,
+                in_flight=inflight,
+                recovered_at=tuple(recovered),
+                success=sum(o[4] / o[3] for o in mine) / runs,
+                load=sum(o[5] / o[3] for o in mine) / runs,
+                events=sum(o[6] for o in mine),
+            )
+        )
+    return MetastableResult(
+        tuple(series), bin_width, duration, rate, spike_rate, spike_start, spike_end, runs, seed
+    )

@@ -1,0 +1,68 @@
+"""The scenario registry: how a scenario plugs into the ``seawall`` command.
+
+A scenario is a function returning a result object (see :mod:`seawall.sim`) plus a
+:class:`Scenario` entry that tells the command line how to parse its options, run it, print it
+and plot it. A new scenario (``hedge`` when the hedging model lands, or one of a user's own)
+calls :func:`register_scenario` and appears as ``seawall sim NAME``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["SCENARIOS", "Progress", "Scenario", "register_scenario"]
+
+Progress = Callable[[int, int], None]
+"""Called with (steps done, steps in all) as a scenario advances."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Scenario:
+    """A scenario as the ``seawall`` command sees it.
+
+    Attributes:
+        name: the subcommand name (``seawall sim NAME``).
+        summary: one line for ``--help``.
+        add_arguments: adds the scenario's own options to its subparser (``--seed``,
+            ``--json``, ``--plot`` and ``--workers`` are added for every scenario).
+        run: ``run(args, progress)`` runs the scenario from parsed options; returns its result.
+        demo: ``demo(seed, workers, progress)`` runs the short version for ``seawall demo``.
+        render: ``render(result, console)`` prints readable tables (a ``rich`` console).
+        plot: ``plot(result, path)`` writes a PNG, or ``None`` if the scenario has no plot.
+        description: the longer text for ``--help`` (defaults to the summary).
+    """
+
+    name: str
+    summary: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Progress | None], Any]
+    demo: Callable[[int, int, Progress | None], Any]
+    render: Callable[[Any, Any], None]
+    plot: Callable[[Any, str], None] | None = None
+    description: str = ""
+
+
+SCENARIOS: dict[str, Scenario] = {}
+"""Registered scenarios by name, in registration order."""
+
+
+def register_scenario(scenario: Scenario, *, replace: bool = False) -> Scenario:
+    """Add *scenario* to :data:`SCENARIOS` (and so to ``seawall sim`` and ``seawall demo``).
+
+    Raises:
+        TypeError: *scenario* is not a :class:`Scenario`.
+        ValueError: the name is taken (pass ``replace=True`` to override) or not a valid
+            command name.
+    """
+    if not isinstance(scenario, Scenario):
+        raise TypeError(f"scenario must be a seawall.sim.Scenario, got {scenario!r}")
+    name = scenario.name
+    if not name or not name.replace("_", "-").replace("-", "").isalnum():
+        raise ValueError(f"scenario name must be letters, digits, '-' or '_', got {name!r}")
+    if name in SCENARIOS and not replace:
+        raise ValueError(f"a scenario named {name!r} is already registered")
+    SCENARIOS[name] = scenario
+    return scenario

@@ -1,0 +1,365 @@
+"""The built-in scenarios' command-line entries: options, short demo versions, tables, plots."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from seawall.sim import _report
+from seawall.sim._amplify import amplify
+from seawall.sim._metastable import METASTABLE_STRATEGIES, metastable
+from seawall.sim._occ import OCC_ALGORITHMS, occ
+from seawall.sim._registry import Progress, Scenario, register_scenario
+from seawall.sim._storm import storm
+from seawall.sim._sweep import DEFAULT_FAILURE_RATES, SWEEP_STRATEGIES, sweep
+
+__all__ = ["count", "positive", "probability"]
+
+
+# -- option types: argparse turns their ValueError into "argument --x: invalid ..." -----------
+
+
+def count(text: str) -> int:
+    """An integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return value
+
+
+def positive(text: str) -> float:
+    """A finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def probability(text: str) -> float:
+    """A probability in [0, 1]; ``5%`` is accepted too."""
+    t = text.strip()
+    scale = 1.0
+    if t.endswith("%"):
+        t, scale = t[:-1], 0.01
+    try:
+        value = float(t) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1], got {text!r}")
+    return value
+
+
+def _choice(choices: tuple[str, ...]) -> Any:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"must be one of {', '.join(choices)}; got {text!r}")
+        return text
+
+    return parse
+
+
+# -- storm ---------------------------------------------------------------------------------
+
+
+def _storm_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--clients", type=count, default=100, help="clients failing at once (100)")
+    p.add_argument("--max-attempts", type=count, default=5, help="attempts per call (5)")
+    p.add_argument("--base", type=positive, default=0.1, help="backoff base, seconds (0.1)")
+    p.add_argument("--cap", type=positive, default=2.0, help="backoff cap, seconds (2)")
+    p.add_argument(
+        "--outage", type=_non_negative, default=1.0, help="seconds the dependency is down (1)"
+    )
+
+
+def _storm_run(a: argparse.Namespace, progress: Progress | None) -> Any:
+    return storm(
+        a.clients,
+        max_attempts=a.max_attempts,
+        base=a.base,
+        cap=a.cap,
+        outage=a.outage,
+        seed=a.seed,
+    )
+
+
+register_scenario(
+    Scenario(
+        name="storm",
+        summary="one client's retry trace, and N clients' retry times by jitter kind",
+        description=(
+            "(a) One client calls a dependency that is down for --outage seconds: each attempt, "
+            "its failure and the wait chosen by the policy, until success or give-up. "
+            "(b) --clients clients fail at the same instant and retry: a histogram of retry "
+            "times without jitter (a storm: all at once) and with full jitter (spread)."
+        ),
+        add_arguments=_storm_args,
+        run=_storm_run,
+        demo=lambda seed, workers, progress: storm(seed=seed),
+        render=_report.render_storm,
+        plot=_report.plot_storm,
+    )
+)
+
+
+# -- occ -----------------------------------------------------------------------------------
+
+
+def _occ_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--clients",
+        type=count,
+        nargs="+",
+        default=list(range(10, 200, 10)),
+        metavar="N",
+        help="numbers of clients (10 20 ... 190)",
+    )
+    p.add_argument("--trials", type=count, default=100, help="trials per cell (100)")
+    p.add_argument(
+        "--algorithms",
+        type=_choice(OCC_ALGORITHMS),
+        nargs="+",
+        default=list(OCC_ALGORITHMS),
+        metavar="NAME",
+        help=f"backoff algorithms ({' '.join(OCC_ALGORITHMS)})",
+    )
+    p.add_argument("--base", type=positive, default=0.005, help="backoff base, seconds (0.005)")
+    p.add_argument("--cap", type=positive, default=2.0, help="backoff cap, seconds (2)")
+
+
+def _occ_run(a: argparse.Namespace, progress: Progress | None) -> Any:
+    return occ(
+        a.clients,
+        algorithms=a.algorithms,
+        trials=a.trials,
+        seed=a.seed,
+        base=a.base,
+        cap=a.cap,
+        workers=a.workers,
+        progress=progress,
+    )
+
+
+register_scenario(
+    Scenario(
+        name="occ",
+        summary="optimistic concurrency: N clients, conditional writes, backoff on conflict",
+        description=(
+            "The AWS Architecture Blog experiment (Exponential Backoff And Jitter, 2015): N "
+            "clients read a versioned row and write it conditionally, backing off on conflict "
+            "until their one write succeeds. Network hops take |Normal(10 ms, 2 ms)|. Reports "
+            "mean write calls and time to completion per algorithm."
+        ),
+        add_arguments=_occ_args,
+        run=_occ_run,
+        demo=lambda seed, workers, progress: occ(
+            (10, 25, 50, 100, 150), trials=20, seed=seed, workers=workers, progress=progress
+        ),
+        render=_report.render_occ,
+        plot=_report.plot_occ,
+    )
+)
+
+
+# -- amplify -------------------------------------------------------------------------------
+
+
+def _amplify_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--layers", type=count, default=3, help="services above the leaf (3)")
+    p.add_argument("--attempts", type=count, default=3, help="attempts per layer (3)")
+    p.add_argument("--requests", type=count, default=1000, help="requests sent (1000)")
+    p.add_argument("--ratio", type=probability, default=0.1, help="retry budget ratio (0.1)")
+
+
+def _amplify_run(a: argparse.Namespace, progress: Progress | None) -> Any:
+    if a.ratio == 0:
+        raise ValueError("--ratio must be > 0")
+    return amplify(a.layers, a.attempts, a.requests, ratio=a.ratio, seed=a.seed)
+
+
+register_scenario(
+    Scenario(
+        name="amplify",
+        summary="L layers x A attempts against a failing leaf: naive, one-layer rule, budget",
+        description=(
+            "Requests go through --layers services, each a real RetryPolicy with --attempts "
+            "attempts, to a leaf that always fails. Leaf calls per request: naive nesting "
+            "(A**L), seawall's one-layer rule (A), and with a retry budget (about 1 + ratio)."
+        ),
+        add_arguments=_amplify_args,
+        run=_amplify_run,
+        demo=lambda seed, workers, progress: amplify(seed=seed),
+        render=_report.render_amplify,
+    )
+)
+
+
+# -- sweep ---------------------------------------------------------------------------------
+
+
+def _sweep_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--clients", type=count, default=100, help="open-loop clients (100)")
+    p.add_argument("--rate", type=positive, default=10.0, help="requests/s per client (10)")
+    p.add_argument("--duration", type=positive, default=10.0, help="seconds of arrivals (10)")
+    p.add_argument(
+        "--p",
+        dest="failure_rates",
+        type=probability,
+        nargs="+",
+        default=list(DEFAULT_FAILURE_RATES),
+        metavar="P",
+        help="probabilities that an attempt fails (1%% 5%% 10%% 20%% 30%% 50%% 75%%)",
+    )
+    p.add_argument(
+        "--strategies",
+        type=_choice(SWEEP_STRATEGIES),
+        nargs="+",
+        default=list(SWEEP_STRATEGIES),
+        metavar="NAME",
+        help=f"strategies ({' '.join(SWEEP_STRATEGIES)})",
+    )
+    p.add_argument(
+        "--splits",
+        type=_non_negative_int,
+        nargs="*",
+        default=[10, 100, 1000],
+        metavar="N",
+        help="client counts sharing the same total load (10 100 1000; none: skip)",
+    )
+    p.add_argument(
+        "--split-p", type=probability, default=0.5, help="failure probability for the splits (0.5)"
+    )
+
+
+def _sweep_run(a: argparse.Namespace, progress: Progress | None) -> Any:
+    splits = [n for n in a.splits if n > 0]
+    if len(splits) != len(a.splits):
+        raise ValueError("--splits must be whole numbers >= 1")
+    return sweep(
+        a.clients,
+        rate=a.rate,
+        duration=a.duration,
+        failure_rates=a.failure_rates,
+        strategies=a.strategies,
+        splits=splits,
+        split_failure_rate=a.split_p,
+        seed=a.seed,
+        workers=a.workers,
+        progress=progress,
+    )
+
+
+register_scenario(
+    Scenario(
+        name="sweep",
+        summary="success rate and load of retry strategies as the failure rate grows",
+        description=(
+            "Open-loop Poisson clients; each attempt fails independently with probability p. "
+            "Compares no retries, 3 retries, RetryBudget, TokenBucket and AdaptiveThrottle "
+            "(each per client): success rate and load (attempts per request). Then the same "
+            "total load split over other numbers of clients."
+        ),
+        add_arguments=_sweep_args,
+        run=_sweep_run,
+        demo=lambda seed, workers, progress: sweep(
+            duration=3.0,
+            failure_rates=(0.01, 0.1, 0.3, 0.5, 0.75),
+            seed=seed,
+            workers=workers,
+            progress=progress,
+        ),
+        render=_report.render_sweep,
+        plot=_report.plot_sweep,
+    )
+)
+
+
+# -- metastable ----------------------------------------------------------------------------
+
+
+def _metastable_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--duration", type=positive, default=80.0, help="seconds simulated (80)")
+    p.add_argument("--rate", type=positive, default=40.0, help="arrivals/s (40)")
+    p.add_argument("--spike-rate", type=positive, default=80.0, help="arrivals/s in the spike (80)")
+    p.add_argument("--spike-start", type=_non_negative, default=20.0, help="spike start, s (20)")
+    p.add_argument("--spike-end", type=_non_negative, default=25.0, help="spike end, s (25)")
+    p.add_argument("--timeout", type=positive, default=3.0, help="client timeout per attempt (3)")
+    p.add_argument("--attempts", type=count, default=3, help="attempts per request (3)")
+    p.add_argument(
+        "--shed-limit", type=count, default=100, help="server sheds above this many in flight (100)"
+    )
+    p.add_argument("--trials", type=count, default=1, help="independent runs, averaged (1)")
+    p.add_argument(
+        "--strategies",
+        type=_choice(METASTABLE_STRATEGIES),
+        nargs="+",
+        default=list(METASTABLE_STRATEGIES),
+        metavar="NAME",
+        help=f"strategies ({' '.join(METASTABLE_STRATEGIES)})",
+    )
+
+
+def _metastable_run(a: argparse.Namespace, progress: Progress | None) -> Any:
+    return metastable(
+        strategies=a.strategies,
+        duration=a.duration,
+        rate=a.rate,
+        spike_rate=a.spike_rate,
+        spike_start=a.spike_start,
+        spike_end=a.spike_end,
+        timeout=a.timeout,
+        attempts=a.attempts,
+        shed_limit=a.shed_limit,
+        runs=a.trials,
+        seed=a.seed,
+        workers=a.workers,
+        progress=progress,
+    )
+
+
+register_scenario(
+    Scenario(
+        name="metastable",
+        summary="a load spike tips a slow-under-load server into a collapse retries sustain",
+        description=(
+            "Server latency 1 s + 0.01 s x requests in flight (no limit; timed-out work still "
+            "done), network Exp(0.1 s) each way, client timeout 3 s, 3 attempts; Poisson 40/s "
+            "with a spike to 80/s in [20 s, 25 s). Goodput over time for naive retries, "
+            "backoff, a RetryBudget, and a budget plus server-side shedding."
+        ),
+        add_arguments=_metastable_args,
+        run=_metastable_run,
+        demo=lambda seed, workers, progress: metastable(
+            seed=seed, runs=2, workers=workers, progress=progress
+        ),
+        render=_report.render_metastable,
+        plot=_report.plot_metastable,
+    )
+)

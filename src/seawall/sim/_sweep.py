@@ -1,0 +1,216 @@
+"""Scenario ``sweep``: success rate and load of retry strategies as the failure rate grows."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Callable, Sequence
+
+from seawall._backoff import Backoff
+from seawall._budget import AdaptiveThrottle, Budget, RetryBudget, TokenBucket
+from seawall._errors import Overloaded
+from seawall._retry import RetryPolicy, RetryState
+from seawall.sim._engine import Engine, SimClock
+from seawall.sim._util import check_int, check_probability, check_seconds, parallel_map, trial_rng
+
+__all__ = ["SWEEP_STRATEGIES", "SweepResult", "SweepRow", "sweep"]
+
+SWEEP_STRATEGIES: tuple[str, ...] = (
+    "no_retries",
+    "retries_3",
+    "retry_budget",
+    "token_bucket",
+    "adaptive_throttle",
+)
+DEFAULT_FAILURE_RATES: tuple[float, ...] = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75)
+
+
+class AttemptFailed(ConnectionError):
+    """The simulated dependency failed the attempt."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SweepRow:
+    """One strategy at one failure rate and one number of clients.
+
+    Attributes:
+        strategy: one of :data:`SWEEP_STRATEGIES`.
+        failure_rate: the probability that an attempt fails.
+        clients: how many clients share the load (each has its own policy and budget).
+        requests: logical requests.
+        success: the fraction of requests that finally succeeded.
+        load: attempts sent per request (1.0 means no extra load).
+        throttled: requests rejected locally, before any attempt.
+    """
+
+    strategy: str
+    failure_rate: float
+    clients: int
+    requests: int
+    success: float
+    load: float
+    throttled: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SweepResult:
+    """The result of :func:`sweep`: ``rows`` over failure rates, ``splits`` over client counts."""
+
+    rows: tuple[SweepRow, ...]
+    splits: tuple[SweepRow, ...]
+    rate: float
+    duration: float
+    seed: int
+
+    def row(self, strategy: str, failure_rate: float) -> SweepRow:
+        for r in self.rows:
+            if r.strategy == strategy and r.failure_rate == failure_rate:
+                return r
+        raise KeyError((strategy, failure_rate))
+
+
+def _policy(strategy: str, clock: SimClock, rng: random.Random) -> RetryPolicy:
+    budget: Budget | None = None
+    if strategy == "retry_budget":
+        budget = RetryBudget(clock=clock)
+    elif strategy == "token_bucket":
+        budget = TokenBucket()
+    elif strategy == "adaptive_throttle":
+        budget = AdaptiveThrottle(clock=clock, rng=rng)
+    elif strategy not in SWEEP_STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(SWEEP_STRATEGIES)}; got {strategy!r}")
+    return RetryPolicy(
+        max_attempts=1 if strategy == "no_retries" else 4,
+        backoff=Backoff(base=0.05, cap=1.0),
+        budget=budget,
+        rng=rng,
+        hooks=(),
+    )
+
+
+def _run(args: tuple[str, float, int, float, float, float, int]) -> SweepRow:
+    strategy, p, clients, total_rate, duration, hop_mean, seed = args
+    rng = trial_rng(seed, "sweep", strategy, p, clients)
+    engine = Engine()
+    clock = SimClock(engine)
+    at = engine.at
+    expo = rng.expovariate
+    rand = rng.random
+    per_client = total_rate / clients
+    requests = 0
+    succeeded = 0
+    attempts = 0
+    throttled = 0
+
+    def attempt(state: RetryState, now: float) -> None:
+        nonlocal attempts
+        attempts += 1
+        state.begin_attempt(now)
+        # Two hops, each Exp(mean hop_mean); the attempt fails independently with probability p.
+        at(now + expo(1.0 / hop_mean) + expo(1.0 / hop_mean), on_answer, state)
+
+    def on_answer(state: RetryState) -> None:
+        nonlocal succeeded
+        now = engine.now
+        if rand() >= p:
+            state.on_success(now)
+            succeeded += 1
+            return
+        delay = state.on_error(AttemptFailed("attempt failed"), now)
+        if delay is not None:
+            # The next attempt touches only this request's state: start it without an event.
+            attempt(state, now + delay)
+
+    def on_arrival(policy: RetryPolicy) -> None:
+        nonlocal requests, throttled
+        now = engine.now
+        requests += 1
+        try:
+            state = policy.new_state(now)
+        except Overloaded:  # the adaptive throttle rejected the request locally
+            throttled += 1
+        else:
+            attempt(state, now)
+        # Open loop: Poisson arrivals whatever happens to earlier requests.
+        nxt = now + expo(per_client)
+        if nxt < duration:
+            at(nxt, on_arrival, policy)
+
+    for _ in range(clients):
+        policy = _policy(strategy, clock, rng)
+        at(expo(per_client), on_arrival, policy)
+    engine.run()
+    return SweepRow(
+        strategy,
+        p,
+        clients,
+        requests,
+        succeeded / requests if requests else math.nan,
+        attempts / requests if requests else math.nan,
+        throttled,
+    )
+
+
+def sweep(
+    clients: int = 100,
+    *,
+    rate: float = 10.0,
+    duration: float = 10.0,
+    failure_rates: Sequence[float] = DEFAULT_FAILURE_RATES,
+    strategies: Sequence[str] = SWEEP_STRATEGIES,
+    splits: Sequence[int] = (10, 100, 1000),
+    split_failure_rate: float = 0.5,
+    hop_mean: float = 0.010,
+    seed: int = 0,
+    workers: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+) -> SweepResult:
+    """Compare retry strategies as the probability of failure grows.
+
+    *clients* open-loop clients send Poisson requests at *rate* per second each for *duration*
+    seconds. Each attempt fails independently with probability p; each hop takes
+    Exp(mean *hop_mean*). Each client has its own policy (and budget): ``no_retries``
+    (one attempt), ``retries_3`` (up to 3 retries, full-jitter backoff), and the same with a
+    :class:`~seawall.RetryBudget`, a :class:`~seawall.TokenBucket` or an
+    :class:`~seawall.AdaptiveThrottle`, each with its defaults.
+
+    The *splits* runs keep the total load (``clients * rate``) and spread it over other numbers
+    of clients at ``split_failure_rate``: budgets are per client, and the RetryBudget's floor of
+    retries per second lets a quiet client retry freely.
+
+    Args:
+        clients: the number of clients.
+        rate: requests per second per client.
+        duration: seconds of arrivals (retries may run past it).
+        failure_rates: the values of p.
+        strategies: a subset of :data:`SWEEP_STRATEGIES`.
+        splits: client counts for the split runs (empty: none).
+        split_failure_rate: p for the split runs.
+        hop_mean: the mean of one network hop, in seconds.
+        seed: the seed.
+        workers: processes to spread the runs over.
+        progress: called with (runs done, runs in all).
+
+    Returns:
+        A :class:`SweepResult`.
+    """
+    clients = check_int("clients", clients, minimum=1)
+    rate = check_seconds("rate", rate)
+    duration = check_seconds("duration", duration)
+    ps = tuple(check_probability("failure_rates", p) for p in failure_rates)
+    for s in strategies:
+        if s not in SWEEP_STRATEGIES:
+            raise ValueError(f"strategies must be among {', '.join(SWEEP_STRATEGIES)}; got {s!r}")
+    split_counts = tuple(check_int("splits", n, minimum=1) for n in splits)
+    split_p = check_probability("split_failure_rate", split_failure_rate)
+    hop_mean = check_seconds("hop_mean", hop_mean)
+    seed = check_int("seed", seed, minimum=0)
+    total = clients * rate
+    jobs = [(s, p, clients, total, duration, hop_mean, seed) for p in ps for s in strategies]
+    jobs += [
+        (s, split_p, n, total, duration, hop_mean, seed) for n in split_counts for s in strategies
+    ]
+    rows = parallel_map(_run, jobs, workers=workers, progress=progress)
+    n_main = len(ps) * len(strategies)
+    return SweepResult(tuple(rows[:n_main]), tuple(rows[n_main:]), rate, duration, seed)
