@@ -228,6 +228,7 @@ class LoadShedder:
         self._status = status
         self._reject_headers = self._build_reject_headers(status, retry_after, overloaded_header)
         self._expired_headers = [(b"content-type", b"text/plain; charset=utf-8")]
+        # Adaptive LIFO under overload: Maurer, "Fail at Scale", ACM Queue 13(8), 2015.
         # One deque per urgency level: append on the right, serve from the right (LIFO), evict
         # from the left (the oldest).
         self._queues: tuple[deque[_Waiter], ...] = tuple(deque() for _ in range(_LEVELS))
