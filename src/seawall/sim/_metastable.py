@@ -33,7 +33,8 @@ class MetastableSeries:
         offered: attempts reaching the server per second, per bin (mean over runs).
         in_flight: requests in the server at the end of each bin (mean over runs).
         recovered_at: per run, when goodput came back after the spike (``None``: never).
-        success: the fraction of requests that succeeded (mean over runs).
+        success: the fraction of the requests settled by the end (succeeded or given up)
+            that succeeded (mean over runs).
         load: attempts per request (mean over runs).
         events: simulator events, all runs together.
     """
@@ -124,7 +125,7 @@ def _policy(
     )
 
 
-def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, int]:
+def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, int, int]:
     engine = Engine()
     at = engine.at
     rng = trial_rng(p.seed, "metastable", p.strategy, p.run)
@@ -148,6 +149,7 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
     version = 0
     requests = 0
     succeeded = 0
+    settled = 0
     attempts = 0
 
     def progress(now: float) -> None:
@@ -195,7 +197,7 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
         reschedule(now)
 
     def on_ok(arg: tuple[_Request, int]) -> None:
-        nonlocal succeeded
+        nonlocal succeeded, settled
         req, n = arg
         if req.done or n != req.attempt:
             return  # the client gave up on this attempt: the work was wasted
@@ -203,11 +205,13 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
         req.done = True
         req.state.on_success(now)
         succeeded += 1
+        settled += 1
         k = int(now / width)
         if k < nbins:
             goodput[k] += 1
 
     def fail(arg: tuple[_Request, int], error: BaseException) -> None:
+        nonlocal settled
         req, n = arg
         if req.done or n != req.attempt:
             return
@@ -215,6 +219,7 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
         delay = req.state.on_error(error, now)
         if delay is None:
             req.done = True
+            settled += 1
         else:
             at(now + delay, resend, req)
 
@@ -245,7 +250,7 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
     at(expo(p.rate), on_arrival, None)
     at(width, sample, 0)
     engine.run(until=p.duration)
-    return goodput, offered, in_flight_at, requests, succeeded, attempts, engine.events
+    return goodput, offered, in_flight_at, requests, succeeded, settled, attempts, engine.events
 
 
 def _recovery(
@@ -391,9 +396,9 @@ def metastable(
                 offered=offered,
                 in_flight=inflight,
                 recovered_at=tuple(recovered),
-                success=sum(o[4] / o[3] for o in mine) / runs,
-                load=sum(o[5] / o[3] for o in mine) / runs,
-                events=sum(o[6] for o in mine),
+                success=sum(o[4] / max(1, o[5]) for o in mine) / runs,
+                load=sum(o[6] / max(1, o[3]) for o in mine) / runs,
+                events=sum(o[7] for o in mine),
             )
         )
     return MetastableResult(

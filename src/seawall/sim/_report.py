@@ -54,7 +54,7 @@ def histogram_lines(
     for k in range(nbins):
         if all(counts[n][k] == 0 for n in times):
             continue
-        row = f"{k * width:4.1f}-{(k + 1) * width:4.1f}   "
+        row = f"{f'{k * width:.1f}-{(k + 1) * width:.1f}':<12}"
         for name in times:
             c = counts[name][k]
             row += f"{'#' * math.ceil(bar * c / peak) + ' ' + str(c) if c else '.':<{cell}}"

@@ -1,0 +1,147 @@
+"""The `seawall` command: subcommands, JSON, plots, the demo, bad arguments and Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from seawall.cli import build_parser, main
+from seawall.sim import SCENARIOS, Scenario, register_scenario
+
+
+def test_sim_amplify_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "amplify", "--requests", "100", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    per_request = {r["strategy"]: r["per_request"] for r in data["rows"]}
+    assert per_request["naive"] == 27.0
+    assert per_request["one_layer"] == 3.0
+
+
+def test_sim_occ_table_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    png = tmp_path / "occ.png"
+    argv = ["sim", "occ", "--clients", "5", "10", "--trials", "2", "--workers", "1"]
+    assert main([*argv, "--plot", str(png)]) == 0
+    out = capsys.readouterr()
+    assert "write calls" in out.out and "no_backoff" in out.out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "plot written" in out.err
+
+
+def test_sim_storm_prints_trace_and_histogram(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "storm", "--clients", "10", "--outage", "0.3"]) == 0
+    out = capsys.readouterr().out
+    assert "success" in out
+    assert "time (s)    none" in out  # the histogram header
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["sim", "occ", "--clients", "-3"], "--clients: must be a whole number >= 1"),
+        (["sim", "storm", "--clients", "0"], "--clients: must be a whole number >= 1"),
+        (["sim", "sweep", "--p", "1.5"], "--p: must be a probability in [0, 1]"),
+        (["sim", "sweep", "--p", "-0.1"], "--p: must be a probability in [0, 1]"),
+        (["sim", "occ", "--trials", "many"], "--trials: must be a whole number >= 1"),
+        (["sim", "nope"], "invalid choice: 'nope'"),
+        (["sim", "occ", "--algorithms", "fast"], "must be one of"),
+        (["sim", "occ", "--base", "1", "--cap", "0.5", "--trials", "1"], "cap must be >= base"),
+        (["sim", "metastable", "--spike-start", "30", "--spike-end", "10"], "spike_end"),
+        (["sim"], "required"),
+        ([], "required"),
+    ],
+)
+def test_bad_arguments_exit_non_zero_with_a_clear_message(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_every_scenario_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("storm", "occ", "amplify", "sweep", "metastable"):
+        with pytest.raises(SystemExit) as exc:
+            main(["sim", name, "--help"])
+        assert exc.value.code == 0
+        out = capsys.readouterr().out
+        assert f"usage: seawall sim {name}" in out
+        assert "--seed" in out and "--json" in out
+
+
+@pytest.fixture
+def extra_scenario() -> Iterator[list[str]]:
+    """A scenario registered through the extension point, removed afterwards."""
+    calls: list[str] = []
+
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--boom", action="store_true")
+
+    def run(args: argparse.Namespace, progress: Any) -> dict[str, int]:
+        calls.append("run")
+        if args.boom:
+            raise KeyboardInterrupt  # what Ctrl-C raises in the main thread
+        return {"answer": 42}
+
+    def render(result: Any, console: Any) -> None:
+        console.print(f"answer is {result['answer']}")
+
+    register_scenario(
+        Scenario(
+            name="extra",
+            summary="a test scenario",
+            add_arguments=add_arguments,
+            run=run,
+            demo=lambda seed, workers, progress: {"answer": seed},
+            render=render,
+        )
+    )
+    try:
+        yield calls
+    finally:
+        del SCENARIOS["extra"]
+
+
+def test_a_registered_scenario_becomes_a_subcommand(
+    extra_scenario: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sim", "extra"]) == 0
+    assert "answer is 42" in capsys.readouterr().out
+    assert main(["sim", "extra", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"answer": 42}
+    assert "--plot" not in build_parser().format_help()  # no plot for this one
+    with pytest.raises(ValueError, match="already registered"):
+        register_scenario(SCENARIOS["extra"])
+
+
+def test_ctrl_c_exits_130_without_a_traceback(
+    extra_scenario: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sim", "extra", "--boom"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err
+    assert "Traceback" not in err
+
+
+def test_demo_writes_plots_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_dir = tmp_path / "report"
+    assert main(["demo", "--out", str(out_dir), "--workers", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert str(out_dir) in printed
+    for name in ("storm", "occ", "sweep", "metastable"):
+        assert (out_dir / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert set(summary["scenarios"]) >= {"storm", "occ", "amplify", "sweep", "metastable"}
+    amplify = summary["scenarios"]["amplify"]["result"]["rows"]
+    assert [r["per_request"] for r in amplify][:2] == [27.0, 3.0]
+    meta = {s["strategy"]: s for s in summary["scenarios"]["metastable"]["result"]["series"]}
+    assert meta["naive"]["recovered_at"][0] is None
+    assert meta["budget"]["recovered_at"][0] is not None
+    assert (out_dir / "occ.md").read_text().startswith("| N |")
