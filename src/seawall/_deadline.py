@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Iterable
 from types import TracebackType
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 from seawall._clock import SYSTEM_CLOCK, Clock
 from seawall._errors import DeadlineExceeded
@@ -35,10 +35,10 @@ __all__ = [
 ]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Deadline:
+class Deadline(NamedTuple):
     """An absolute point in time on a clock; ``at = math.inf`` means no deadline.
 
+    Immutable, and cheap to create (a named tuple): retry loops make one per attempt.
     Relative timeouts are resolved once, on entry, into a ``Deadline``: every hop and every retry
     below then reads the *same* instant instead of starting its own timer.
     """

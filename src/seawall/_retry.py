@@ -18,7 +18,7 @@ import random
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Final, Generic, Literal, ParamSpec, TypeVar, overload
+from typing import Any, Final, Generic, Literal, NamedTuple, ParamSpec, TypeVar, overload
 
 from seawall._backoff import DEFAULT_BACKOFF, Backoff
 from seawall._budget import Budget
@@ -75,9 +75,8 @@ class _Testing:
 TESTING: Final = _Testing()
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class RetryEvent:
-    """What a hook receives. Frozen; cheap to create (only on the failure path).
+class RetryEvent(NamedTuple):
+    """What a hook receives. Immutable and cheap to create (a named tuple).
 
     Attributes:
         kind: ``"retry"`` (a retry is scheduled after ``delay``), ``"budget_exhausted"`` (the
