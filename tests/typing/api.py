@@ -68,3 +68,36 @@ seawall.set_enabled(False, name="payments")
 err: ConnectionError = seawall.permanent(ConnectionError())
 with seawall.testing.instant():
     pass
+
+# -- budgets, deadlines across hops, latency ------------------------------------------------
+budget = seawall.RetryBudget(ratio=0.1, min_per_second=10.0, window=10.0)
+bucket = seawall.TokenBucket(max_tokens=10.0, token_ratio=0.1)
+quota = seawall.RetryQuota.aws_standard()
+throttle = seawall.AdaptiveThrottle(k=2.0, window=120.0)
+budgeted = RetryPolicy(budget=budget)
+as_budget: seawall.Budget = bucket
+headers: dict[str, str] = seawall.deadline_headers()
+grpc: str = seawall.encode_grpc_timeout(1.5)
+back: float | None = seawall.decode_grpc_timeout("100m")
+server_side: float = seawall.timeout_from_headers({"grpc-timeout": "5S"}, max_seconds=30.0)
+tracker = seawall.LatencyTracker()
+tracker.record(0.012)
+p99: float | None = tracker.quantile(0.99)
+
+# -- hedging, breaker, pipeline -------------------------------------------------------------
+breaker = seawall.CircuitBreaker()
+state: seawall.BreakerState = breaker.state
+pipeline = seawall.Pipeline(retry=policy, breaker=breaker)
+
+
+@pipeline
+def through_pipeline(x: int) -> int:
+    return x
+
+
+piped: int = through_pipeline(1)
+
+
+async def hedged() -> None:
+    first: int = await seawall.hedge(_aget, 1, delay=0.05)
+    del first
