@@ -161,6 +161,10 @@ def test_sweep_retries_buy_success_with_load_and_budgets_cap_the_load() -> None:
     assert three.success > 0.9 and three.load > 1.8  # 1 + 0.5 + 0.25 + 0.125
     # The gRPC token bucket stops retrying once half the attempts fail.
     assert r.row("token_bucket", 0.5).load < 1.3
+    # A breaker in front does nothing while healthy, and opens (refusing attempts) at p = 50%.
+    assert r.row("breaker", 0.0).load == 1.0 and r.row("breaker", 0.0).throttled == 0
+    assert r.row("breaker", 0.5).throttled > 0
+    assert r.row("breaker", 0.5).load < three.load
     # Per-client budgets: spread thin (50 clients at 4 req/s), the RetryBudget's floor of 10
     # retries/s lets every retry through; concentrated (2 clients at 100 req/s), the ratio binds.
     thin = {x.strategy: x for x in r.splits if x.clients == 50}

@@ -8,6 +8,7 @@ import random
 from collections.abc import Callable, Sequence
 
 from seawall._backoff import Backoff
+from seawall._breaker import CircuitBreaker, Permit
 from seawall._budget import AdaptiveThrottle, Budget, RetryBudget, TokenBucket
 from seawall._errors import Overloaded
 from seawall._retry import RetryPolicy, RetryState
@@ -22,6 +23,7 @@ SWEEP_STRATEGIES: tuple[str, ...] = (
     "retry_budget",
     "token_bucket",
     "adaptive_throttle",
+    "breaker",
 )
 DEFAULT_FAILURE_RATES: tuple[float, ...] = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75)
 
@@ -41,7 +43,8 @@ class SweepRow:
         requests: logical requests.
         success: the fraction of requests that finally succeeded.
         load: attempts sent per request (1.0 means no extra load).
-        throttled: requests rejected locally, before any attempt.
+        throttled: requests the adaptive throttle rejected locally, or attempts an open
+            breaker refused to send.
     """
 
     strategy: str
@@ -68,6 +71,10 @@ class SweepResult:
             if r.strategy == strategy and r.failure_rate == failure_rate:
                 return r
         raise KeyError((strategy, failure_rate))
+
+
+# A request in flight: its retry decisions and its client's breaker (if any).
+_Req = tuple[RetryState, CircuitBreaker | None]
 
 
 def _policy(strategy: str, clock: SimClock, rng: random.Random) -> RetryPolicy:
@@ -103,27 +110,52 @@ def _run(args: tuple[str, float, int, float, float, float, int]) -> SweepRow:
     attempts = 0
     throttled = 0
 
-    def attempt(state: RetryState, now: float) -> None:
-        nonlocal attempts
+    def attempt(req: _Req, now: float) -> None:
+        nonlocal attempts, throttled
+        state, breaker = req
+        permit: Permit | None = None
+        if breaker is not None:
+            try:
+                permit = breaker.acquire()
+            except Overloaded as err:  # CircuitOpen: fail fast, send nothing
+                throttled += 1
+                state.on_error(err, now)  # never retried: the policy gives up
+                return
         attempts += 1
         state.begin_attempt(now)
         # Two hops, each Exp(mean hop_mean); the attempt fails independently with probability p.
-        at(now + expo(1.0 / hop_mean) + expo(1.0 / hop_mean), on_answer, state)
+        at(now + expo(1.0 / hop_mean) + expo(1.0 / hop_mean), on_answer, (req, permit))
 
-    def on_answer(state: RetryState) -> None:
+    def on_answer(arg: tuple[_Req, Permit | None]) -> None:
         nonlocal succeeded
+        req, permit = arg
+        state, breaker = req
         now = engine.now
         if rand() >= p:
+            if breaker is not None and permit is not None:
+                breaker.record(permit)
             state.on_success(now)
             succeeded += 1
             return
-        delay = state.on_error(AttemptFailed("attempt failed"), now)
-        if delay is not None:
+        error = AttemptFailed("attempt failed")
+        if breaker is not None and permit is not None:
+            breaker.record(permit, error)
+        delay = state.on_error(error, now)
+        if delay is None:
+            return
+        if breaker is None:
             # The next attempt touches only this request's state: start it without an event.
-            attempt(state, now + delay)
+            attempt(req, now + delay)
+        else:
+            # The breaker is shared and reads the time: ask it at the retry's own instant.
+            at(now + delay, retry_now, req)
 
-    def on_arrival(policy: RetryPolicy) -> None:
+    def retry_now(req: _Req) -> None:
+        attempt(req, engine.now)
+
+    def on_arrival(client: tuple[RetryPolicy, CircuitBreaker | None]) -> None:
         nonlocal requests, throttled
+        policy, breaker = client
         now = engine.now
         requests += 1
         try:
@@ -131,15 +163,19 @@ def _run(args: tuple[str, float, int, float, float, float, int]) -> SweepRow:
         except Overloaded:  # the adaptive throttle rejected the request locally
             throttled += 1
         else:
-            attempt(state, now)
+            attempt((state, breaker), now)
         # Open loop: Poisson arrivals whatever happens to earlier requests.
         nxt = now + expo(per_client)
         if nxt < duration:
-            at(nxt, on_arrival, policy)
+            at(nxt, on_arrival, client)
 
     for _ in range(clients):
         policy = _policy(strategy, clock, rng)
-        at(expo(per_client), on_arrival, policy)
+        breaker = None
+        if strategy == "breaker":
+            # resilience4j-style defaults, but a 1 s open period: the run lasts only seconds.
+            breaker = CircuitBreaker(open_duration=1.0, clock=clock, rng=rng)
+        at(expo(per_client), on_arrival, (policy, breaker))
     engine.run()
     return SweepRow(
         strategy,
@@ -173,7 +209,8 @@ def sweep(
     Exp(mean *hop_mean*). Each client has its own policy (and budget): ``no_retries``
     (one attempt), ``retries_3`` (up to 3 retries, full-jitter backoff), and the same with a
     :class:`~seawall.RetryBudget`, a :class:`~seawall.TokenBucket` or an
-    :class:`~seawall.AdaptiveThrottle`, each with its defaults.
+    :class:`~seawall.AdaptiveThrottle`, each with its defaults, or with a
+    :class:`~seawall.CircuitBreaker` per client (defaults, but open for 1 s) in front.
 
     The *splits* runs keep the total load (``clients * rate``) and spread it over other numbers
     of clients at ``split_failure_rate``: budgets are per client, and the RetryBudget's floor of
