@@ -483,3 +483,40 @@ def test_same_seed_same_waits(seed: int, jitter: str) -> None:
         return clock.sleeps
 
     assert waits() == waits()
+
+
+class CountingBudget:
+    def __init__(self) -> None:
+        self.successes = 0
+        self.failures = 0
+
+    def on_request(self) -> None:
+        pass
+
+    def allow_retry(self, error: BaseException) -> bool:
+        return True
+
+    def on_success(self) -> None:
+        self.successes += 1
+
+    def on_failure(self, error: BaseException) -> None:
+        self.failures += 1
+
+
+def test_driver_classification_overrides_retry_on(clock: VirtualClock) -> None:
+    budget = CountingBudget()
+    p = policy(clock, budget=budget, retry_on=())
+    # retry=True: retried although retry_on matches nothing...
+    state = p.new_state(0.0)
+    state.begin_attempt(0.0)
+    assert state.on_error(ValueError("503"), 0.0, retry=True) is not None
+    # ...but never a permanent error.
+    state.begin_attempt(1.0)
+    assert state.on_error(Permanent("no"), 1.0, retry=True) is None
+    # retry=False: not retried, yet a failure of the dependency for the budget.
+    state = p.new_state(2.0)
+    state.begin_attempt(2.0)
+    assert state.on_error(ConnectionError("503 to a POST"), 2.0, retry=False) is None
+    assert state.reason == "not_retryable"
+    assert state.on_error(RetryAfter(1), 2.0, retry=False) is None
+    assert (budget.failures, budget.successes) == (3, 1)

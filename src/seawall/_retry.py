@@ -262,17 +262,31 @@ class RetryState:
             for hook in p._attempt_hooks:
                 hook(event)
 
-    def on_error(self, error: BaseException, now: float) -> float | None:
-        """The attempt raised *error*: the delay before the next attempt, or ``None`` to give up."""
+    def on_error(
+        self, error: BaseException, now: float, *, retry: bool | None = None
+    ) -> float | None:
+        """The attempt raised *error*: the delay before the next attempt, or ``None`` to give up.
+
+        Args:
+            error: what the attempt raised (or an exception standing for a failed response).
+            now: the clock reading.
+            retry: the driver's own classification, replacing ``retry_on``: ``True`` retries
+                the error (still subject to the never-retried list, attempts, deadline and
+                budget); ``False`` never retries it but counts it as a failure of the dependency
+                (for budgets), e.g. a 503 answer to a POST that cannot be replayed. ``None``
+                asks the policy's ``retry_on``.
+        """
         p = self.policy
-        if isinstance(error, RetryAfter):
+        if isinstance(error, RetryAfter) and retry is not False:
             kind = _RETRY
         elif is_permanent(error):
             kind = _OVERLOADED if isinstance(error, Overloaded) else _PERMANENT
         elif is_exhausted(error) and not p.retry_nested:
             kind = _EXHAUSTED
-        else:
+        elif retry is None:
             kind = _RETRY if p._retryable(error) else _PERMANENT
+        else:
+            kind = _RETRY if retry else _FAILED
         budget = p.budget
         if budget is not None:
             if kind == _PERMANENT:
@@ -385,7 +399,7 @@ class _BadResult(Exception):
         self.result = result
 
 
-_RETRY, _PERMANENT, _OVERLOADED, _EXHAUSTED = range(4)
+_RETRY, _PERMANENT, _OVERLOADED, _EXHAUSTED, _FAILED = range(5)
 _DEFAULT_RETRY_ON: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
 _DEFAULT_HOOKS: tuple[Hook, ...] = (logging_hook,)
 
