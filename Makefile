@@ -35,6 +35,8 @@ test: lint typecheck unit
 bench: $(VENV)/.dev-installed
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/budget_overhead.py
+	$(BIN)/python benchmarks/pipeline_overhead.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache seawall-report
