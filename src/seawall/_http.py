@@ -171,14 +171,6 @@ PER_HOST: Final = _PerHost()
 
 # -- classification -------------------------------------------------------------------------------
 
-# Set on an error for the duration of one RetryState.on_error call: the transport's classification
-# said "retry this", and the derived policy's retry_on reads it. Per instance, so thread-safe.
-_RETRYABLE_MARK = "__seawall_http_retryable__"
-
-
-def _marked_retryable(exc: BaseException) -> bool:
-    return getattr(exc, _RETRYABLE_MARK, False) is True
-
 
 class RetryableResponse(Exception):
     """Stands for a response with a retryable status while the policy decides.
@@ -249,7 +241,9 @@ def derive_policy(policy: RetryPolicy, budget: Budget | None) -> RetryPolicy:
     """The policy the transport drives: the caller's, classifying through the HTTP rules."""
     if not isinstance(policy, RetryPolicy):
         raise TypeError(f"policy must be a seawall.RetryPolicy, got {policy!r}")
-    return policy.replace(retry_on=_marked_retryable, retry_if_result=None, budget=budget)
+    # retry_on=(): every decision comes from HttpCall through on_error(retry=True|False); an error
+    # it leaves to the policy (retry=None) is one the HTTP rules do not retry.
+    return policy.replace(retry_on=(), retry_if_result=None, budget=budget)
 
 
 def check_budget(budget: object) -> Budget | _PerHost | None:
@@ -374,9 +368,9 @@ class HttpCall:
             status,
             parse_retry_after(get_header("retry-after"), maximum=state.policy.max_retry_after),
         )
-        if self.safe and self.replayable:
-            setattr(signal, _RETRYABLE_MARK, True)
-        return state.on_error(signal, now)
+        # A transient status is a failure of the dependency whether or not this request may be
+        # sent again: retry=False still counts it against the budget, it only forbids the retry.
+        return state.on_error(signal, now, retry=self.safe and self.replayable)
 
     def on_error(self, error: Exception, never_sent: bool, retryable: bool) -> float | None:
         """Classify a transport error: the wait before retrying, or ``None`` to raise it.
@@ -386,23 +380,20 @@ class HttpCall:
             never_sent: the request never left (failed to connect): safe for every method.
             retryable: the transport error is of a retryable kind (timeouts, resets, ...).
         """
+        now = self.clock.now()
+        if not retryable:
+            # Not a transient kind (TLS, proxy, local protocol errors): the policy, whose
+            # retry_on matches nothing, gives up and counts no failure of the dependency.
+            return self.state.on_error(error, now)
         note = None
-        ok = retryable
-        if retryable and not never_sent:
+        if not never_sent:
             if not self.safe:
-                ok, note = False, _NOT_IDEMPOTENT_NOTE.format(method=self.method)
+                note = _NOT_IDEMPOTENT_NOTE.format(method=self.method)
             elif not self.replayable:
-                ok, note = False, _NOT_REPLAYABLE_NOTE
-        if ok:
-            try:
-                setattr(error, _RETRYABLE_MARK, True)
-            except AttributeError:  # an exception that refuses attributes cannot be marked
-                ok = False
-        try:
-            delay = self.state.on_error(error, self.clock.now())
-        finally:
-            if ok:
-                delattr(error, _RETRYABLE_MARK)
+                note = _NOT_REPLAYABLE_NOTE
+        # A reset or a timeout is a failure of the dependency even when this request must not
+        # be sent again: retry=False counts it for the budget without retrying.
+        delay = self.state.on_error(error, now, retry=note is None)
         if delay is None and note is not None:
             add_note(error, note)
         return delay
