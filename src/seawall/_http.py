@@ -19,12 +19,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from seawall._budget import Budget
 from seawall._deadline import deadline_headers as encode_deadline_headers
 from seawall._errors import Overloaded, add_note
 from seawall._retry import RetryPolicy, RetryState
+
+if TYPE_CHECKING:
+    from seawall._config import PolicyHandle, RouteConfig
 
 __all__ = [
     "DEFAULT_RETRY_STATUSES",
@@ -288,6 +291,96 @@ class PolicyCache:
                 derived = derive_policy(self._policy, budget_for_host(host))
                 self._by_host[host] = derived
         return derived
+
+
+class Policies:
+    """What a transport retries with now: a fixed policy, or the current one of a PolicyHandle.
+
+    With a :class:`~seawall.PolicyHandle`, a reload of its registry changes the live transport:
+    the next request uses the new policy (attempts, backoff, timeouts, budget) and, unless
+    *retry_statuses* were given, the route's statuses.
+
+    Args:
+        policy: a :class:`~seawall.RetryPolicy`, a :class:`~seawall.PolicyHandle` or ``None``
+            (``RetryPolicy()``).
+        budget: ``PER_HOST``, a :class:`~seawall.Budget` or ``None`` (see the transports).
+        retry_statuses: the statuses to retry; ``None``: the route's (when the handle's route
+            names any), else :data:`DEFAULT_RETRY_STATUSES`.
+        **rules: the other :class:`HttpRules` fields.
+    """
+
+    __slots__ = ("_budget", "_handle", "_rules", "_state", "_statuses")
+
+    def __init__(
+        self,
+        policy: object,
+        budget: object,
+        retry_statuses: Collection[int] | None,
+        **rules: object,
+    ) -> None:
+        from seawall._config import PolicyHandle
+
+        if policy is None:
+            policy = RetryPolicy()
+        if isinstance(policy, PolicyHandle):
+            self._handle: PolicyHandle | None = policy
+        elif isinstance(policy, RetryPolicy):
+            self._handle = None
+        else:
+            raise TypeError(
+                f"policy must be a seawall.RetryPolicy or a seawall.PolicyHandle, got {policy!r}"
+            )
+        self._budget = check_budget(budget)
+        self._rules = rules
+        self._statuses = retry_statuses
+        handle = self._handle
+        if handle is None:
+            assert isinstance(policy, RetryPolicy)
+            self._state = self._build(policy, None)
+        else:
+            self._state = self._build(handle.policy, handle.route)
+
+    def _build(self, policy: RetryPolicy, route: RouteConfig | None) -> _Live:
+        statuses = self._statuses
+        if statuses is None:
+            statuses = (
+                DEFAULT_RETRY_STATUSES if route is None else route.http_rules().retry_statuses
+            )
+        rules = HttpRules(retry_statuses=statuses, **self._rules)  # type: ignore[arg-type]
+        return _Live(policy, route, PolicyCache(policy, self._budget), rules)
+
+    def current(self) -> tuple[PolicyCache, HttpRules]:
+        """The derived policies and the rules for a request starting now."""
+        state = self._state
+        handle = self._handle
+        if handle is not None and (
+            handle.policy is not state.policy or handle.route is not state.route
+        ):
+            # The registry reloaded: rebuild once (two threads may both rebuild; the results are
+            # equal and either one is kept).
+            state = self._state = self._build(handle.policy, handle.route)
+        return state.cache, state.rules
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The policy in use now."""
+        return self._handle.policy if self._handle is not None else self._state.policy
+
+    @property
+    def handle(self) -> PolicyHandle | None:
+        """The handle followed, if any."""
+        return self._handle
+
+    @property
+    def rules(self) -> HttpRules:
+        return self.current()[1]
+
+
+class _Live(NamedTuple):
+    policy: RetryPolicy
+    route: RouteConfig | None
+    cache: PolicyCache
+    rules: HttpRules
 
 
 _NOT_IDEMPOTENT_NOTE = (

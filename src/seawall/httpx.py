@@ -8,22 +8,27 @@ Install with ``pip install seawall[httpx]``. See ``docs/http.md`` for what is re
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import Any
+import asyncio
+import math
+import sys
+from collections.abc import AsyncIterator, Awaitable, Collection
+from typing import Any, TypeVar
 
 import httpx
 
+from seawall._config import PolicyHandle, PolicyRegistry
+from seawall._hedge import Hedge
 from seawall._http import (
-    DEFAULT_RETRY_STATUSES,
     IDEMPOTENCY_KEY_HEADER,
     IDEMPOTENT_METHODS,
     PER_HOST,
     HttpCall,
-    HttpRules,
-    PolicyCache,
+    Policies,
     new_idempotency_key,
 )
 from seawall._retry import RetryPolicy
+
+T = TypeVar("T")
 
 __all__ = [
     "DEFAULT_RETRY_EXCEPTIONS",
@@ -54,19 +59,20 @@ class _Base:
 
     def __init__(
         self,
-        policy: RetryPolicy | None,
+        policy: RetryPolicy | PolicyHandle | None,
         *,
         budget: Any,
-        retry_statuses: Collection[int],
+        retry_statuses: Collection[int] | None,
         retry_on: tuple[type[Exception], ...],
         idempotent_methods: Collection[str],
         idempotency_key: bool,
         deadline_headers: bool,
         buffer_limit: int,
     ) -> None:
-        self._policies = PolicyCache(policy if policy is not None else RetryPolicy(), budget)
-        self._rules = HttpRules(
-            retry_statuses=retry_statuses,
+        self._policies = Policies(
+            policy,
+            budget,
+            retry_statuses,
             idempotent_methods=idempotent_methods,
             idempotency_key=idempotency_key,
             deadline_headers=deadline_headers,
@@ -82,11 +88,11 @@ class _Base:
 
     @property
     def policy(self) -> RetryPolicy:
-        """The policy this transport was given."""
+        """The policy in use now (with a :class:`~seawall.PolicyHandle`: its current one)."""
         return self._policies.policy
 
     def _start(self, request: httpx.Request) -> HttpCall:
-        rules = self._rules
+        cache, rules = self._policies.current()
         method = request.method.upper()
         if (
             rules.idempotency_key
@@ -98,7 +104,7 @@ class _Base:
         url = request.url
         host = f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}"
         return HttpCall(
-            self._policies.for_host(host),
+            cache.for_host(host),
             rules,
             method,
             has_key=IDEMPOTENCY_KEY_HEADER in request.headers,
@@ -107,9 +113,13 @@ class _Base:
             replayable=isinstance(request.stream, httpx.ByteStream),
         )
 
-    def _attempt(self, request: httpx.Request, call: HttpCall) -> httpx.Request:
-        """The request for one attempt: timeouts capped by the time left, deadline headers."""
-        call.begin_attempt()
+    @staticmethod
+    def _prepare(request: httpx.Request, call: HttpCall) -> httpx.Request:
+        """The request to send now: timeouts capped by the attempt's time left, deadline headers.
+
+        Built when it is sent, so that a hedged copy started later tells the next hop the time
+        actually left.
+        """
         configured = request.extensions.get("timeout") or {}
         extensions = dict(request.extensions)
         extensions["timeout"] = {k: call.timeout(configured.get(k)) for k in _TIMEOUT_KEYS}
@@ -131,11 +141,11 @@ class _Base:
         never_sent = isinstance(exc, _NEVER_SENT)
         return never_sent or isinstance(exc, self._retry_on), never_sent
 
-    def _small(self, response: httpx.Response) -> bool:
-        """Whether to read the body within the attempt (so that a reset mid-body is retried)."""
-        limit = self._rules.buffer_limit
-        length = response.headers.get("content-length")
-        return bool(limit) and length is not None and length.isdigit() and int(length) <= limit
+
+def _small(response: httpx.Response, limit: int) -> bool:
+    """Whether to read the body within the attempt (so that a reset mid-body is retried)."""
+    length = response.headers.get("content-length")
+    return bool(limit) and length is not None and length.isdigit() and int(length) <= limit
 
 
 class RetryTransport(_Base, httpx.BaseTransport):
@@ -158,12 +168,16 @@ class RetryTransport(_Base, httpx.BaseTransport):
     The policy's ``retry_on`` and ``retry_if_result`` are replaced by the HTTP classification.
 
     Args:
-        policy: the retry policy (``RetryPolicy()`` by default).
+        policy: the retry policy (``RetryPolicy()`` by default), or a
+            :class:`~seawall.PolicyHandle` from a :class:`~seawall.PolicyRegistry`: each request
+            then uses the handle's current policy, so a reload changes the live transport (see
+            :meth:`from_route`).
         transport: the transport that sends each attempt (``httpx.HTTPTransport()`` by default).
         budget: ``PER_HOST`` (default): one :class:`~seawall.RetryBudget` per host, shared by all
             transports in the process, unless the policy has its own budget; a
             :class:`~seawall.Budget` to use for every host; or ``None`` for no budget.
-        retry_statuses: statuses worth retrying (408, 429, 502, 503, 504 by default).
+        retry_statuses: statuses worth retrying (by default 408, 429, 502, 503, 504, or those the
+            handle's route names in its ``retry_on``).
         retry_on: transport exception classes worth retrying.
         idempotent_methods: methods retried without an ``Idempotency-Key``.
         idempotency_key: add an ``Idempotency-Key`` to non-idempotent requests (generated once
@@ -174,11 +188,11 @@ class RetryTransport(_Base, httpx.BaseTransport):
 
     def __init__(
         self,
-        policy: RetryPolicy | None = None,
+        policy: RetryPolicy | PolicyHandle | None = None,
         transport: httpx.BaseTransport | None = None,
         *,
         budget: Any = PER_HOST,
-        retry_statuses: Collection[int] = DEFAULT_RETRY_STATUSES,
+        retry_statuses: Collection[int] | None = None,
         retry_on: tuple[type[Exception], ...] = DEFAULT_RETRY_EXCEPTIONS,
         idempotent_methods: Collection[str] = IDEMPOTENT_METHODS,
         idempotency_key: bool = False,
@@ -199,15 +213,34 @@ class RetryTransport(_Base, httpx.BaseTransport):
         )
         self._transport = transport if transport is not None else httpx.HTTPTransport()
 
+    @classmethod
+    def from_route(
+        cls,
+        registry: PolicyRegistry,
+        name: str,
+        transport: httpx.BaseTransport | None = None,
+        **kwargs: Any,
+    ) -> RetryTransport:
+        """A transport that follows the route *name* of *registry*, reloads included.
+
+        Each request uses the route's current policy (attempts, backoff, timeouts, budget, kill
+        switch) and, unless ``retry_statuses`` is given, the statuses its ``retry_on`` names
+        (``5xx``, ``gateway-error``, ...). Other keyword arguments are the constructor's.
+
+        Raises:
+            KeyError: the registry has no policy named *name*.
+        """
+        return cls(_handle(registry, name), transport, **kwargs)
+
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         call = self._start(request)
         sleep = call.clock.sleep
         send = self._transport.handle_request
         while True:
-            attempt = self._attempt(request, call)
+            call.begin_attempt()
             try:
-                response = send(attempt)
-                if self._small(response):
+                response = send(self._prepare(request, call))
+                if _small(response, call.rules.buffer_limit):
                     response = _buffered(response)
             except Exception as exc:
                 retryable, never_sent = self._classify(exc)
@@ -228,23 +261,44 @@ class RetryTransport(_Base, httpx.BaseTransport):
 class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
     """The asyncio twin of :class:`RetryTransport`, for ``httpx.AsyncClient(transport=...)``.
 
-    Waits use the policy clock's ``asleep``; cancellation of the caller is never retried.
+    Waits use the policy clock's ``asleep``; cancellation of the caller is never retried. Each
+    attempt is also bounded by cancellation: it may last the policy's ``attempt_timeout`` and
+    never outlives the deadline, even when the server drips bytes slowly enough to defeat
+    httpx's per-operation timeouts; a body streamed to the caller is bounded the same way.
+
     Arguments are those of :class:`RetryTransport`, with an ``httpx.AsyncBaseTransport``
-    (``httpx.AsyncHTTPTransport()`` by default).
+    (``httpx.AsyncHTTPTransport()`` by default), and:
+
+    Args:
+        hedge: a :class:`~seawall.Hedge`: requests whose method is in *hedge_methods* are
+            hedged within each attempt. When one has not answered after the hedge's delay, a
+            copy is sent; the first response wins, the others are cancelled and their
+            connections closed. The hedge's ``max_attempts``, ``max_extra_load``, budget and
+            kill switch apply; its ``replicas`` are not supported (the URL names the host).
+        hedge_methods: the methods to hedge (``GET`` and ``HEAD`` by default). Only idempotent
+            methods are accepted: a hedged request runs twice on the server by design, and an
+            ``Idempotency-Key`` does not make that safe (a server deduplicating by key answers
+            a concurrent duplicate with 409 Conflict).
+
+    Raises:
+        ValueError: *hedge_methods* names a method that is not idempotent, or is given without
+            a *hedge*; the hedge has ``replicas``.
     """
 
     def __init__(
         self,
-        policy: RetryPolicy | None = None,
+        policy: RetryPolicy | PolicyHandle | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         *,
         budget: Any = PER_HOST,
-        retry_statuses: Collection[int] = DEFAULT_RETRY_STATUSES,
+        retry_statuses: Collection[int] | None = None,
         retry_on: tuple[type[Exception], ...] = DEFAULT_RETRY_EXCEPTIONS,
         idempotent_methods: Collection[str] = IDEMPOTENT_METHODS,
         idempotency_key: bool = False,
         deadline_headers: bool = True,
         buffer_limit: int = 1 << 20,
+        hedge: Hedge | None = None,
+        hedge_methods: Collection[str] | None = None,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             raise TypeError(f"transport must be an httpx.AsyncBaseTransport, got {transport!r}")
@@ -259,17 +313,64 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
             buffer_limit=buffer_limit,
         )
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self._hedge = hedge
+        self._hedge_methods = _hedge_methods(hedge, hedge_methods, idempotent_methods)
+        if hedge is not None:
+            shared = budget if budget is not PER_HOST else self.policy.budget
+            if hedge.budget is not None and hedge.budget is shared:
+                # As in a Pipeline: the retry loop reports requests and outcomes to the shared
+                # budget; hedges only withdraw from it, so nothing is counted twice.
+                hedge._reports_to_budget = False
+
+    @property
+    def hedge(self) -> Hedge | None:
+        """The hedging policy, if any."""
+        return self._hedge
+
+    @classmethod
+    def from_route(
+        cls,
+        registry: PolicyRegistry,
+        name: str,
+        transport: httpx.AsyncBaseTransport | None = None,
+        **kwargs: Any,
+    ) -> AsyncRetryTransport:
+        """A transport that follows the route *name* of *registry*, reloads included.
+
+        As :meth:`RetryTransport.from_route`; in addition, when the route configures ``hedge =
+        {delay, max_attempts}`` and no ``hedge`` is given, ``GET`` and ``HEAD`` requests are
+        hedged with a :class:`~seawall.Hedge` of those settings (named after the route, drawing
+        from the route's budget), built once, when the transport is.
+
+        Raises:
+            KeyError: the registry has no policy named *name*.
+        """
+        handle = _handle(registry, name)
+        settings = handle.hedge
+        if settings is not None and kwargs.get("hedge") is None:
+            kwargs["hedge"] = Hedge(
+                settings.delay,
+                max_attempts=settings.max_attempts,
+                budget=handle.policy.budget,
+                name=handle.name,
+            )
+        return cls(handle, transport, **kwargs)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         call = self._start(request)
         asleep = call.clock.asleep
-        send = self._transport.handle_async_request
+        hedge = self._hedge
+        if hedge is not None and (call.method not in self._hedge_methods or not call.replayable):
+            hedge = None
         while True:
-            attempt = self._attempt(request, call)
+            left = call.begin_attempt()
             try:
-                response = await send(attempt)
-                if self._small(response):
-                    response = await _abuffered(response)
+                if left == math.inf:
+                    response = await self._send(request, call, hedge)
+                else:
+                    # httpx's timeouts bound each read, not the attempt: a server dripping a
+                    # byte at a time would outlive it. Cancellation bounds the whole attempt.
+                    response = await _bounded(self._send(request, call, hedge), left, request)
             except Exception as exc:
                 retryable, never_sent = self._classify(exc)
                 delay = call.on_error(exc, never_sent, retryable)
@@ -278,12 +379,158 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
             else:
                 delay = call.on_response(response.status_code, response.headers.get)
                 if delay is None:
-                    return response
+                    return _bound_body(response, call, request)
                 await response.aclose()  # a discarded attempt must not hold its connection
             await asleep(delay)
 
+    async def _send_one(self, request: httpx.Request, call: HttpCall) -> httpx.Response:
+        response = await self._transport.handle_async_request(self._prepare(request, call))
+        if _small(response, call.rules.buffer_limit):
+            response = await _abuffered(response)
+        return response
+
+    async def _send(
+        self, request: httpx.Request, call: HttpCall, hedge: Hedge | None
+    ) -> httpx.Response:
+        if hedge is None:
+            return await self._send_one(request, call)
+        answered: list[httpx.Response] = []
+
+        async def copy() -> httpx.Response:
+            try:
+                response = await self._send_one(request, call)
+            except Exception as exc:
+                if self._classify(exc)[0]:
+                    # Let the hedge go on with the other copies (its retry_on sees a
+                    # ConnectionError); the retry loop then sees the original error.
+                    raise _CopyFailed(exc) from None
+                raise
+            answered.append(response)
+            return response
+
+        winner: httpx.Response | None = None
+        failure: Exception | None = None
+        try:
+            winner = await hedge.acall(copy)
+        except _CopyFailed as wrapped:
+            failure = wrapped.error
+        finally:
+            # Copies that answered but lost (at the same instant as the winner, or before a
+            # failure ended the call) must not hold their connections.
+            for response in answered:
+                if response is not winner:
+                    await response.aclose()
+        if failure is not None:
+            raise failure
+        assert winner is not None
+        return winner
+
     async def aclose(self) -> None:
         await self._transport.aclose()
+
+
+class _CopyFailed(ConnectionError):
+    """A hedged copy failed with a retryable transport error (carried in ``error``)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _hedge_methods(
+    hedge: Hedge | None, methods: Collection[str] | None, idempotent: Collection[str]
+) -> frozenset[str]:
+    if hedge is None:
+        if methods is not None:
+            raise ValueError("hedge_methods needs a hedge (seawall.Hedge(...))")
+        return frozenset()
+    if not isinstance(hedge, Hedge):
+        raise TypeError(f"hedge must be a seawall.Hedge, got {hedge!r}")
+    if hedge.replicas is not None:
+        raise ValueError("hedge must not have replicas: the request's URL names the host")
+    safe = frozenset(m.upper() for m in idempotent if isinstance(m, str))
+    if methods is None:
+        return frozenset({"GET", "HEAD"}) & safe
+    if isinstance(methods, (str, bytes)) or not isinstance(methods, Collection):
+        raise TypeError(f"hedge_methods must be a collection of method names, got {methods!r}")
+    chosen = set()
+    for m in methods:
+        if not isinstance(m, str) or not m:
+            raise TypeError(f"hedge_methods must hold method names, got {m!r}")
+        if m.upper() not in safe:
+            raise ValueError(
+                f"hedge_methods may only hold idempotent methods ({', '.join(sorted(safe))}): "
+                f"a hedged request runs more than once, got {m!r}"
+            )
+        chosen.add(m.upper())
+    return frozenset(chosen)
+
+
+def _handle(registry: PolicyRegistry, name: str) -> PolicyHandle:
+    if not isinstance(registry, PolicyRegistry):
+        raise TypeError(f"registry must be a seawall.PolicyRegistry, got {registry!r}")
+    return registry.policy(name)
+
+
+async def _bounded(aw: Awaitable[T], seconds: float, request: httpx.Request) -> T:
+    """Await *aw* for at most *seconds*; then cancel it and raise ``httpx.TimeoutException``."""
+    seconds = max(0.0, seconds)
+    if sys.version_info >= (3, 11):
+        scope = asyncio.timeout(seconds)
+        try:
+            async with scope:
+                return await aw
+        except TimeoutError as err:
+            if not scope.expired():
+                raise  # a timeout of the request itself, not of this scope
+            raise httpx.TimeoutException(
+                f"seawall: the attempt ran out of time after {seconds:.3f} s", request=request
+            ) from err
+    try:  # pragma: no cover - Python 3.10
+        return await asyncio.wait_for(aw, seconds)
+    except asyncio.TimeoutError as err:  # pragma: no cover - distinct from TimeoutError on 3.10
+        raise httpx.TimeoutException(
+            f"seawall: the attempt ran out of time after {seconds:.3f} s", request=request
+        ) from err
+
+
+class _BoundedStream(httpx.AsyncByteStream):
+    """A response body whose reading ends at the attempt's deadline (on the event loop's clock)."""
+
+    def __init__(self, stream: httpx.AsyncByteStream, at: float, request: httpx.Request) -> None:
+        self._stream = stream
+        self._at = at
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        loop = asyncio.get_running_loop()
+        chunks = self._stream.__aiter__()
+        while True:
+            left = self._at - loop.time()
+            try:
+                chunk = await _bounded(chunks.__anext__(), left, self._request)
+            except StopAsyncIteration:
+                return
+            except httpx.TimeoutException as err:
+                if isinstance(err, httpx.ReadTimeout):
+                    raise
+                raise httpx.ReadTimeout(str(err), request=self._request) from err
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+def _bound_body(response: httpx.Response, call: HttpCall, request: httpx.Request) -> httpx.Response:
+    """The response whose body, if still to be read, is bounded by the attempt's deadline."""
+    stream = response.stream
+    if call.attempt_deadline == math.inf or isinstance(stream, httpx.ByteStream):
+        return response  # no deadline, or the body is in memory already
+    assert isinstance(stream, httpx.AsyncByteStream)
+    left = call.attempt_deadline - call.clock.now()
+    # The policy's clock may be virtual; the event loop's is what cancels: convert once.
+    response.stream = _BoundedStream(stream, asyncio.get_running_loop().time() + left, request)
+    return response
 
 
 def _buffered(response: httpx.Response) -> httpx.Response:

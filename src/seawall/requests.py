@@ -15,14 +15,13 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
+from seawall._config import PolicyHandle, PolicyRegistry
 from seawall._http import (
-    DEFAULT_RETRY_STATUSES,
     IDEMPOTENCY_KEY_HEADER,
     IDEMPOTENT_METHODS,
     PER_HOST,
     HttpCall,
-    HttpRules,
-    PolicyCache,
+    Policies,
     new_idempotency_key,
 )
 from seawall._retry import RetryPolicy
@@ -65,10 +64,13 @@ class RetryAdapter(HTTPAdapter):
     :class:`seawall.httpx.RetryTransport`'s (see ``docs/http.md``).
 
     Args:
-        policy: the retry policy (``RetryPolicy()`` by default).
+        policy: the retry policy (``RetryPolicy()`` by default), or a
+            :class:`~seawall.PolicyHandle`: each request then uses its current policy, so a
+            registry reload changes the live adapter (see :meth:`from_route`).
         budget: ``PER_HOST`` (default): one :class:`~seawall.RetryBudget` per host shared in the
             process, unless the policy has its own budget; a :class:`~seawall.Budget`; or ``None``.
-        retry_statuses: statuses worth retrying (408, 429, 502, 503, 504 by default).
+        retry_statuses: statuses worth retrying (by default 408, 429, 502, 503, 504, or those the
+            handle's route names in its ``retry_on``).
         retry_on: exception classes worth retrying.
         idempotent_methods: methods retried without an ``Idempotency-Key``.
         idempotency_key: add an ``Idempotency-Key`` to non-idempotent requests (generated once
@@ -82,10 +84,10 @@ class RetryAdapter(HTTPAdapter):
 
     def __init__(
         self,
-        policy: RetryPolicy | None = None,
+        policy: RetryPolicy | PolicyHandle | None = None,
         *,
         budget: Any = PER_HOST,
-        retry_statuses: Collection[int] = DEFAULT_RETRY_STATUSES,
+        retry_statuses: Collection[int] | None = None,
         retry_on: tuple[type[Exception], ...] = DEFAULT_RETRY_EXCEPTIONS,
         idempotent_methods: Collection[str] = IDEMPOTENT_METHODS,
         idempotency_key: bool = False,
@@ -95,9 +97,10 @@ class RetryAdapter(HTTPAdapter):
     ) -> None:
         if "max_retries" in adapter_kwargs:
             raise TypeError("max_retries is not accepted: the policy decides retries")
-        self._policies = PolicyCache(policy if policy is not None else RetryPolicy(), budget)
-        self._rules = HttpRules(
-            retry_statuses=retry_statuses,
+        self._policies = Policies(
+            policy,
+            budget,
+            retry_statuses,
             idempotent_methods=idempotent_methods,
             idempotency_key=idempotency_key,
             deadline_headers=deadline_headers,
@@ -114,8 +117,22 @@ class RetryAdapter(HTTPAdapter):
 
     @property
     def policy(self) -> RetryPolicy:
-        """The policy this adapter was given."""
+        """The policy in use now (with a :class:`~seawall.PolicyHandle`: its current one)."""
         return self._policies.policy
+
+    @classmethod
+    def from_route(cls, registry: PolicyRegistry, name: str, **kwargs: Any) -> RetryAdapter:
+        """An adapter that follows the route *name* of *registry*, reloads included.
+
+        Each request uses the route's current policy and, unless ``retry_statuses`` is given,
+        the statuses its ``retry_on`` names. Other keyword arguments are the constructor's.
+
+        Raises:
+            KeyError: the registry has no policy named *name*.
+        """
+        if not isinstance(registry, PolicyRegistry):
+            raise TypeError(f"registry must be a seawall.PolicyRegistry, got {registry!r}")
+        return cls(registry.policy(name), **kwargs)
 
     def send(
         self,
@@ -127,7 +144,7 @@ class RetryAdapter(HTTPAdapter):
         proxies: Mapping[str, str] | None = None,
     ) -> requests.Response:
         """Send *request*, retrying per the policy; the final response or the last error."""
-        rules = self._rules
+        cache, rules = self._policies.current()
         method = (request.method or "GET").upper()
         if (
             rules.idempotency_key
@@ -145,7 +162,7 @@ class RetryAdapter(HTTPAdapter):
         scheme, _, rest = (request.url or "").partition("://")
         host = f"{scheme}://{rest.split('/', 1)[0].rsplit('@', 1)[-1]}"
         call = HttpCall(
-            self._policies.for_host(host),
+            cache.for_host(host),
             rules,
             method,
             has_key=IDEMPOTENCY_KEY_HEADER in request.headers,
@@ -175,7 +192,7 @@ class RetryAdapter(HTTPAdapter):
                     cert=cert,
                     proxies=proxies,
                 )
-                if not stream and self._small(response):
+                if not stream and _small(response, rules.buffer_limit):
                     _ = response.content  # read now: a reset mid-body is then retried
             except Exception as exc:
                 retryable = isinstance(exc, self._retry_on) and not isinstance(exc, _NEVER_RETRIED)
@@ -190,10 +207,10 @@ class RetryAdapter(HTTPAdapter):
                 response.close()  # a discarded attempt must not hold its connection
             sleep(delay)
 
-    def _small(self, response: requests.Response) -> bool:
-        limit = self._rules.buffer_limit
-        length = response.headers.get("content-length")
-        return bool(limit) and length is not None and length.isdigit() and int(length) <= limit
+
+def _small(response: requests.Response, limit: int) -> bool:
+    length = response.headers.get("content-length")
+    return bool(limit) and length is not None and length.isdigit() and int(length) <= limit
 
 
 def _split_timeout(timeout: Any) -> tuple[float | None, float | None]:

@@ -9,6 +9,10 @@ Behaviours are chosen by path; counts are per (method, path) so that each test s
 - ``/reset-head/<n>``: the first n requests: half a status line, then a TCP reset.
 - ``/reset-body/<n>``: the first n requests: headers declaring 100 bytes, 10 bytes, then a reset.
 - ``/stall/<n>``: the first n requests: no answer for up to ``STALL_SECONDS``, then 200.
+- ``/drip-head/<n>``: the first n requests: the whole response (status line, headers, body) one
+  byte every ``DRIP_INTERVAL`` (~2 s in all, each read answered well within any read timeout).
+- ``/drip-body/<n>``: the first n requests: the headers at once (``Content-Length: 40``), then
+  the body one byte every ``DRIP_INTERVAL``.
 
 Every request is recorded (method, path, headers, body).
 """
@@ -23,6 +27,7 @@ import threading
 import urllib.parse
 
 STALL_SECONDS = 2.0
+DRIP_INTERVAL = 0.05
 
 
 @dataclasses.dataclass
@@ -94,6 +99,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.close_connection = True
         self.connection.close()
 
+    def _drip(self, head: bytes, body: bytes) -> None:
+        """Send *head* at once and *body* a byte at a time; stop when the client hangs up."""
+        release = self.server_state.release
+        try:
+            self.wfile.write(head)
+            self.wfile.flush()
+            for i in range(len(body)):
+                if release.wait(DRIP_INTERVAL):
+                    break  # the test is over
+                self.wfile.write(body[i : i + 1])
+                self.wfile.flush()
+        except OSError:
+            pass  # the client gave up and closed the connection: what the tests expect
+        self.close_connection = True
+
     def _handle(self) -> None:
         state = self.server_state
         body = self._body()
@@ -132,7 +152,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif kind == "stall" and n <= int(parts[1]):
             state.release.wait(STALL_SECONDS)  # bounded: the client's read timeout is far shorter
             self.close_connection = True
-        elif kind in ("reset-head", "reset-body", "stall"):
+        elif kind == "drip-head" and n <= int(parts[1]):
+            self._drip(b"", b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\ndripped")
+        elif kind == "drip-body" and n <= int(parts[1]):
+            head = b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n"
+            self._drip(head, b"d" * 40)
+        elif kind in ("reset-head", "reset-body", "stall", "drip-head", "drip-body"):
             self._send(200, f"ok after {n}".encode())
         else:
             self._send(404, b"no such test route")
