@@ -1,0 +1,164 @@
+"""Transports built from the policy registry follow its reloads on a live client."""
+
+from __future__ import annotations
+
+import pathlib
+import ssl
+
+import httpx
+import pytest
+import requests
+from seawall_test_server import Server
+
+import seawall
+from seawall.httpx import AsyncRetryTransport, RetryTransport
+from seawall.requests import RetryAdapter
+
+TLS = ssl.create_default_context()
+
+POLICIES = """
+[routes.users]
+retry_policy = {{ num_retries = {retries}, retry_on = "{retry_on}" }}
+"""
+
+
+def write(
+    path: pathlib.Path, retries: int, retry_on: str = "connect-failure,gateway-error"
+) -> None:
+    path.write_text(POLICIES.format(retries=retries, retry_on=retry_on))
+
+
+@pytest.fixture
+def clock() -> seawall.VirtualClock:
+    return seawall.VirtualClock()
+
+
+def test_reload_changes_num_retries_of_a_live_client(
+    server: Server, tmp_path: pathlib.Path, clock: seawall.VirtualClock
+) -> None:
+    file = tmp_path / "policies.toml"
+    write(file, retries=1)
+    registry = seawall.PolicyRegistry(file, clock=clock, hooks=())
+    transport = RetryTransport.from_route(registry, "users", httpx.HTTPTransport(verify=TLS))
+    with httpx.Client(transport=transport, timeout=5.0) as c:
+        assert c.get(server.url + "/flaky/9/503").status_code == 503
+        assert server.count("GET", "/flaky/9/503") == 2  # num_retries = 1
+        write(file, retries=3)
+        assert registry.reload()
+        assert transport.policy.max_attempts == 4
+        assert c.get(server.url + "/flaky/9/502").status_code == 502
+        assert server.count("GET", "/flaky/9/502") == 4  # the same client, now 3 retries
+    assert transport.policy.name == "users"
+
+
+def test_route_statuses_replace_the_defaults(
+    server: Server, tmp_path: pathlib.Path, clock: seawall.VirtualClock
+) -> None:
+    file = tmp_path / "policies.toml"
+    write(file, retries=2, retry_on="gateway-error")  # 502, 503, 504: not 429
+    registry = seawall.PolicyRegistry(file, clock=clock, hooks=())
+    transport = RetryTransport.from_route(registry, "users", httpx.HTTPTransport(verify=TLS))
+    with httpx.Client(transport=transport, timeout=5.0) as c:
+        assert c.get(server.url + "/flaky/1/429").status_code == 429
+        assert c.get(server.url + "/flaky/2/500").status_code == 500
+        write(file, retries=2, retry_on="5xx")  # now 500-599, still not 429
+        registry.reload()
+        assert c.get(server.url + "/flaky/2/500").status_code == 200
+    assert server.count("GET", "/flaky/1/429") == 1
+    assert server.count("GET", "/flaky/2/500") == 3  # 1 before the reload, 2 after
+
+
+def test_explicit_statuses_win_over_the_route(
+    server: Server, tmp_path: pathlib.Path, clock: seawall.VirtualClock
+) -> None:
+    file = tmp_path / "policies.toml"
+    write(file, retries=2, retry_on="gateway-error")
+    registry = seawall.PolicyRegistry(file, clock=clock, hooks=())
+    transport = RetryTransport.from_route(
+        registry, "users", httpx.HTTPTransport(verify=TLS), retry_statuses={429}
+    )
+    with httpx.Client(transport=transport, timeout=5.0) as c:
+        assert c.get(server.url + "/flaky/1/429").status_code == 200
+        assert c.get(server.url + "/flaky/1/503").status_code == 503
+
+
+def test_a_handle_registered_in_code_follows_replace(
+    server: Server, clock: seawall.VirtualClock
+) -> None:
+    registry = seawall.PolicyRegistry(clock=clock)
+    handle = registry.register("svc", seawall.RetryPolicy(max_attempts=2, clock=clock, hooks=()))
+    transport = RetryTransport(handle, httpx.HTTPTransport(verify=TLS), budget=None)
+    with httpx.Client(transport=transport, timeout=5.0) as c:
+        c.get(server.url + "/flaky/9/503")
+        registry.replace("svc", max_attempts=5)
+        c.get(server.url + "/flaky/9/504")
+    assert server.count("GET", "/flaky/9/503") == 2
+    assert server.count("GET", "/flaky/9/504") == 5
+
+
+def test_the_per_name_kill_switch_reaches_the_transport(
+    server: Server, tmp_path: pathlib.Path, clock: seawall.VirtualClock
+) -> None:
+    file = tmp_path / "policies.toml"
+    write(file, retries=3)
+    registry = seawall.PolicyRegistry(file, clock=clock, hooks=())
+    transport = RetryTransport.from_route(registry, "users", httpx.HTTPTransport(verify=TLS))
+    registry.set_enabled("users", False)
+    try:
+        with httpx.Client(transport=transport, timeout=5.0) as c:
+            assert c.get(server.url + "/flaky/1/503").status_code == 503
+    finally:
+        registry.set_enabled("users", True)
+    assert server.count("GET", "/flaky/1/503") == 1
+
+
+async def test_async_transport_follows_reload_and_hedges_from_the_route(
+    server: Server, tmp_path: pathlib.Path, clock: seawall.VirtualClock
+) -> None:
+    file = tmp_path / "policies.toml"
+    file.write_text(
+        '[routes.users]\nretry_policy = { num_retries = 1 }\nhedge = { delay = "50ms" }\n'
+    )
+    registry = seawall.PolicyRegistry(file, clock=clock, hooks=())
+    transport = AsyncRetryTransport.from_route(
+        registry, "users", httpx.AsyncHTTPTransport(verify=TLS)
+    )
+    assert transport.hedge is not None
+    assert transport.hedge.name == "users"
+    async with httpx.AsyncClient(transport=transport, timeout=5.0) as c:
+        r = await c.get(server.url + "/stall/1")
+        assert r.text == "ok after 2"  # the hedge answered; the stall would hold for 2 s
+        file.write_text("[routes.users]\nretry_policy = { num_retries = 2 }\n")
+        registry.reload()
+        await c.get(server.url + "/flaky/9/503")
+    assert server.count("GET", "/stall/1") == 2
+    assert server.count("GET", "/flaky/9/503") == 3
+
+
+def test_requests_adapter_follows_reload(
+    server: Server, tmp_path: pathlib.Path, clock: seawall.VirtualClock
+) -> None:
+    file = tmp_path / "policies.toml"
+    write(file, retries=0)
+    registry = seawall.PolicyRegistry(file, clock=clock, hooks=())
+    session = requests.Session()
+    session.mount("http://", RetryAdapter.from_route(registry, "users"))
+    with session:
+        assert session.get(server.url + "/flaky/9/503", timeout=5).status_code == 503
+        write(file, retries=2)
+        registry.reload()
+        assert session.get(server.url + "/flaky/9/504", timeout=5).status_code == 504
+    assert server.count("GET", "/flaky/9/503") == 1
+    assert server.count("GET", "/flaky/9/504") == 3
+
+
+def test_unknown_route_and_bad_registry() -> None:
+    registry = seawall.PolicyRegistry({"routes": {"users": {}}})
+    with pytest.raises(KeyError, match="orders"):
+        RetryTransport.from_route(registry, "orders")
+    with pytest.raises(TypeError, match="registry"):
+        RetryTransport.from_route({"routes": {}}, "users")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="registry"):
+        RetryAdapter.from_route(None, "users")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="policy"):
+        RetryTransport(policy=registry)  # type: ignore[arg-type]
