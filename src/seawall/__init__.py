@@ -51,7 +51,7 @@ from seawall._errors import (
     is_permanent,
     permanent,
 )
-from seawall._hedge import Hedge, HedgeDelayPassed, hedge
+from seawall._hedge import Hedge, HedgeDelayPassed, HedgeEvent, HedgeHook, hedge
 from seawall._latency import LatencyTracker
 from seawall._pipeline import Pipeline
 from seawall._retry import (
@@ -88,6 +88,8 @@ __all__ = [
     "Hedge",
     "HedgeConfig",
     "HedgeDelayPassed",
+    "HedgeEvent",
+    "HedgeHook",
     "Hook",
     "Jitter",
     "LatencyTracker",

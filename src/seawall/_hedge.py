@@ -13,17 +13,20 @@ import inspect
 import math
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
+from typing import Any, Literal, NamedTuple, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from seawall._budget import Budget
 from seawall._clock import SYSTEM_CLOCK, Clock
 from seawall._errors import Overloaded, is_permanent
 from seawall._switch import SWITCH
 
-__all__ = ["Hedge", "HedgeDelayPassed", "QuantileSource", "hedge"]
+__all__ = ["Hedge", "HedgeDelayPassed", "HedgeEvent", "HedgeHook", "QuantileSource", "hedge"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+# A whole token, less float rounding: ten calls earning 0.1 each make 0.9999999999999999.
+_ONE_TOKEN = 1.0 - 1e-9
 
 RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
 
@@ -41,6 +44,28 @@ class QuantileSource(Protocol):
 
 class HedgeDelayPassed(TimeoutError):
     """What a budget's ``allow_retry`` receives for a hedge started because an attempt was slow."""
+
+
+class HedgeEvent(NamedTuple):
+    """What a hedge hook receives. Immutable and cheap to create (a named tuple).
+
+    Attributes:
+        kind: ``"hedge"`` (an extra attempt was started), ``"win"`` (an extra attempt answered
+            the call first) or ``"budget_exhausted"`` (the budget refused an extra attempt).
+        policy: the hedge's ``name`` (or ``None``).
+        attempt: the number of the attempt started, refused or winning (2 for the first hedge).
+        error: why the extra attempt was wanted: a :class:`HedgeDelayPassed` when the attempts
+            in flight were slow, else the retryable error of the attempt that failed
+            (``None`` for ``"win"``).
+    """
+
+    kind: Literal["hedge", "win", "budget_exhausted"]
+    policy: str | None
+    attempt: int
+    error: BaseException | None
+
+
+HedgeHook = Callable[[HedgeEvent], None]
 
 
 def _compile_retry_on(value: RetryOn) -> Callable[[BaseException], bool]:
@@ -101,7 +126,14 @@ class Hedge:
         clock: where latency is measured (the system clock by default; a
             :class:`~seawall.VirtualClock` under :func:`seawall.testing.run`). Waits run on the
             event loop's timers, which must follow the same clock.
-        name: keys the per-name kill switch: with retries off, no extra attempts are made.
+        name: keys the per-name kill switch: with retries off, no extra attempts are made; also
+            the ``policy`` of hook events (metric labels).
+        hooks: callables receiving a :class:`HedgeEvent` when an extra attempt starts, wins,
+            or is refused by the budget (e.g. ``MetricsHook(recorder).hedge_hook``).
+
+    Drivers other than :meth:`acall` (an event loop of their own, the simulator) make the same
+    decisions through the sans-I/O methods :meth:`start_call`, :meth:`admit`,
+    :meth:`on_error` and :meth:`on_success`, as :class:`~seawall.RetryState` does for retries.
 
     Attributes:
         calls: calls made through this policy.
@@ -111,6 +143,7 @@ class Hedge:
 
     __slots__ = (
         "_delay",
+        "_hooks",
         "_lock",
         "_reports_to_budget",
         "_retryable",
@@ -145,6 +178,7 @@ class Hedge:
         retry_on: RetryOn = (ConnectionError, TimeoutError),
         clock: Clock | None = None,
         name: str | None = None,
+        hooks: Sequence[HedgeHook] = (),
     ) -> None:
         self._tracker: QuantileSource | None
         if isinstance(delay, QuantileSource):
@@ -195,6 +229,12 @@ class Hedge:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {name!r}")
         self.name = name
+        if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):
+            raise TypeError(f"hooks must be a sequence of callables, got {hooks!r}")
+        for hook in hooks:
+            if not callable(hook):
+                raise TypeError(f"hooks must hold callables, got {hook!r}")
+        self._hooks: tuple[HedgeHook, ...] = tuple(hooks)
         # A pipeline whose retry layer shares the budget turns this off: the retry layer then
         # reports requests and outcomes, and hedging only withdraws, so nothing counts twice.
         self._reports_to_budget = True
@@ -222,24 +262,100 @@ class Hedge:
             return math.inf
         return max(value, self.min_delay)
 
-    def _admit(self, error: BaseException) -> bool:
-        """May an extra attempt start now? Spends a load token and a budget withdrawal."""
+    # -- the sans-I/O decisions: acall and other drivers (the simulator) share them ------------
+
+    def start_call(self) -> float:
+        """A call starts: count it, earn its share of the load bound, report it to the budget.
+
+        Returns:
+            The wait before the first extra attempt (:attr:`delay` now; ``inf``: none on time).
+        """
+        if self._reports_to_budget and self.budget is not None:
+            self.budget.on_request()
+        self.calls += 1
+        bound = self.max_extra_load
+        if bound is not None:
+            with self._lock:
+                self._tokens = min(self._tokens + bound, max(1.0, 100.0 * bound))
+        return self.delay
+
+    def admit(self, error: BaseException, attempt: int = 2) -> bool:
+        """May extra attempt number *attempt* start now? If so, it is counted as a hedge.
+
+        Checks the kill switch, then the load bound, then the budget (a withdrawal). The driver
+        must also keep attempts within :attr:`max_attempts`.
+
+        Args:
+            error: why: a :class:`HedgeDelayPassed` when the attempts in flight were slow, or
+                the retryable error of an attempt that failed.
+            attempt: the number the new attempt would have (2 for the first hedge); for hooks.
+
+        Returns:
+            ``True``: start it now. ``False``: do not (and start no more on time).
+        """
         if not SWITCH.enabled or (self.name is not None and self.name in SWITCH.disabled_names):
             return False
         bound = self.max_extra_load
-        if bound is not None and self._tokens < 1.0:
+        if bound is not None and self._tokens < _ONE_TOKEN:
             return False
         budget = self.budget
         if budget is not None:
             allow = getattr(budget, "allow_hedge", None) or budget.allow_retry
             if not allow(error):
+                self._fire("budget_exhausted", attempt, error)
                 return False
         if bound is not None:
             with self._lock:
-                if self._tokens < 1.0:
+                if self._tokens < _ONE_TOKEN:
                     return False  # another caller took the last token meanwhile
                 self._tokens -= 1.0
+        self.hedges += 1
+        self._fire("hedge", attempt, error)
         return True
+
+    def on_error(self, error: BaseException) -> bool:
+        """An attempt failed with *error*: report it to the budget; does it end the call?
+
+        Returns:
+            ``True`` when the error is not retryable (``Permanent``, ``Overloaded``, or outside
+            ``retry_on``): cancel the other attempts and raise it. ``False``: the next attempt
+            may start at once (ask :meth:`admit`).
+        """
+        fatal = is_permanent(error) or not self._retryable(error)
+        budget = self.budget
+        if budget is not None and self._reports_to_budget and isinstance(error, Exception):
+            # As in RetryState: an error not worth retrying is an answer, not sickness; overload
+            # and retryable errors are failures. A cancelled attempt (not an Exception) taught
+            # nothing about the dependency.
+            if fatal and not isinstance(error, Overloaded):
+                budget.on_success()
+            else:
+                budget.on_failure(error)
+        return fatal
+
+    def on_success(self, latency: float, attempt: int = 1) -> None:
+        """Attempt number *attempt* answered the call after *latency* seconds (the whole call's).
+
+        Counts a win when an extra attempt answered, reports success to the budget and records
+        the latency in the tracker of an adaptive delay.
+        """
+        if attempt > 1:
+            self.wins += 1
+            self._fire("win", attempt, None)
+        if self.budget is not None and self._reports_to_budget:
+            self.budget.on_success()
+        tracker = self._tracker
+        if tracker is not None:
+            tracker.record(max(0.0, latency))
+            self.recorded += 1
+
+    def _fire(self, kind: Any, attempt: int, error: BaseException | None) -> None:
+        if self._hooks:
+            event = HedgeEvent(kind, self.name, attempt, error)
+            for hook in self._hooks:
+                hook(event)
+
+    # -- the asyncio driver ----------------------------------------------------------------
 
     async def acall(self, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
         """Await ``fn(*args, **kwargs)``, hedged.
@@ -254,16 +370,7 @@ class Hedge:
         loop = asyncio.get_running_loop()
         clock = self.clock
         started = clock.now()
-        budget = self.budget
-        reporter = budget if self._reports_to_budget else None
-        if reporter is not None:
-            reporter.on_request()
-        self.calls += 1
-        bound = self.max_extra_load
-        if bound is not None:
-            with self._lock:
-                self._tokens = min(self._tokens + bound, max(1.0, 100.0 * bound))
-        delay = self.delay
+        delay = self.start_call()
         replicas = self.replicas
         max_attempts = self.max_attempts
 
@@ -290,9 +397,9 @@ class Hedge:
                 )
                 if not done:
                     # The delay passed with every attempt still running: hedge.
-                    if self._admit(HedgeDelayPassed(f"no answer after {delay:.3f} s")):
+                    passed = HedgeDelayPassed(f"no answer after {delay:.3f} s")
+                    if self.admit(passed, len(tasks) + 1):
                         pending.add(launch())
-                        self.hedges += 1
                         next_at = loop.time() + delay
                     else:
                         next_at = math.inf
@@ -303,26 +410,17 @@ class Hedge:
                     else:
                         exc = task.exception()
                         if exc is None:
-                            return self._won(task, tasks, started)
+                            self.on_success(clock.now() - started, tasks.index(task) + 1)
+                            return task.result()
                         error = exc
-                    fatal = is_permanent(error) or not self._retryable(error)
-                    if reporter is not None and isinstance(error, Exception):
-                        # As in RetryState: an error not worth retrying is an answer, not
-                        # sickness; overload and retryable errors are failures. A cancelled
-                        # attempt (not an Exception) taught nothing about the dependency.
-                        if fatal and not isinstance(error, Overloaded):
-                            reporter.on_success()
-                        else:
-                            reporter.on_failure(error)
-                    if fatal:
+                    if self.on_error(error):
                         raise error
                     last_error = error
                 if not pending:
                     assert last_error is not None
-                    if len(tasks) < max_attempts and self._admit(last_error):
+                    if len(tasks) < max_attempts and self.admit(last_error, len(tasks) + 1):
                         # gRPC hedging: a retryable failure sends the next hedge at once.
                         pending.add(launch())
-                        self.hedges += 1
                         next_at = loop.time() + delay
                         continue
                     raise last_error
@@ -332,17 +430,6 @@ class Hedge:
                     task.cancel()
                 # Wait for the losers to unwind, so their cleanup (closing connections) has run.
                 await asyncio.wait(pending)
-
-    def _won(self, task: asyncio.Future[T], tasks: list[asyncio.Future[T]], started: float) -> T:
-        if task is not tasks[0]:
-            self.wins += 1
-        if self.budget is not None and self._reports_to_budget:
-            self.budget.on_success()
-        tracker = self._tracker
-        if tracker is not None:
-            tracker.record(self.clock.now() - started)
-            self.recorded += 1
-        return task.result()
 
     def __call__(
         self, fn: Callable[P, Coroutine[Any, Any, T]]

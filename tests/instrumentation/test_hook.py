@@ -157,6 +157,7 @@ def test_counters_format_uses_the_exported_metric_names() -> None:
     counters.shed("api", "queue_full")
     counters.breaker_transition("db", "open")
     counters.hedge("search")
+    counters.hedge_win("search")
     counters.budget_refusal("users")
     counters.give_up("users", "deadline")
     text = counters.format()
@@ -165,6 +166,7 @@ def test_counters_format_uses_the_exported_metric_names() -> None:
     assert 'seawall_sheds_total{server="api",reason="queue_full"} 1' in text
     assert 'seawall_breaker_transitions_total{breaker="db",state="open"} 1' in text
     assert 'seawall_hedges_total{policy="search"} 1' in text
+    assert 'seawall_hedge_wins_total{policy="search"} 1' in text
     assert 'seawall_give_ups_total{policy="users",reason="deadline"} 1' in text
     for metric in METRICS:
         if metric.kind == "counter":

@@ -105,6 +105,7 @@ def test_exposition_lists_every_metric_name() -> None:
         "seawall_give_ups_total",
         "seawall_breaker_transitions_total",
         "seawall_hedges_total",
+        "seawall_hedge_wins_total",
         "seawall_sheds_total",
         "seawall_attempt_duration_seconds",
     ):

@@ -1,8 +1,8 @@
 """The metrics vocabulary shared by every adapter, and the hook that feeds it from policies.
 
 A :class:`Recorder` receives a handful of well-defined signals (attempts, retries, budget
-refusals, give-ups, breaker transitions, hedges, sheds). Adapters map them onto a metrics
-library; :class:`Counters` keeps them in memory (tests, the simulator, a debug endpoint).
+refusals, give-ups, breaker transitions, hedges and their wins, sheds). Adapters map them onto a
+metrics library; :class:`Counters` keeps them in memory (tests, the simulator, a debug endpoint).
 Labels are bounded: a policy name and an outcome or reason from a fixed set, never attempt
 numbers, URLs or error messages.
 """
@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Final, Protocol, runtime_checkable
 
 from seawall._breaker import BreakerEvent
+from seawall._hedge import HedgeEvent
 from seawall._retry import RetryEvent
 
 __all__ = [
@@ -91,6 +92,13 @@ METRICS: Final = (
     ),
     Metric("hedges", "counter", ("policy",), "{request}", "Hedged (backup) requests sent."),
     Metric(
+        "hedge_wins",
+        "counter",
+        ("policy",),
+        "{call}",
+        "Calls answered first by a hedged (backup) request.",
+    ),
+    Metric(
         "sheds",
         "counter",
         ("server", "reason"),
@@ -149,6 +157,9 @@ class Recorder(Protocol):
 
     def hedge(self, policy: str) -> None:
         """A hedged (backup) request was sent."""
+
+    def hedge_win(self, policy: str) -> None:
+        """A hedged (backup) request answered its call before the others."""
 
     def shed(self, server: str, reason: str) -> None:
         """A server rejected a request without doing its work; *reason* from ``SHED_REASONS``."""
@@ -223,6 +234,17 @@ class MetricsHook:
         """A state-change hook for :class:`~seawall.CircuitBreaker` (``on_state_change=[...]``)."""
         self.recorder.breaker_transition(self._names(event.breaker), event.new)
 
+    def hedge_hook(self, event: HedgeEvent) -> None:
+        """A hook for :class:`~seawall.Hedge` (``hooks=[...]``): hedges sent, won, refused."""
+        name = self._names(event.policy)
+        kind = event.kind
+        if kind == "hedge":
+            self.recorder.hedge(name)
+        elif kind == "win":
+            self.recorder.hedge_win(name)
+        elif kind == "budget_exhausted":
+            self.recorder.budget_refusal(name)
+
     def __repr__(self) -> str:
         return f"MetricsHook({self.recorder!r})"
 
@@ -270,6 +292,9 @@ class Counters:
 
     def hedge(self, policy: str) -> None:
         self._add(("hedges", self._names(policy)))
+
+    def hedge_win(self, policy: str) -> None:
+        self._add(("hedge_wins", self._names(policy)))
 
     def shed(self, server: str, reason: str) -> None:
         self._add(("sheds", self._names(server), reason))

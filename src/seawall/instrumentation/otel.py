@@ -76,6 +76,9 @@ class OpenTelemetryRecorder:
     def hedge(self, policy: str) -> None:
         self._instruments["hedges"].add(1, self._attributes("hedges", policy))
 
+    def hedge_win(self, policy: str) -> None:
+        self._instruments["hedge_wins"].add(1, self._attributes("hedge_wins", policy))
+
     def shed(self, server: str, reason: str) -> None:
         self._instruments["sheds"].add(1, self._attributes("sheds", server, reason))
 

@@ -26,8 +26,9 @@ class PrometheusRecorder:
 
     Registers ``seawall_attempts_total``, ``seawall_retries_total``,
     ``seawall_budget_refusals_total``, ``seawall_give_ups_total``,
-    ``seawall_breaker_transitions_total``, ``seawall_hedges_total``, ``seawall_sheds_total`` and
-    the histogram ``seawall_attempt_duration_seconds`` (see ``docs/observability.md``).
+    ``seawall_breaker_transitions_total``, ``seawall_hedges_total``, ``seawall_hedge_wins_total``,
+    ``seawall_sheds_total`` and the histogram ``seawall_attempt_duration_seconds`` (see
+    ``docs/observability.md``).
 
     Args:
         registry: where to register; the default process-wide registry if ``None``. Create one
@@ -93,6 +94,9 @@ class PrometheusRecorder:
 
     def hedge(self, policy: str) -> None:
         self._child("hedges", policy).inc()
+
+    def hedge_win(self, policy: str) -> None:
+        self._child("hedge_wins", policy).inc()
 
     def shed(self, server: str, reason: str) -> None:
         self._child("sheds", server, reason).inc()
