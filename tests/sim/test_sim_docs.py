@@ -16,7 +16,7 @@ def _examples() -> list[str]:
 
 def test_every_python_example_runs() -> None:
     blocks = _examples()
-    assert len(blocks) == 5
+    assert len(blocks) == 6
     for block in blocks:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
@@ -28,6 +28,11 @@ def test_every_python_example_runs() -> None:
             )
         if "storm(" in block:
             assert "{'none': 100, 'full': 19, 'equal': 25, 'decorrelated': 9}" in out.getvalue()
+        if "hedge(" in block:
+            lines = out.getvalue().splitlines()
+            assert lines[0] == "none p99 1344 ms extra load 0.0%"
+            assert lines[1] == "p95 p99 50 ms extra load 5.2%"
+            assert lines[2] == "p99 cut 26.8x"
         if "metastable(" in block:
             lines = out.getvalue().splitlines()
             assert lines[0].startswith("naive stays collapsed")

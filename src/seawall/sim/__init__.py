@@ -6,15 +6,16 @@ hops, servers and shared resources, and drive the real decision code: ``RetryPol
 whose clock reads the engine's time (:class:`SimClock`).
 
 Each scenario is a function with documented defaults that returns a frozen result object:
-:func:`storm`, :func:`occ`, :func:`amplify`, :func:`sweep`, :func:`metastable`. The ``seawall``
-command runs them (``seawall sim NAME``); new scenarios plug into it through
+:func:`storm`, :func:`occ`, :func:`amplify`, :func:`sweep`, :func:`metastable`, :func:`hedge`.
+The ``seawall`` command runs them (``seawall sim NAME``); new scenarios plug into it through
 :func:`register_scenario`. Tables and plots need the ``sim`` extra (rich, matplotlib); the
 scenario functions themselves need nothing beyond seawall.
 """
 
-from seawall.sim import _scenarios  # noqa: F401  (registers the built-in scenarios)
+from seawall.sim import _hedge_report, _scenarios  # noqa: F401  (register the built-in scenarios)
 from seawall.sim._amplify import AMPLIFY_STRATEGIES, AmplifyResult, AmplifyRow, amplify
 from seawall.sim._engine import Engine, SimClock
+from seawall.sim._hedge import HEDGE_PERCENTILES, HedgeResult, HedgeRow, hedge
 from seawall.sim._metastable import (
     METASTABLE_STRATEGIES,
     MetastableResult,
@@ -28,6 +29,7 @@ from seawall.sim._sweep import SWEEP_STRATEGIES, SweepResult, SweepRow, sweep
 
 __all__ = [
     "AMPLIFY_STRATEGIES",
+    "HEDGE_PERCENTILES",
     "METASTABLE_STRATEGIES",
     "OCC_ALGORITHMS",
     "SCENARIOS",
@@ -35,6 +37,8 @@ __all__ = [
     "AmplifyResult",
     "AmplifyRow",
     "Engine",
+    "HedgeResult",
+    "HedgeRow",
     "MetastableResult",
     "MetastableSeries",
     "OccResult",
@@ -47,6 +51,7 @@ __all__ = [
     "TraceStep",
     "WriteConflict",
     "amplify",
+    "hedge",
     "metastable",
     "occ",
     "register_scenario",

@@ -1,0 +1,351 @@
+"""Scenario ``hedge``: fan-out requests to servers with a heavy latency tail, hedged or not.
+
+A user request fans out to *fanout* leaf servers and answers when the last leaf has answered,
+so one slow leaf in ten makes the whole request slow: the tail at scale (Dean and Barroso, "The
+Tail at Scale", CACM 2013). Each leaf call goes through a real :class:`~seawall.Hedge` whose delay
+is the live quantile of a real :class:`~seawall.LatencyTracker`; the engine drives it through
+the hedge's sans-I/O methods (``start_call``, ``admit``, ``on_success``), the decisions
+``Hedge.acall`` makes on asyncio.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Callable, Sequence
+
+from seawall._hedge import Hedge, HedgeDelayPassed, HedgeHook
+from seawall._latency import LatencyTracker
+from seawall.sim._engine import Engine, SimClock
+from seawall.sim._util import check_int, check_probability, check_seconds, trial_rng
+
+__all__ = ["HEDGE_PERCENTILES", "HedgeResult", "HedgeRow", "hedge"]
+
+#: The percentiles each row reports in ``percentiles`` (for tables and plots).
+HEDGE_PERCENTILES: tuple[float, ...] = (0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HedgeRow:
+    """One strategy's run: no hedging, or hedging at a live quantile of leaf latency.
+
+    Attributes:
+        strategy: ``"none"``, or ``"p95"`` for hedging at the live 95th percentile, etc.
+        quantile: the hedge's quantile (``None`` without hedging).
+        p50: median latency of user requests (seconds).
+        p99: 99th percentile of user requests.
+        p999: 99.9th percentile of user requests.
+        leaf_p50: median latency of single leaf calls (hedged calls included, as answered).
+        leaf_p99: 99th percentile of leaf calls.
+        leaf_p999: 99.9th percentile of leaf calls.
+        percentiles: user-request latency at each of :data:`HEDGE_PERCENTILES`.
+        leaf_calls: leaf calls made (requests x fanout).
+        attempts: requests the leaf servers received (hedges included).
+        extra_load: ``attempts / leaf_calls - 1``: the load hedging added.
+        hedges: extra attempts started.
+        wins: leaf calls answered by an extra attempt.
+    """
+
+    strategy: str
+    quantile: float | None
+    p50: float
+    p99: float
+    p999: float
+    leaf_p50: float
+    leaf_p99: float
+    leaf_p999: float
+    percentiles: tuple[float, ...]
+    leaf_calls: int
+    attempts: int
+    extra_load: float
+    hedges: int
+    wins: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HedgeResult:
+    """The result of :func:`hedge`."""
+
+    rows: tuple[HedgeRow, ...]
+    requests: int
+    fanout: int
+    rate: float
+    median: float
+    tail_probability: float
+    max_extra_load: float | None
+    seed: int
+    events: int
+
+    def get(self, strategy: str) -> HedgeRow:
+        for r in self.rows:
+            if r.strategy == strategy:
+                return r
+        raise KeyError(strategy)
+
+    @property
+    def p99_cut(self) -> float:
+        """How many times shorter the user p99 is with the first hedging strategy than without."""
+        hedged = [r for r in self.rows if r.quantile is not None]
+        base = [r for r in self.rows if r.quantile is None]
+        if not hedged or not base or hedged[0].p99 <= 0:
+            return math.nan
+        return base[0].p99 / hedged[0].p99
+
+
+def _strategy_name(q: float | None) -> str:
+    if q is None:
+        return "none"
+    return "p" + f"{q * 100:g}".replace(".", "")
+
+
+def _percentile(ordered: Sequence[float], q: float) -> float:
+    # Nearest rank on sorted data: the smallest value with at least q of the samples at or below.
+    if not ordered:
+        return math.nan
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+class _Leaf:
+    __slots__ = ("attempts", "done", "request", "started")
+
+    def __init__(self, request: _Request, started: float) -> None:
+        self.request = request
+        self.started = started
+        self.attempts = 1
+        self.done = False
+
+
+class _Request:
+    __slots__ = ("remaining", "started")
+
+    def __init__(self, started: float, fanout: int) -> None:
+        self.started = started
+        self.remaining = fanout
+
+
+def _run(
+    quantile: float | None,
+    *,
+    requests: int,
+    fanout: int,
+    rate: float,
+    latency: Callable[[random.Random], float],
+    max_attempts: int,
+    max_extra_load: float | None,
+    min_samples: int,
+    seed: int,
+    hooks: Sequence[HedgeHook],
+) -> tuple[HedgeRow, int]:
+    engine = Engine()
+    at = engine.at
+    clock = SimClock(engine)
+    # The same arrivals and first-attempt latencies for every strategy (paired comparison);
+    # hedges draw from a stream of their own.
+    arrivals = trial_rng(seed, "hedge", "arrivals")
+    primary = trial_rng(seed, "hedge", "primary")
+    backup = trial_rng(seed, "hedge", "backup", _strategy_name(quantile))
+    policy: Hedge | None = None
+    if quantile is not None:
+        tracker = LatencyTracker(clock=clock)
+        policy = Hedge(
+            tracker,
+            quantile=quantile,
+            max_attempts=max_attempts,
+            min_samples=min_samples,
+            max_extra_load=max_extra_load,
+            clock=clock,
+            name=f"hedge-{_strategy_name(quantile)}",
+            hooks=hooks,
+        )
+    request_latency: list[float] = []
+    leaf_latency: list[float] = []
+    sent = 0
+
+    def on_arrival(n: int) -> None:
+        nonlocal sent
+        now = engine.now
+        request = _Request(now, fanout)
+        for _ in range(fanout):
+            leaf = _Leaf(request, now)
+            sent += 1
+            at(now + latency(primary), on_answer, (leaf, 1))
+            if policy is not None:
+                delay = policy.start_call()
+                if delay != math.inf:
+                    at(now + delay, on_slow, (leaf, delay))
+        if n + 1 < requests:
+            at(now + arrivals.expovariate(rate), on_arrival, n + 1)
+
+    def on_slow(arg: tuple[_Leaf, float]) -> None:
+        # Hedge.acall's timer: the delay passed and no attempt has answered.
+        nonlocal sent
+        leaf, delay = arg
+        assert policy is not None
+        if leaf.done or leaf.attempts >= max_attempts:
+            return
+        number = leaf.attempts + 1
+        if not policy.admit(HedgeDelayPassed(f"no answer after {delay:.3f} s"), number):
+            return  # as in acall: no more hedges on time for this call
+        leaf.attempts = number
+        sent += 1
+        now = engine.now
+        at(now + latency(backup), on_answer, (leaf, number))
+        if number < max_attempts:
+            at(now + delay, on_slow, arg)
+
+    def on_answer(arg: tuple[_Leaf, int]) -> None:
+        leaf, number = arg
+        if leaf.done:
+            return  # a loser: acall cancels it, but the server has received it (load)
+        leaf.done = True
+        now = engine.now
+        took = now - leaf.started
+        leaf_latency.append(took)
+        if policy is not None:
+            policy.on_success(took, number)
+        request = leaf.request
+        request.remaining -= 1
+        if request.remaining == 0:
+            request_latency.append(now - request.started)
+
+    at(0.0, on_arrival, 0)
+    engine.run()
+    request_latency.sort()
+    leaf_latency.sort()
+    calls = requests * fanout
+    row = HedgeRow(
+        strategy=_strategy_name(quantile),
+        quantile=quantile,
+        p50=_percentile(request_latency, 0.5),
+        p99=_percentile(request_latency, 0.99),
+        p999=_percentile(request_latency, 0.999),
+        leaf_p50=_percentile(leaf_latency, 0.5),
+        leaf_p99=_percentile(leaf_latency, 0.99),
+        leaf_p999=_percentile(leaf_latency, 0.999),
+        percentiles=tuple(_percentile(request_latency, q) for q in HEDGE_PERCENTILES),
+        leaf_calls=calls,
+        attempts=sent,
+        extra_load=sent / calls - 1.0,
+        hedges=0 if policy is None else policy.hedges,
+        wins=0 if policy is None else policy.wins,
+    )
+    return row, engine.events
+
+
+def hedge(
+    *,
+    requests: int = 2000,
+    fanout: int = 10,
+    quantiles: Sequence[float] = (0.95, 0.99),
+    rate: float = 100.0,
+    median: float = 0.010,
+    sigma: float = 0.4,
+    tail_probability: float = 0.03,
+    tail_scale: float = 0.1,
+    tail_shape: float = 1.2,
+    max_attempts: int = 2,
+    max_extra_load: float | None = 0.1,
+    min_samples: int = 20,
+    seed: int = 0,
+    hooks: Sequence[HedgeHook] = (),
+    progress: Callable[[int, int], None] | None = None,
+) -> HedgeResult:
+    """Fan-out requests against heavy-tailed leaf servers, without and with hedging.
+
+    Requests arrive as a Poisson process at *rate* per second; each calls *fanout* leaves at
+    once and answers when all have. A leaf attempt takes a log-normal time (median *median*,
+    shape *sigma*); with probability *tail_probability* a stall of ``tail_scale *
+    Pareto(tail_shape)`` seconds is added (garbage collection, a busy disk, a queue). Leaves are
+    independent replicas: a hedge sees a fresh draw, and load does not change latency.
+
+    Strategies: ``none`` (one attempt per leaf call), then for each of *quantiles* a
+    :class:`~seawall.Hedge` at that live quantile of leaf latency (a
+    :class:`~seawall.LatencyTracker` fed with each answered call), with *max_attempts* and
+    *max_extra_load*. The runs share their arrivals and first-attempt latencies.
+
+    Args:
+        requests: user requests.
+        fanout: leaf calls per request.
+        quantiles: hedge delays, as live quantiles of leaf latency (0.95 for p95).
+        rate: user requests per second.
+        median: median latency of a leaf attempt (seconds).
+        sigma: log-normal shape of the body.
+        tail_probability: probability that an attempt stalls.
+        tail_scale: the shortest stall (seconds).
+        tail_shape: the Pareto shape of stalls (lower: heavier).
+        max_attempts: attempts per leaf call, the first included.
+        max_extra_load: the hedge's bound on extra attempts per call (``None``: unbounded).
+        min_samples: samples the tracker needs before the hedge hedges on time.
+        seed: the seed.
+        hooks: given to every hedge (e.g. ``MetricsHook(counters).hedge_hook``).
+        progress: called with (runs done, runs in all).
+
+    Returns:
+        A :class:`HedgeResult`.
+    """
+    requests = check_int("requests", requests, minimum=1)
+    fanout = check_int("fanout", fanout, minimum=1)
+    qs: list[float] = []
+    for q in quantiles:
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q < 1:
+            raise ValueError(f"quantiles must be numbers between 0 and 1, got {q!r}")
+        qs.append(float(q))
+    rate = check_seconds("rate", rate)
+    median = check_seconds("median", median)
+    sigma = check_seconds("sigma", sigma, allow_zero=True)
+    tail_probability = check_probability("tail_probability", tail_probability)
+    tail_scale = check_seconds("tail_scale", tail_scale)
+    tail_shape = check_seconds("tail_shape", tail_shape)
+    max_attempts = check_int("max_attempts", max_attempts, minimum=1)
+    if max_extra_load is not None:
+        bound = check_seconds("max_extra_load", max_extra_load, allow_zero=True)
+        if bound > max_attempts - 1:
+            raise ValueError(
+                f"max_extra_load must be <= max_attempts - 1 ({max_attempts - 1}), "
+                f"got {max_extra_load!r}"
+            )
+        max_extra_load = bound
+    min_samples = check_int("min_samples", min_samples, minimum=0)
+    seed = check_int("seed", seed, minimum=0)
+    mu = math.log(median)
+
+    def latency(rng: random.Random) -> float:
+        body = rng.lognormvariate(mu, sigma)
+        if rng.random() < tail_probability:
+            return body + tail_scale * rng.paretovariate(tail_shape)
+        return body
+
+    strategies: list[float | None] = [None, *qs]
+    rows: list[HedgeRow] = []
+    events = 0
+    if progress is not None:
+        progress(0, len(strategies))
+    for i, strategy in enumerate(strategies):
+        row, n = _run(
+            strategy,
+            requests=requests,
+            fanout=fanout,
+            rate=rate,
+            latency=latency,
+            max_attempts=max_attempts,
+            max_extra_load=max_extra_load,
+            min_samples=min_samples,
+            seed=seed,
+            hooks=hooks,
+        )
+        rows.append(row)
+        events += n
+        if progress is not None:
+            progress(i + 1, len(strategies))
+    return HedgeResult(
+        rows=tuple(rows),
+        requests=requests,
+        fanout=fanout,
+        rate=rate,
+        median=median,
+        tail_probability=tail_probability,
+        max_extra_load=max_extra_load,
+        seed=seed,
+        events=events,
+    )
