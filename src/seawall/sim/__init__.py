@@ -12,7 +12,7 @@ The ``seawall`` command runs them (``seawall sim NAME``); new scenarios plug int
 scenario functions themselves need nothing beyond seawall.
 """
 
-from seawall.sim import _hedge_report, _scenarios  # noqa: F401  (register the built-in scenarios)
+from seawall.sim import _scenarios  # noqa: F401  (registers the built-in scenarios)
 from seawall.sim._amplify import AMPLIFY_STRATEGIES, AmplifyResult, AmplifyRow, amplify
 from seawall.sim._engine import Engine, SimClock
 from seawall.sim._hedge import HEDGE_PERCENTILES, HedgeResult, HedgeRow, hedge

@@ -363,3 +363,8 @@ register_scenario(
         plot=_report.plot_metastable,
     )
 )
+
+
+# -- hedge (its own module; registered last, so the demo shows it after the retry scenarios) --
+
+from seawall.sim import _hedge_report  # noqa: E402, F401
