@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
 from seawall._backoff import DEFAULT_BACKOFF, Backoff
 from seawall._budget import RetryBudget
 from seawall._clock import Clock
+from seawall._hedge import Hedge, HedgeHook
+from seawall._latency import LatencyTracker
 from seawall._retry import Attempts, Hook, Outcome, RetryPolicy
 from seawall._switch import is_enabled, set_enabled
 
@@ -45,6 +47,7 @@ __all__ = [
     "BudgetConfig",
     "ConfigError",
     "HedgeConfig",
+    "HedgeHandle",
     "PolicyHandle",
     "PolicyRegistry",
     "RouteConfig",
@@ -109,15 +112,51 @@ class BudgetConfig:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class HedgeConfig:
-    """``hedge = {delay, max_attempts}``: validated and kept for hedging callers.
+    """``hedge = {delay, max_attempts, percentile, max_extra_percent}``: a route's hedging.
 
     Attributes:
-        delay: seconds to wait before sending a hedged request.
+        delay: seconds to wait before sending a hedged request; with ``percentile``, the
+            shortest wait (``min_delay``).
         max_attempts: total requests, the first included.
+        percentile: hedge at this live percentile of the route's latency (95 for p95): the
+            delay follows a :class:`~seawall.LatencyTracker` (``None``: a fixed delay).
+        max_extra_percent: at most this many hedges per 100 calls (``max_extra_load``).
     """
 
     delay: float
     max_attempts: int
+    percentile: float | None = None
+    max_extra_percent: float | None = None
+
+    def build(
+        self,
+        *,
+        name: str | None = None,
+        budget: RetryBudget | None = None,
+        clock: Clock | None = None,
+        hooks: Sequence[HedgeHook] = (),
+    ) -> Hedge:
+        """The :class:`~seawall.Hedge` these settings describe."""
+        delay: float | LatencyTracker = self.delay
+        if self.percentile is not None:
+            delay = LatencyTracker(clock=clock)
+        return Hedge(
+            delay,
+            max_attempts=self.max_attempts,
+            quantile=(self.percentile or 95.0) / 100.0,
+            min_delay=self.delay if self.percentile is not None else 0.0,
+            max_extra_load=(
+                None if self.max_extra_percent is None else self.max_extra_percent / 100.0
+            ),
+            budget=budget,
+            clock=clock,
+            name=name,
+            hooks=hooks,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """The settings as a plain dict (unset optional fields left out)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -193,7 +232,7 @@ class RouteConfig:
             "per_try_timeout": self.per_try_timeout,
             "back_off": {"base": b.base, "max": b.cap, "jitter": b.jitter},
             "budget": dataclasses.asdict(self.budget) if self.budget else None,
-            "hedge": dataclasses.asdict(self.hedge) if self.hedge else None,
+            "hedge": self.hedge.describe() if self.hedge else None,
         }
 
 
@@ -370,12 +409,25 @@ def _budget(value: object, path: str) -> BudgetConfig:
 
 def _hedge(value: object, path: str) -> HedgeConfig:
     spec = _mapping(value, path)
-    _known(spec, path, ("delay", "max_attempts"))
+    _known(spec, path, ("delay", "max_attempts", "percentile", "max_extra_percent"))
     if "delay" not in spec:
         raise ConfigError(_join(path, "delay"), "required")
     delay = _duration(spec["delay"], _join(path, "delay"), positive=False)
     attempts = _int(spec.get("max_attempts", 2), _join(path, "max_attempts"), minimum=1)
-    return HedgeConfig(delay, attempts)
+    percentile = None
+    if "percentile" in spec:
+        ppath = _join(path, "percentile")
+        percentile = _number(spec["percentile"], ppath, minimum=0.0, strict=True)
+        if percentile >= 100:
+            raise ConfigError(ppath, f"must be < 100, got {spec['percentile']!r}")
+    extra = None
+    if "max_extra_percent" in spec:
+        epath = _join(path, "max_extra_percent")
+        extra = _number(spec["max_extra_percent"], epath, minimum=0.0)
+        if extra > 100 * (attempts - 1):
+            most = 100 * (attempts - 1)
+            raise ConfigError(epath, f"must be <= 100 x (max_attempts - 1) = {most}, got {extra:g}")
+    return HedgeConfig(delay, attempts, percentile, extra)
 
 
 def _route(
@@ -606,6 +658,52 @@ class PolicyHandle:
         return f"<PolicyHandle {self.name!r} {self._policy!r}>"
 
 
+class HedgeHandle:
+    """A route's live hedging policy: every call uses the registry's current :class:`Hedge`.
+
+    ``await handle.acall(fn, *args)`` or ``@handle`` on an ``async def``. When the route has no
+    ``hedge`` settings (or a reload removed them), calls go through once, unhedged. The hedge
+    draws its extra attempts from the route's retry budget without reporting requests to it:
+    run it inside the route's policy (``await users.acall(hedged.acall, fetch, 42)``), which
+    reports them, so that nothing counts twice.
+    """
+
+    __slots__ = ("_registry", "name")
+
+    def __init__(self, name: str, registry: PolicyRegistry) -> None:
+        self.name = name
+        self._registry = registry
+
+    @property
+    def policy(self) -> Hedge | None:
+        """The current :class:`~seawall.Hedge` (it changes on reload), or ``None``."""
+        return self._registry._hedges.get(self.name)
+
+    async def acall(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        policy = self._registry._hedges.get(self.name)
+        if policy is None:
+            return await fn(*args, **kwargs)
+        return await policy.acall(fn, *args, **kwargs)
+
+    def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+        """Decorate an ``async def``: each call goes through the current hedge."""
+        import functools
+        import inspect
+
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"hedging needs an async def function, got {fn!r}")
+        acall = self.acall
+
+        @functools.wraps(fn)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+            return await acall(fn, *args, **kwargs)
+
+        return wrapper
+
+    def __repr__(self) -> str:
+        return f"<HedgeHandle {self.name!r} {self.policy!r}>"
+
+
 class PolicyRegistry:
     """One place for every retry policy of an application: see, change, reload, switch off.
 
@@ -636,6 +734,10 @@ class PolicyRegistry:
         self._lock = threading.RLock()
         self._handles: dict[str, PolicyHandle] = {}
         self._budgets: dict[str, tuple[BudgetConfig, RetryBudget]] = {}
+        self._hedges: dict[str, Hedge] = {}
+        # What each live hedge was built from: kept across reloads while unchanged, so that its
+        # latency tracker and load tokens carry on.
+        self._hedge_sources: dict[str, tuple[HedgeConfig, RetryBudget | None]] = {}
         self._source: str | os.PathLike[str] | None = None
         self._loaded: bytes | None = None  # the file content last loaded
         if source is not None:
@@ -650,6 +752,27 @@ class PolicyRegistry:
             else:
                 budget = route.budget.build(self._clock)
         return route.build(budget=budget, hooks=self._hooks, clock=self._clock)
+
+    def _build_hedge(self, route: RouteConfig, budget: object) -> Hedge | None:
+        if route.hedge is None:
+            return None
+        shared = budget if isinstance(budget, RetryBudget) else None
+        source = (route.hedge, shared)
+        kept = self._hedges.get(route.name)
+        if kept is not None and self._hedge_sources.get(route.name) == source:
+            # Same settings and same budget object (a tuple compares budgets by identity).
+            return kept
+        hooks: list[HedgeHook] = []
+        for hook in self._hooks or ():
+            # A MetricsHook reports hedges too (seawall_hedges_total, seawall_hedge_wins_total).
+            hedge_hook = getattr(hook, "hedge_hook", None)
+            if callable(hedge_hook):
+                hooks.append(hedge_hook)
+        hedge = route.hedge.build(name=route.name, budget=shared, clock=self._clock, hooks=hooks)
+        # The route's retry policy reports requests and outcomes to the shared budget; the hedge
+        # only withdraws, as in a Pipeline, so nothing counts twice.
+        hedge._reports_to_budget = False
+        return hedge
 
     def load(self, source: str | os.PathLike[str] | Mapping[str, Any]) -> None:
         """Replace every configured policy with *source*'s, atomically.
@@ -675,6 +798,10 @@ class PolicyRegistry:
                         _join("routes", name), "missing, but the application holds its policy"
                     )
             policies = {name: self._build(route) for name, route in routes.items()}
+            hedges = {
+                name: self._build_hedge(route, policies[name].budget)
+                for name, route in routes.items()
+            }
             for name, route in routes.items():
                 live = self._handles.get(name)
                 if live is None:
@@ -687,10 +814,22 @@ class PolicyRegistry:
                     self._budgets[name] = (route.budget, budget)
                 else:
                     self._budgets.pop(name, None)
+                hedge = hedges[name]
+                if hedge is None:
+                    self._hedges.pop(name, None)
+                    self._hedge_sources.pop(name, None)
+                else:
+                    assert route.hedge is not None
+                    self._hedges[name] = hedge
+                    budget = policies[name].budget
+                    shared = budget if isinstance(budget, RetryBudget) else None
+                    self._hedge_sources[name] = (route.hedge, shared)
                 set_enabled(route.enabled, name=name)
             for name in [n for n, h in self._handles.items() if h._route and n not in routes]:
                 del self._handles[name]
                 self._budgets.pop(name, None)
+                self._hedges.pop(name, None)
+                self._hedge_sources.pop(name, None)
                 set_enabled(True, name=name)  # a switch the file set must not outlive the route
             if not isinstance(source, Mapping):
                 self._source = source
@@ -755,6 +894,15 @@ class PolicyRegistry:
         handle = self._handle(name)
         handle._held = True
         return handle
+
+    def hedge(self, name: str) -> HedgeHandle:
+        """The live hedging handle for route *name* (its ``hedge`` settings, following reloads).
+
+        Raises:
+            KeyError: no such policy (the message lists the known names).
+        """
+        self._handle(name)._held = True
+        return HedgeHandle(name, self)
 
     def __getitem__(self, name: str) -> RetryPolicy:
         """The current :class:`~seawall.RetryPolicy` for *name* (a snapshot, not live)."""
