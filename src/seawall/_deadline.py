@@ -6,13 +6,13 @@ import asyncio
 import contextvars
 import dataclasses
 import math
-import sys
 import threading
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Final, NamedTuple, Protocol
 
 from seawall._clock import SYSTEM_CLOCK, Clock
+from seawall._compat import timeout_at
 from seawall._errors import DeadlineExceeded
 
 __all__ = [
@@ -85,7 +85,7 @@ class deadline:
     extend it. Every :class:`~seawall.RetryPolicy` called inside respects it: attempts get at most
     the time left, no wait crosses it, and no attempt starts with too little time left.
 
-    In ``async with``, work still running at the deadline is cancelled (Python 3.11+) and the
+    In ``async with``, work still running at the deadline is cancelled and the
     block raises :class:`~seawall.DeadlineExceeded`. Synchronous code cannot be interrupted; the
     deadline is visible to everything it calls through :func:`remaining`.
 
@@ -150,9 +150,9 @@ class deadline:
     async def __aenter__(self) -> Deadline:
         new = self._enter()
         left = new.remaining()
-        if math.isfinite(left) and sys.version_info >= (3, 11):
+        if math.isfinite(left):
             loop = asyncio.get_running_loop()
-            self._timeout = asyncio.timeout_at(loop.time() + max(0.0, left))
+            self._timeout = timeout_at(loop.time() + max(0.0, left))
             await self._timeout.__aenter__()
         return new
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import sys
 from collections.abc import AsyncIterator, Awaitable, Collection
 from typing import Any, TypeVar
 
 import httpx
 
+from seawall._compat import timeout_at
 from seawall._config import PolicyHandle, PolicyRegistry
 from seawall._hedge import Hedge
 from seawall._http import (
@@ -475,20 +475,13 @@ def _handle(registry: PolicyRegistry, name: str) -> PolicyHandle:
 async def _bounded(aw: Awaitable[T], seconds: float, request: httpx.Request) -> T:
     """Await *aw* for at most *seconds*; then cancel it and raise ``httpx.TimeoutException``."""
     seconds = max(0.0, seconds)
-    if sys.version_info >= (3, 11):
-        scope = asyncio.timeout(seconds)
-        try:
-            async with scope:
-                return await aw
-        except TimeoutError as err:
-            if not scope.expired():
-                raise  # a timeout of the request itself, not of this scope
-            raise httpx.TimeoutException(
-                f"seawall: the attempt ran out of time after {seconds:.3f} s", request=request
-            ) from err
-    try:  # pragma: no cover - Python 3.10
-        return await asyncio.wait_for(aw, seconds)
-    except asyncio.TimeoutError as err:  # pragma: no cover - distinct from TimeoutError on 3.10
+    scope = timeout_at(asyncio.get_running_loop().time() + seconds)
+    try:
+        async with scope:
+            return await aw
+    except TimeoutError as err:
+        if not scope.expired():
+            raise  # a timeout of the request itself, not of this scope
         raise httpx.TimeoutException(
             f"seawall: the attempt ran out of time after {seconds:.3f} s", request=request
         ) from err

@@ -1,0 +1,66 @@
+"""Timeouts by cancellation on every supported Python (``asyncio.timeout`` arrived in 3.11)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable
+from types import TracebackType
+from typing import Any, TypeVar
+
+__all__ = ["timeout_at", "with_timeout"]
+
+T = TypeVar("T")
+
+
+class _TimeoutAt:
+    """``asyncio.timeout_at`` for Python 3.10: cancel the task at *when* (loop time).
+
+    On exit, a cancellation this scope caused becomes :class:`TimeoutError`; ``expired()`` says
+    whether it fired, as on 3.11+.
+    """
+
+    __slots__ = ("_fired", "_handle", "_when")
+
+    def __init__(self, when: float) -> None:
+        self._when = when
+        self._fired = False
+        self._handle: asyncio.TimerHandle | None = None
+
+    def expired(self) -> bool:
+        return self._fired
+
+    def _fire(self, task: asyncio.Task[Any]) -> None:
+        self._fired = True
+        task.cancel()
+
+    async def __aenter__(self) -> _TimeoutAt:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("a timeout needs to run inside a task")
+        self._handle = asyncio.get_running_loop().call_at(self._when, self._fire, task)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        if self._fired and exc_type is asyncio.CancelledError:
+            raise TimeoutError("the deadline passed") from exc
+
+
+def timeout_at(when: float) -> Any:
+    """An async context manager that cancels its block at loop time *when* (``TimeoutError``)."""
+    if sys.version_info >= (3, 11):
+        return asyncio.timeout_at(when)
+    return _TimeoutAt(when)  # pragma: no cover - Python 3.10
+
+
+async def with_timeout(aw: Awaitable[T], seconds: float) -> T:
+    """Await *aw*, cancelling it after *seconds* (raises the builtin :class:`TimeoutError`)."""
+    async with timeout_at(asyncio.get_running_loop().time() + max(0.0, seconds)):
+        return await aw
