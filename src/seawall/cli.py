@@ -90,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--json", action="store_true", help="print the result as JSON instead of tables"
         )
+        sub.add_argument(
+            "--metrics",
+            action="store_true",
+            help="also print the production metrics (seawall_*_total) of the run; one process",
+        )
         if scenario.plot is not None:
             sub.add_argument("--plot", metavar="PATH", help="write a PNG plot to PATH")
     return parser
@@ -138,12 +143,29 @@ def _run_sim(args: argparse.Namespace) -> int:
 
     scenario = SCENARIOS[args.scenario]
     out, err = _consoles()
-    with _progress(err, f"seawall sim {scenario.name}") as progress:
-        result = scenario.run(args, progress)
+    counters = None
+    with contextlib.ExitStack() as stack:
+        if getattr(args, "metrics", False):
+            from seawall.instrumentation import Counters
+            from seawall.sim._metrics import collect_metrics
+
+            # The counters live in this process: worker processes would keep their own.
+            args.workers = 1
+            counters = stack.enter_context(collect_metrics(Counters()))
+        with _progress(err, f"seawall sim {scenario.name}") as progress:
+            result = scenario.run(args, progress)
     if args.json:
-        sys.stdout.write(json.dumps(jsonable(result), indent=2) + "\n")
+        data = jsonable(result)
+        if counters is not None:
+            from seawall.sim._metrics import metrics_json
+
+            data = {**data, "metrics": metrics_json(counters)} if isinstance(data, dict) else data
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
         scenario.render(result, out)
+        if counters is not None:
+            out.rule("metrics: what production dashboards would show for this run")
+            out.print(counters.format() or "(no series)", markup=False, soft_wrap=True)
     plot = getattr(args, "plot", None)
     if plot:
         scenario.plot(result, plot)  # type: ignore[misc]

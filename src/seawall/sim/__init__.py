@@ -22,6 +22,7 @@ from seawall.sim._metastable import (
     MetastableSeries,
     metastable,
 )
+from seawall.sim._metrics import collect_metrics
 from seawall.sim._occ import OCC_ALGORITHMS, OccResult, OccRow, WriteConflict, occ
 from seawall.sim._registry import SCENARIOS, Scenario, register_scenario
 from seawall.sim._storm import StormResult, TraceStep, storm
@@ -51,6 +52,7 @@ __all__ = [
     "TraceStep",
     "WriteConflict",
     "amplify",
+    "collect_metrics",
     "hedge",
     "metastable",
     "occ",

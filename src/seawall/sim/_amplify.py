@@ -10,6 +10,7 @@ from seawall._backoff import Backoff
 from seawall._budget import RetryBudget
 from seawall._clock import VirtualClock
 from seawall._retry import RetryPolicy
+from seawall.sim._metrics import retry_hooks
 from seawall.sim._util import check_int, check_probability, check_seconds, trial_rng
 
 __all__ = ["AMPLIFY_STRATEGIES", "AmplifyResult", "AmplifyRow", "amplify"]
@@ -137,7 +138,8 @@ def _run(
             retry_nested=nested,
             clock=clock,
             rng=rng,
-            hooks=(),
+            name="amplify",
+            hooks=retry_hooks(),
         )
         call = _layer(policy, call)
     interval = 1.0 / rate

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from seawall._hedge import Hedge, HedgeDelayPassed, HedgeHook
 from seawall._latency import LatencyTracker
 from seawall.sim._engine import Engine, SimClock
+from seawall.sim._metrics import hedge_hooks
 from seawall.sim._util import check_int, check_probability, check_seconds, trial_rng
 
 __all__ = ["HEDGE_PERCENTILES", "HedgeResult", "HedgeRow", "hedge"]
@@ -156,7 +157,7 @@ def _run(
             max_extra_load=max_extra_load,
             clock=clock,
             name=f"hedge-{_strategy_name(quantile)}",
-            hooks=hooks,
+            hooks=(*hooks, *hedge_hooks()),
         )
     request_latency: list[float] = []
     leaf_latency: list[float] = []

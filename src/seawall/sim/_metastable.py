@@ -12,6 +12,7 @@ from seawall._budget import RetryBudget
 from seawall._errors import Overloaded
 from seawall._retry import RetryPolicy, RetryState
 from seawall.sim._engine import Engine, SimClock
+from seawall.sim._metrics import retry_hooks
 from seawall.sim._util import check_int, check_seconds, parallel_map, trial_rng
 
 __all__ = ["METASTABLE_STRATEGIES", "MetastableResult", "MetastableSeries", "metastable"]
@@ -121,7 +122,8 @@ def _policy(
         attempt_timeout=timeout,
         budget=budget,
         rng=rng,
-        hooks=(),
+        name=f"metastable-{strategy}",
+        hooks=retry_hooks(),
     )
 
 

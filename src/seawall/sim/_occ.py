@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from seawall._backoff import Backoff
 from seawall._retry import RetryPolicy, RetryState
 from seawall.sim._engine import Engine
+from seawall.sim._metrics import retry_hooks
 from seawall.sim._util import check_int, check_seconds, parallel_map, trial_rng
 
 __all__ = ["OCC_ALGORITHMS", "OccResult", "OccRow", "WriteConflict", "occ"]
@@ -91,7 +92,12 @@ def occ_policy(algorithm: str, base: float, cap: float, rng: random.Random) -> R
         backoff = Backoff(base=min(2.0 * base, cap), cap=cap, jitter=jitter)  # type: ignore[arg-type]
     # Retry until the write succeeds: the experiment has no attempt limit.
     return RetryPolicy(
-        max_attempts=2**62, backoff=backoff, retry_on=WriteConflict, hooks=(), rng=rng
+        max_attempts=2**62,
+        backoff=backoff,
+        retry_on=WriteConflict,
+        name=f"occ-{algorithm}",
+        hooks=retry_hooks(),
+        rng=rng,
     )
 
 

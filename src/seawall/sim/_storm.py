@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from seawall._backoff import JITTERS, Backoff
 from seawall._clock import VirtualClock
 from seawall._retry import RetryPolicy
+from seawall.sim._metrics import retry_hooks
 from seawall.sim._util import check_int, check_seconds, trial_rng
 
 __all__ = ["StormResult", "TraceStep", "storm"]
@@ -120,7 +121,8 @@ def storm(
         backoff=Backoff(base=base, cap=cap, jitter="full"),
         clock=clock,
         rng=trial_rng(seed, "storm", "trace"),
-        hooks=(),
+        name="storm-trace",
+        hooks=retry_hooks(),
     )
 
     def call() -> str:
@@ -149,7 +151,8 @@ def storm(
             max_attempts=max_attempts,
             backoff=Backoff(base=base, cap=cap, jitter=jitter),  # type: ignore[arg-type]
             rng=trial_rng(seed, "storm", jitter),
-            hooks=(),
+            name=f"storm-{jitter}",
+            hooks=retry_hooks(),
         )
         times: list[float] = []
         for _ in range(clients):

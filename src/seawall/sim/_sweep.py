@@ -13,6 +13,7 @@ from seawall._budget import AdaptiveThrottle, Budget, RetryBudget, TokenBucket
 from seawall._errors import Overloaded
 from seawall._retry import RetryPolicy, RetryState
 from seawall.sim._engine import Engine, SimClock
+from seawall.sim._metrics import breaker_hooks, retry_hooks
 from seawall.sim._util import check_int, check_probability, check_seconds, parallel_map, trial_rng
 
 __all__ = ["SWEEP_STRATEGIES", "SweepResult", "SweepRow", "sweep"]
@@ -92,7 +93,8 @@ def _policy(strategy: str, clock: SimClock, rng: random.Random) -> RetryPolicy:
         backoff=Backoff(base=0.05, cap=1.0),
         budget=budget,
         rng=rng,
-        hooks=(),
+        name=f"sweep-{strategy}",
+        hooks=retry_hooks(),
     )
 
 
@@ -174,7 +176,13 @@ def _run(args: tuple[str, float, int, float, float, float, int]) -> SweepRow:
         breaker = None
         if strategy == "breaker":
             # resilience4j-style defaults, but a 1 s open period: the run lasts only seconds.
-            breaker = CircuitBreaker(open_duration=1.0, clock=clock, rng=rng)
+            breaker = CircuitBreaker(
+                open_duration=1.0,
+                clock=clock,
+                rng=rng,
+                name=f"sweep-{strategy}",
+                on_state_change=breaker_hooks(),
+            )
         at(expo(per_client), on_arrival, (policy, breaker))
     engine.run()
     return SweepRow(
