@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench compat clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,4 +39,17 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/pipeline_overhead.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache seawall-report
+	rm -rf $(VENV) .venv-3.* .mypy_cache .pytest_cache .ruff_cache seawall-report
+
+# The test suite on other interpreters, each in its own venv (skips those not installed):
+# make compat PYTHONS="python3.10 python3.13"
+PYTHONS ?= python3.10 python3.12 python3.13
+compat:
+	@for py in $(PYTHONS); do \
+	  if $$py -c 'import sys' >/dev/null 2>&1; then \
+	    v=$$($$py -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	    echo "== Python $$v"; \
+	    $$py -m venv .venv-$$v && .venv-$$v/bin/python -m pip install --quiet -e '.[dev]' && \
+	    .venv-$$v/bin/pytest -q -p no:cacheprovider || exit 1; \
+	  else echo "== $$py: not installed, skipped"; fi; \
+	done

@@ -135,7 +135,7 @@ async def generate_load(port: int) -> Result:
         try:
             # The caller's whole budget for the request, as a client deadline would be.
             status, headers = await asyncio.wait_for(get(port), CLIENT_TIMEOUT)
-        except TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):  # distinct types on Python 3.10
             result.timed_out += 1
             return
         except OSError:
