@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from seawall._budget import RetryBudget
 from seawall._compat import timeout_at
 from seawall._config import PolicyHandle, PolicyRegistry
 from seawall._hedge import Hedge
@@ -337,10 +338,10 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
     ) -> AsyncRetryTransport:
         """A transport that follows the route *name* of *registry*, reloads included.
 
-        As :meth:`RetryTransport.from_route`; in addition, when the route configures ``hedge =
-        {delay, max_attempts}`` and no ``hedge`` is given, ``GET`` and ``HEAD`` requests are
-        hedged with a :class:`~seawall.Hedge` of those settings (named after the route, drawing
-        from the route's budget), built once, when the transport is.
+        As :meth:`RetryTransport.from_route`; in addition, when the route configures ``hedge``
+        (delay, max_attempts, percentile, max_extra_percent) and no ``hedge`` is given, ``GET``
+        and ``HEAD`` requests are hedged with a :class:`~seawall.Hedge` of those settings (named
+        after the route, drawing from the route's budget), built once, when the transport is.
 
         Raises:
             KeyError: the registry has no policy named *name*.
@@ -348,11 +349,9 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
         handle = _handle(registry, name)
         settings = handle.hedge
         if settings is not None and kwargs.get("hedge") is None:
-            kwargs["hedge"] = Hedge(
-                settings.delay,
-                max_attempts=settings.max_attempts,
-                budget=handle.policy.budget,
-                name=handle.name,
+            budget = handle.policy.budget
+            kwargs["hedge"] = settings.build(
+                name=handle.name, budget=budget if isinstance(budget, RetryBudget) else None
             )
         return cls(handle, transport, **kwargs)
 
