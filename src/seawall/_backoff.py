@@ -13,6 +13,9 @@ __all__ = ["JITTERS", "Backoff", "Jitter"]
 Jitter = Literal["none", "full", "equal", "decorrelated"]
 JITTERS: tuple[Jitter, ...] = ("none", "full", "equal", "decorrelated")
 
+# Raw delays worth keeping in a table: past a few dozen retries a policy has long reached its cap.
+_TABLE = 64
+
 # One process-wide generator for policies that are not given their own; never the `random` module's.
 _DEFAULT_RNG = random.Random()
 
@@ -65,6 +68,9 @@ class Backoff:
     jitter: Jitter = "full"
     step: float = 0.0
     immediate_first: bool = False
+    # raw(n) for n = 0, 1, 2, ..., filled on demand up to _TABLE entries: a retry loop then
+    # looks its delay up instead of taking logarithms on every failure.
+    _raws: tuple[float, ...] = dataclasses.field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -136,17 +142,35 @@ class Backoff:
             rng: the source of randomness (a seedable :class:`random.Random`).
             previous: the delay before the previous retry; only ``"decorrelated"`` uses it.
         """
-        raw = self.raw(n)
+        raws = self._raws
+        raw = raws[n] if 0 <= n < len(raws) else self._lookup(n)
         jitter = self.jitter
+        # U(a, b) is drawn as a + (b - a) * random(), the very expression of
+        # random.Random.uniform, so the delays are the same for a given seed, one call cheaper.
         if jitter == "full":
-            return (rng or _DEFAULT_RNG).uniform(0.0, raw)
+            return raw * (rng or _DEFAULT_RNG).random()
         if jitter == "none" or raw == 0.0:
             return raw
         if jitter == "equal":
-            return (rng or _DEFAULT_RNG).uniform(raw / 2.0, raw)
+            half = raw / 2.0
+            return half + (raw - half) * (rng or _DEFAULT_RNG).random()
         # Decorrelated jitter: min(cap, U(base, 3 * previous)), previous starting at base.
-        prev = self.base if previous is None or previous < self.base else previous
-        return min(self.cap, (rng or _DEFAULT_RNG).uniform(self.base, 3.0 * prev))
+        base = self.base
+        prev = base if previous is None or previous < base else previous
+        delay = base + (3.0 * prev - base) * (rng or _DEFAULT_RNG).random()
+        return delay if delay < self.cap else self.cap
+
+    def _lookup(self, n: int) -> float:
+        """``raw(n)``, growing the table of raw delays when *n* is just past its end."""
+        raws = self._raws
+        if n < 0 or n >= _TABLE:
+            return self.raw(n)  # raises for n < 0
+        # Grow by doubling, and replace the tuple in one assignment: threads racing here build
+        # equal tuples, and a reader never sees a half-built one.
+        size = min(_TABLE, max(n + 1, 2 * len(raws), 8))
+        raws += tuple(self.raw(i) for i in range(len(raws), size))
+        object.__setattr__(self, "_raws", raws)
+        return raws[n]
 
     def delays(self, rng: random.Random | None = None) -> Iterator[float]:
         """The endless sequence of jittered delays for retries 0, 1, 2, ..."""
