@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Final, Protocol, runtime_checkable
+from typing import Final, NamedTuple, Protocol, runtime_checkable
 
 from seawall._clock import Clock
 from seawall._errors import Overloaded
@@ -190,6 +190,7 @@ class RetryBudget:
     # (minRetriesPerSecond 10, ttl 10 s), with a ratio of 0.1 where Linkerd uses 0.2.
 
     __slots__ = (
+        "_check_at",
         "_deposits",
         "_index",
         "_lock",
@@ -202,6 +203,7 @@ class RetryBudget:
         "_slice",
         "_slice_end",
         "_slot",
+        "_stride",
         "min_per_second",
         "ratio",
         "window",
@@ -232,14 +234,33 @@ class RetryBudget:
         self._index = math.floor(self._now() / self._slice)
         self._slot = self._index % _SLICES
         self._slice_end = (self._index + 1) * self._slice
+        # Deposits read the clock only once every _stride of them: at the deposit numbered
+        # _check_at (a raw counter value) or later. See on_request.
+        self._stride = 1
+        self._check_at = 0
 
     def on_request(self) -> None:
-        """Deposit: a logical call starts (its first attempt)."""
+        """Deposit: a logical call starts (its first attempt).
+
+        A deposit reads the clock (to see whether the slice moved) only once every ``stride``
+        deposits, where ``stride`` is 1 until a slice holds 2048 deposits or more, and then the
+        previous slice's deposits / 1024. So at most that many deposits made just after a
+        slice ended are counted in the slice before: they leave the window one slice early,
+        which can only refuse a retry, never allow one, and is at most ~0.1% of a slice's
+        deposits. Below ~2048 calls per slice every deposit reads the clock: exact.
+        """
+        # No lock: a deposit racing with a slice change lands in one slice or its neighbour.
+        number = next(self._deposits)
+        if number >= self._check_at and (self._stride > 1 or self._now() >= self._slice_end):
+            self._check(number)
+
+    def _check(self, number: int) -> None:
+        """After deposit *number*: move to a new slice if the clock says so."""
         if self._now() >= self._slice_end:
             with self._lock:
-                self._refresh()
-        # No lock: a deposit racing with a slice change lands in one slice or its neighbour.
-        next(self._deposits)
+                self._refresh(pending=1)
+        elif self._stride > 1:
+            self._check_at = number + self._stride
 
     def allow_retry(self, error: BaseException | None = None) -> bool:
         """Withdraw one retry; ``False`` when the budget is spent (nothing is withdrawn then)."""
@@ -292,14 +313,19 @@ class RetryBudget:
         # The oldest slice of the window is _SLICES - 1 before the current one, i.e. slot + 1.
         return self._count() - self._marks[(self._slot + 1) % _SLICES]
 
-    def _refresh(self) -> None:
+    def _refresh(self, pending: int = 0) -> None:
+        """Move to the current slice; *pending* deposits just made belong to it."""
         now = self._now()
         if now < self._slice_end:
             return
         # Always move forward at least one slice: float rounding must not make us roll forever.
         index = max(math.floor(now / self._slice), self._index + 1)
-        count = self._count()
+        count = self._count() - pending
         marks, retries = self._marks, self._retries
+        # The stride between clock reads: 1/1024 of the deposits of the slice that ended.
+        stride = (count - marks[self._slot]) >> 10
+        self._stride = stride if stride > 1 else 1
+        self._check_at = count + self._peeks + self._stride if stride > 1 else 0
         for i in range(max(self._index + 1, index - _SLICES + 1), index + 1):
             slot = i % _SLICES
             marks[slot] = count
@@ -314,6 +340,37 @@ class RetryBudget:
             f"RetryBudget(ratio={self.ratio!r}, min_per_second={self.min_per_second!r}, "
             f"window={self.window!r})"
         )
+
+
+class Deposit(NamedTuple):
+    """:meth:`RetryBudget.on_request` taken apart, so that a retry loop can inline it.
+
+    ``number = deposit()``, then ``if number >= owner._check_at and (owner._stride > 1 or
+    now() >= owner._slice_end): check(number)``: the steps of ``on_request``, without a
+    Python-level call on most successful calls.
+    """
+
+    owner: RetryBudget
+    deposit: Callable[[], int]
+    now: Callable[[], float]
+    check: Callable[[int], None]
+
+
+def deposit_of(budget: Budget) -> Deposit | None:
+    """The inlinable parts of *budget*'s ``on_request``, or ``None`` if it is not a
+    :class:`RetryBudget`'s own ``on_request``."""
+    if not isinstance(budget, RetryBudget) or type(budget).on_request is not RetryBudget.on_request:
+        return None
+    return Deposit(budget, budget._deposits.__next__, budget._now, budget._check)
+
+
+def success_is_noop(budget: Budget) -> bool:
+    """Whether *budget*'s ``on_success`` does nothing, so a policy may skip calling it.
+
+    True for :class:`RetryBudget` (and subclasses that keep its ``on_success``): it counts
+    requests and retries, not outcomes. A success path then makes one call to the budget, not two.
+    """
+    return getattr(type(budget), "on_success", None) is RetryBudget.on_success
 
 
 # -- TokenBucket -------------------------------------------------------------------------------
@@ -559,6 +616,7 @@ class AdaptiveThrottle:
         "_acc_peeks",
         "_accepted",
         "_accepts",
+        "_free_until",
         "_index",
         "_lock",
         "_now",
@@ -596,6 +654,11 @@ class AdaptiveThrottle:
         self._req_peeks = 0
         self._acc_peeks = 0
         self._accepted = 0  # the accept count as of the latest success (read without a lock)
+        # Requests numbered (raw counter values) below this are admitted without arithmetic:
+        # within a slice, requests grow by one each and accepts never fall, so once the window
+        # holds h requests fewer than k times its accepts, the next h requests are admitted
+        # (the probability stays 0). Reset whenever the slice moves.
+        self._free_until = 0
         self._req_marks = [0] * _SLICES
         self._acc_marks = [0] * _SLICES
         self._slice = self.window / _SLICES
@@ -603,17 +666,21 @@ class AdaptiveThrottle:
         self._slot = self._index % _SLICES
         self._slice_end = (self._index + 1) * self._slice
 
-    def _admit(self) -> float:
-        """Count one request; the rejection probability it drew against (0: admitted)."""
-        if self._now() >= self._slice_end:
-            with self._lock:
-                self._refresh()
-        before = next(self._requests) - self._req_peeks  # requests before this one, ever
+    def _admit(self, number: int) -> float:
+        """Admit request *number* (a raw counter value); the rejection probability it drew
+        against (0: admitted)."""
+        index = self._index
+        before = number - self._req_peeks  # requests before this one, ever
         oldest = (self._slot + 1) % _SLICES
         requests = before - self._req_marks[oldest]
         excess = requests - self.k * (self._accepted - self._acc_marks[oldest])
         if excess <= 0:
-            return 0.0  # the healthy case: no draw
+            # The healthy case: no draw. The next floor(-excess) requests cannot have a positive
+            # probability either, unless the slice moves (which resets _free_until; the index
+            # check keeps a racing refresh from being overwritten by a stale bound).
+            if self._index == index:
+                self._free_until = number + math.floor(-excess)
+            return 0.0
         p = excess / (requests + 1)
         return p if self._random() < p else 0.0
 
@@ -623,13 +690,23 @@ class AdaptiveThrottle:
         Raises:
             Throttled: the call is rejected locally.
         """
-        p = self._admit()
+        if self._now() >= self._slice_end:
+            with self._lock:
+                self._refresh()
+        number = next(self._requests)
+        if number < self._free_until:
+            return  # admitted: the probability is known to be 0
+        p = self._admit(number)
         if p:
             raise Throttled(p)
 
     def allow_retry(self, error: BaseException | None = None) -> bool:
         """A retry counts as a request too: ``False`` when it is rejected locally."""
-        return not self._admit()
+        if self._now() >= self._slice_end:
+            with self._lock:
+                self._refresh()
+        number = next(self._requests)
+        return number < self._free_until or not self._admit(number)
 
     def on_success(self) -> None:
         """The dependency answered: count an accept."""
@@ -686,9 +763,12 @@ class AdaptiveThrottle:
         for i in range(max(self._index + 1, index - _SLICES + 1), index + 1):
             self._req_marks[i % _SLICES] = requests
             self._acc_marks[i % _SLICES] = accepts
-        self._index = index
         self._slot = index % _SLICES
         self._slice_end = (index + 1) * self._slice
+        self._index = index
+        # Expired accepts may leave less room: admit with arithmetic again. Last, so that it also
+        # clears a bound that a racing admission stored before the index moved.
+        self._free_until = 0
 
     def __repr__(self) -> str:
         return f"AdaptiveThrottle(k={self.k!r}, window={self.window!r})"

@@ -16,21 +16,23 @@ import logging
 import math
 import random
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Final, Generic, Literal, NamedTuple, ParamSpec, TypeVar, overload
 
 from seawall._backoff import DEFAULT_BACKOFF, Backoff
-from seawall._budget import Budget
-from seawall._clock import SYSTEM_CLOCK, Clock
+from seawall._budget import Budget, deposit_of, success_is_noop
+from seawall._clock import SYSTEM_CLOCK, Clock, SystemClock
 from seawall._deadline import _DEADLINE, Deadline
 from seawall._errors import (
+    _EXHAUSTED_MARK,
+    _NEVER_RETRIED,
+    _PERMANENT_MARK,
     DeadlineExceeded,
     Overloaded,
     RetryAfter,
     add_note,
-    is_exhausted,
-    is_permanent,
     mark_exhausted,
     retry_after_of,
 )
@@ -232,8 +234,8 @@ class RetryState:
             )
         self.attempts += 1
         self._attempt_started = now
-        if p.attempt_timeout is not None:
-            return min(self.deadline, now + p.attempt_timeout)
+        if p.attempt_timeout is not None and now + p.attempt_timeout < self.deadline:
+            return now + p.attempt_timeout
         return self.deadline
 
     def _record(self, now: float, error: BaseException | None, delay: float | None) -> None:
@@ -277,14 +279,20 @@ class RetryState:
                 asks the policy's ``retry_on``.
         """
         p = self.policy
+        # The checks of is_permanent() and is_exhausted(), inlined: this runs on every failure,
+        # and in the simulator on every simulated attempt.
         if isinstance(error, RetryAfter) and retry is not False:
             kind = _RETRY
-        elif is_permanent(error):
+        elif isinstance(error, _NEVER_RETRIED) or getattr(error, _PERMANENT_MARK, False) is True:
             kind = _OVERLOADED if isinstance(error, Overloaded) else _PERMANENT
-        elif is_exhausted(error) and not p.retry_nested:
+        elif not p.retry_nested and getattr(error, _EXHAUSTED_MARK, False) is True:
             kind = _EXHAUSTED
         elif retry is None:
-            kind = _RETRY if p._retryable(error) else _PERMANENT
+            classes = p._retry_classes
+            if classes is not None:
+                kind = _RETRY if isinstance(error, classes) else _PERMANENT
+            else:
+                kind = _RETRY if p._retryable(error) else _PERMANENT
         else:
             kind = _RETRY if retry else _FAILED
         budget = p.budget
@@ -297,7 +305,8 @@ class RetryState:
             return self._give_up(
                 "exhausted_below" if kind == _EXHAUSTED else "not_retryable", error, now
             )
-        wanted = retry_after_of(error)
+        # Most errors have no retry_after at all: one lookup, and validation only when present.
+        wanted = None if getattr(error, "retry_after", None) is None else retry_after_of(error)
         return self._schedule(error, now, wanted)
 
     def on_result(self, result: object, now: float) -> float | None:
@@ -319,7 +328,8 @@ class RetryState:
         self, error: BaseException | None, now: float, wanted: float | None
     ) -> float | None:
         p = self.policy
-        if self.attempts >= p.max_attempts:
+        attempts = self.attempts
+        if attempts >= p.max_attempts:
             return self._give_up("attempts_exhausted", error, now, mark=True)
         if not SWITCH.enabled or (p.name is not None and p.name in SWITCH.disabled_names):
             return self._give_up("disabled", error, now)
@@ -327,7 +337,7 @@ class RetryState:
             # Server pushback replaces the backoff delay, but an untrusted value is clamped.
             delay = min(wanted, p.max_retry_after)
         else:
-            delay = p.backoff.compute(self.attempts - 1, p.rng, self._previous_delay)
+            delay = p.backoff.compute(attempts - 1, p.rng, self._previous_delay)
             self._previous_delay = delay
         if TESTING.instant:
             delay = 0.0
@@ -338,9 +348,13 @@ class RetryState:
         if budget is not None and not budget.allow_retry(error or _BadResult(None)):
             self._emit("budget_exhausted", error, 0.0, now, "budget")
             return self._give_up("budget", error, now, mark=True)
-        self._record(now, error, delay)
+        history = self.history
+        if history is not None:
+            start = self._attempt_started
+            history.append(AttemptRecord(attempts, start, now - start, error, delay))
         self.total_delay += delay
-        self._emit("retry", error, delay, now, None)
+        if p._hooks:
+            self._emit("retry", error, delay, now, None)
         return delay
 
     def _give_up(
@@ -400,6 +414,7 @@ class _BadResult(Exception):
 
 
 _RETRY, _PERMANENT, _OVERLOADED, _EXHAUSTED, _FAILED = range(5)
+_new_tuple = tuple.__new__
 _DEFAULT_RETRY_ON: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
 _DEFAULT_HOOKS: tuple[Hook, ...] = (logging_hook,)
 
@@ -479,16 +494,31 @@ class RetryPolicy:
     _retryable: Callable[[BaseException], bool] = dataclasses.field(
         init=False, repr=False, compare=False
     )
+    # retry_on as a tuple of classes (None for a predicate): one isinstance() per failure.
+    _retry_classes: tuple[type[BaseException], ...] | None = dataclasses.field(
+        init=False, repr=False, compare=False
+    )
     _hooks: tuple[Hook, ...] = dataclasses.field(init=False, repr=False, compare=False)
     # Hooks that also want "success" events (metrics); empty for most policies.
     _attempt_hooks: tuple[Hook, ...] = dataclasses.field(init=False, repr=False, compare=False)
     _clock: Clock = dataclasses.field(init=False, repr=False, compare=False)
+    # _clock.now, or time.monotonic itself for the system clock (what SystemClock.now returns).
+    _now: Callable[[], float] = dataclasses.field(init=False, repr=False, compare=False)
     # True when a call needs no bookkeeping before its first attempt: no budget, no timeouts,
     # no result check. The fast path is then a bare try/except around the function.
     _simple: bool = dataclasses.field(init=False, repr=False, compare=False)
     # Like _simple, but with a budget: the fast path only tells the budget of the call and of
     # its success, and builds no RetryState unless the first attempt fails.
     _lean_budget: Budget | None = dataclasses.field(init=False, repr=False, compare=False)
+    # The budget's on_success, or None when it does nothing (RetryBudget): the fast path skips
+    # the call.
+    _lean_success: Callable[[], None] | None = dataclasses.field(
+        init=False, repr=False, compare=False
+    )
+    # True when the first attempt needs no RetryState even with timeouts or an ambient
+    # deadline: no result check and no hook that observes attempts. The fast path then computes
+    # the deadline, installs it for the attempt, and builds a state only if the attempt fails.
+    _lean: bool = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -499,6 +529,10 @@ class RetryPolicy:
         if not isinstance(self.backoff, Backoff):
             raise TypeError(f"backoff must be a seawall.Backoff, got {self.backoff!r}")
         set_(self, "_retryable", _compile_retry_on(self.retry_on))
+        retry_on = self.retry_on
+        if isinstance(retry_on, type):
+            retry_on = (retry_on,)
+        set_(self, "_retry_classes", retry_on if isinstance(retry_on, tuple) else None)
         if self.retry_if_result is not None and not callable(self.retry_if_result):
             raise TypeError(f"retry_if_result must be callable, got {self.retry_if_result!r}")
         set_(self, "timeout", _optional_seconds("timeout", self.timeout))
@@ -531,15 +565,18 @@ class RetryPolicy:
         set_(self, "_hooks", hooks)
         attempt_hooks = tuple(h for h in hooks if getattr(h, "observes_attempts", False) is True)
         set_(self, "_attempt_hooks", attempt_hooks)
-        set_(self, "_clock", self.clock if self.clock is not None else SYSTEM_CLOCK)
-        lean = (
-            self.timeout is None
-            and self.attempt_timeout is None
-            and self.retry_if_result is None
-            and not attempt_hooks
-        )
-        set_(self, "_simple", lean and self.budget is None)
-        set_(self, "_lean_budget", self.budget if lean else None)
+        clock = self.clock if self.clock is not None else SYSTEM_CLOCK
+        set_(self, "_clock", clock)
+        set_(self, "_now", time.monotonic if type(clock) is SystemClock else clock.now)
+        lean = self.retry_if_result is None and not attempt_hooks
+        untimed = lean and self.timeout is None and self.attempt_timeout is None
+        set_(self, "_lean", lean)
+        set_(self, "_simple", untimed and self.budget is None)
+        set_(self, "_lean_budget", self.budget if untimed else None)
+        success = None
+        if self.budget is not None and not success_is_noop(self.budget):
+            success = self.budget.on_success
+        set_(self, "_lean_success", success)
 
     def replace(self, **changes: Any) -> RetryPolicy:
         """A new policy with some parameters changed (validated like the constructor)."""
@@ -554,11 +591,11 @@ class RetryPolicy:
         The budget's ``on_request`` is called here.
         """
         if now is None:
-            now = self._clock.now()
+            now = self._now()
         ambient = _DEADLINE.get()
         at = math.inf if ambient is None else now + ambient.remaining()
-        if self.timeout is not None:
-            at = min(at, now + self.timeout)
+        if self.timeout is not None and now + self.timeout < at:
+            at = now + self.timeout
         state = RetryState(self, now, at)
         if record:
             state.history = []
@@ -573,7 +610,7 @@ class RetryPolicy:
         ambient = _DEADLINE.get()
         if ambient is not None and now + ambient.remaining() <= attempt_deadline:
             return None
-        return _DEADLINE.set(Deadline(attempt_deadline, self._clock))
+        return _DEADLINE.set(_new_tuple(Deadline, (attempt_deadline, self._clock)))
 
     # -- synchronous driver -----------------------------------------------------------------
 
@@ -601,9 +638,66 @@ class RetryPolicy:
                 result = fn(*args, **kwargs)
             except Exception as exc:
                 return self._call_retrying(fn, args, kwargs, exc)
-            budget.on_success()
+            on_success = self._lean_success
+            if on_success is not None:
+                on_success()
             return result
+        if self._lean:
+            return self._call_timed(fn, args, kwargs)
         return self._call_retrying(fn, args, kwargs, None)
+
+    def _call_timed(self, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+        """The first attempt of a lean policy with a timeout or under an ambient deadline.
+
+        It makes the decisions of :meth:`_call_retrying` (the same deadlines, the same
+        DeadlineExceeded, the attempt's deadline installed when tighter), but builds a
+        :class:`RetryState` only if the attempt fails.
+        """
+        clock = self._clock
+        now = self._now()
+        # The deadlines of new_state() and begin_attempt(): the ambient one, the call's, and the
+        # first attempt's (conditional expressions: cheaper than min() on this path).
+        ambient = _DEADLINE.get()
+        outer = math.inf if ambient is None else now + ambient.remaining()
+        at = outer
+        if self.timeout is not None and now + self.timeout < at:
+            at = now + self.timeout
+        first = at
+        if self.attempt_timeout is not None and now + self.attempt_timeout < first:
+            first = now + self.attempt_timeout
+        left = at - now
+        if left < self.min_attempt_time or left <= 0.0:
+            return self._call_retrying(fn, args, kwargs, None)  # raises DeadlineExceeded
+        budget = self.budget
+        if budget is not None:
+            budget.on_request()
+        # tuple.__new__ skips the named tuple's Python-level __new__ (half the cost).
+        token = _DEADLINE.set(_new_tuple(Deadline, (first, clock))) if first < outer else None
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            state = RetryState(self, now, at)
+            state.attempts = 1
+            try:
+                delay = state.on_error(exc, self._now())
+            finally:
+                if token is not None:
+                    _DEADLINE.reset(token)
+            if delay is None:
+                raise
+        except BaseException:
+            if token is not None:
+                _DEADLINE.reset(token)
+            raise
+        else:
+            if token is not None:
+                _DEADLINE.reset(token)
+            if budget is not None:
+                budget.on_success()
+            return result
+        # Outside the except block, so that later errors are not chained to this one.
+        clock.sleep(delay)
+        return self._call_retrying(fn, args, kwargs, None, state)
 
     def _call_retrying(
         self,
@@ -614,7 +708,8 @@ class RetryPolicy:
         state: RetryState | None = None,
     ) -> T:
         clock = self._clock
-        now = clock.now()
+        clock_now = self._now
+        now = clock_now()
         if state is None:
             # After a fast-path first attempt, on_request was already called and there is no
             # deadline: a bare state.
@@ -627,17 +722,17 @@ class RetryPolicy:
                 raise first_error
             clock.sleep(delay)
         while True:
-            now = clock.now()
+            now = clock_now()
             attempt_deadline = state.begin_attempt(now)
             token = self._scope(attempt_deadline, now)
             try:
                 result = fn(*args, **kwargs)
             except Exception as exc:
-                delay = state.on_error(exc, clock.now())
+                delay = state.on_error(exc, clock_now())
                 if delay is None:
                     raise
             else:
-                delay = state.on_result(result, clock.now())
+                delay = state.on_result(result, clock_now())
                 if delay is None:
                     return result
             finally:
@@ -675,9 +770,63 @@ class RetryPolicy:
                 result = await fn(*args, **kwargs)
             except Exception as exc:
                 return await self._acall_retrying(fn, args, kwargs, exc)
-            budget.on_success()
+            on_success = self._lean_success
+            if on_success is not None:
+                on_success()
             return result
+        if self._lean:
+            return await self._acall_timed(fn, args, kwargs)
         return await self._acall_retrying(fn, args, kwargs, None)
+
+    async def _acall_timed(self, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any) -> T:
+        """The async twin of :meth:`_call_timed`."""
+        clock = self._clock
+        now = self._now()
+        # The deadlines of new_state() and begin_attempt(): the ambient one, the call's, and the
+        # first attempt's (conditional expressions: cheaper than min() on this path).
+        ambient = _DEADLINE.get()
+        outer = math.inf if ambient is None else now + ambient.remaining()
+        at = outer
+        if self.timeout is not None and now + self.timeout < at:
+            at = now + self.timeout
+        first = at
+        if self.attempt_timeout is not None and now + self.attempt_timeout < first:
+            first = now + self.attempt_timeout
+        left = at - now
+        if left < self.min_attempt_time or left <= 0.0:
+            return await self._acall_retrying(fn, args, kwargs, None)  # raises DeadlineExceeded
+        budget = self.budget
+        if budget is not None:
+            budget.on_request()
+        # tuple.__new__ skips the named tuple's Python-level __new__ (half the cost).
+        token = _DEADLINE.set(_new_tuple(Deadline, (first, clock))) if first < outer else None
+        try:
+            if first == math.inf:
+                result = await fn(*args, **kwargs)
+            else:
+                result = await _with_timeout(fn(*args, **kwargs), first - now)
+        except Exception as exc:
+            state = RetryState(self, now, at)
+            state.attempts = 1
+            try:
+                delay = state.on_error(exc, self._now())
+            finally:
+                if token is not None:
+                    _DEADLINE.reset(token)
+            if delay is None:
+                raise
+        except BaseException:
+            if token is not None:
+                _DEADLINE.reset(token)
+            raise
+        else:
+            if token is not None:
+                _DEADLINE.reset(token)
+            if budget is not None:
+                budget.on_success()
+            return result
+        await clock.asleep(delay)
+        return await self._acall_retrying(fn, args, kwargs, None, state)
 
     async def _acall_retrying(
         self,
@@ -688,7 +837,8 @@ class RetryPolicy:
         state: RetryState | None = None,
     ) -> T:
         clock = self._clock
-        now = clock.now()
+        clock_now = self._now
+        now = clock_now()
         if state is None:
             # After a fast-path first attempt, on_request was already called and there is no
             # deadline: a bare state.
@@ -700,7 +850,7 @@ class RetryPolicy:
                 raise first_error
             await clock.asleep(delay)
         while True:
-            now = clock.now()
+            now = clock_now()
             attempt_deadline = state.begin_attempt(now)
             token = self._scope(attempt_deadline, now)
             try:
@@ -709,11 +859,11 @@ class RetryPolicy:
                 else:
                     result = await _with_timeout(fn(*args, **kwargs), attempt_deadline - now)
             except Exception as exc:
-                delay = state.on_error(exc, clock.now())
+                delay = state.on_error(exc, clock_now())
                 if delay is None:
                     raise
             else:
-                delay = state.on_result(result, clock.now())
+                delay = state.on_result(result, clock_now())
                 if delay is None:
                     return result
             finally:
@@ -757,12 +907,36 @@ class RetryPolicy:
 
             return async_wrapper
 
-        simple = self._simple
+        # One wrapper per kind of policy, chosen here once, so that a call tests nothing that
+        # the policy's configuration already decided.
         slow = self._call_retrying
+        timed = self._call_timed
         get_deadline = _DEADLINE.get
         budget = self._lean_budget
+        kit = deposit_of(budget) if budget is not None and self._lean_success is None else None
+        if kit is not None:
+            # A RetryBudget: its deposit inlined (a counter bump; now and then a clock check),
+            # and its on_success does nothing. Two Python-level calls fewer per call.
+            owner, deposit, budget_now, check = kit
+
+            @functools.wraps(fn)
+            def deposit_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                if get_deadline() is None:
+                    number = deposit()
+                    if number >= owner._check_at and (
+                        owner._stride > 1 or budget_now() >= owner._slice_end
+                    ):
+                        check(number)
+                    try:
+                        return fn(*args, **kwargs)
+                    except Exception as exc:
+                        return slow(fn, args, kwargs, exc)
+                return timed(fn, args, kwargs)
+
+            return deposit_wrapper
+
         if budget is not None:
-            on_request, on_success = budget.on_request, budget.on_success
+            on_request, on_success = budget.on_request, self._lean_success
 
             @functools.wraps(fn)
             def budget_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
@@ -772,22 +946,39 @@ class RetryPolicy:
                         result = fn(*args, **kwargs)
                     except Exception as exc:
                         return slow(fn, args, kwargs, exc)
-                    on_success()
+                    if on_success is not None:
+                        on_success()
                     return result
-                return slow(fn, args, kwargs, None)
+                return timed(fn, args, kwargs)
 
             return budget_wrapper
 
+        if self._simple:
+
+            @functools.wraps(fn)
+            def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                if get_deadline() is None:
+                    try:
+                        return fn(*args, **kwargs)
+                    except Exception as exc:
+                        return slow(fn, args, kwargs, exc)
+                return timed(fn, args, kwargs)
+
+            return wrapper
+
+        if self._lean:
+
+            @functools.wraps(fn)
+            def timed_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                return timed(fn, args, kwargs)
+
+            return timed_wrapper
+
         @functools.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-            if simple and get_deadline() is None:
-                try:
-                    return fn(*args, **kwargs)
-                except Exception as exc:
-                    return slow(fn, args, kwargs, exc)
+        def slow_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
             return slow(fn, args, kwargs, None)
 
-        return wrapper
+        return slow_wrapper
 
     # -- block API --------------------------------------------------------------------------
 
