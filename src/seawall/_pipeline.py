@@ -20,12 +20,13 @@ import functools
 import inspect
 import math
 import sys
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar, overload
 
 from seawall._breaker import CircuitBreaker
-from seawall._clock import SYSTEM_CLOCK, Clock
-from seawall._deadline import deadline
+from seawall._clock import SYSTEM_CLOCK, Clock, SystemClock
+from seawall._deadline import _DEADLINE, Deadline, deadline
 from seawall._hedge import Hedge
 from seawall._retry import RetryPolicy
 
@@ -229,6 +230,10 @@ class Pipeline:
         return f"Pipeline({', '.join(parts)})"
 
 
+# tuple.__new__ skips the named tuple's Python-level __new__: half the cost of a Deadline.
+_new_deadline = tuple.__new__
+
+
 def _direct(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
     return fn(*args, **kwargs)
 
@@ -239,10 +244,22 @@ async def _adirect(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
 
 def _sync_deadline(inner: _Sync | None, seconds: float, clock: Clock) -> _Sync:
     call = inner if inner is not None else _direct
+    now = time.monotonic if type(clock) is SystemClock else clock.now
+    get, set_, reset = _DEADLINE.get, _DEADLINE.set, _DEADLINE.reset
 
     def layer(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        with deadline(seconds, clock=clock):
+        # What `with deadline(seconds, clock=clock)` does, minus the scope object: this runs
+        # on every call. An earlier ambient deadline is kept (nothing to install then).
+        start = now()
+        at = start + seconds
+        outer = get()
+        if outer is not None and outer.remaining() <= at - start:
             return call(fn, args, kwargs)
+        token = set_(_new_deadline(Deadline, (at, clock)))
+        try:
+            return call(fn, args, kwargs)
+        finally:
+            reset(token)
 
     return layer
 
