@@ -1,7 +1,8 @@
 """Success-path cost of a Pipeline against a single policy and a bare call, in one run.
 
 Sync contenders (a function that returns at once, decorated):
-  bare call; RetryPolicy; CircuitBreaker; Pipeline(retry); Pipeline(retry, breaker);
+  bare call; RetryPolicy; RetryPolicy(timeout); RetryPolicy(timeout, attempt_timeout);
+  CircuitBreaker; Pipeline(retry); Pipeline(retry, breaker);
   Pipeline(timeout, retry, breaker, attempt_timeout).
 Async contenders (a coroutine that returns at once, awaited in a loop inside one task):
   bare await; RetryPolicy; Pipeline(retry, breaker); Pipeline(retry, breaker, attempt_timeout);
@@ -34,6 +35,10 @@ def sync_contenders() -> dict[str, Callable[[], object]]:
     return {
         "bare call": target,
         "RetryPolicy": retry(target),
+        "RetryPolicy(timeout)": retry.replace(timeout=30.0)(target),
+        "RetryPolicy(timeout, attempt_timeout)": retry.replace(timeout=30.0, attempt_timeout=5.0)(
+            target
+        ),
         "CircuitBreaker": seawall.CircuitBreaker()(target),
         "Pipeline(retry)": seawall.Pipeline(retry=retry)(target),
         "Pipeline(retry, breaker)": seawall.Pipeline(retry=retry, breaker=breaker)(target),
