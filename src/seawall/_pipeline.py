@@ -15,17 +15,16 @@ circuit breaker inside it).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import math
-import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar, overload
 
 from seawall._breaker import CircuitBreaker
 from seawall._clock import SYSTEM_CLOCK, Clock, SystemClock
+from seawall._compat import with_timeout
 from seawall._deadline import _DEADLINE, Deadline, deadline
 from seawall._hedge import Hedge
 from seawall._retry import RetryPolicy
@@ -284,19 +283,9 @@ def _async_attempt_timeout(inner: _Async | None, seconds: float, clock: Clock) -
         # plain TimeoutError (not DeadlineExceeded): one slow attempt is worth retrying.
         with deadline(seconds, clock=clock):
             aw = fn(*args, **kwargs) if inner is None else inner(fn, args, kwargs)
-            return await _with_timeout(aw, seconds)
+            return await with_timeout(aw, seconds)
 
     return layer
-
-
-async def _with_timeout(aw: Awaitable[T], seconds: float) -> T:
-    if sys.version_info >= (3, 11):
-        async with asyncio.timeout(seconds):
-            return await aw
-    try:  # pragma: no cover - Python 3.10
-        return await asyncio.wait_for(aw, seconds)
-    except asyncio.TimeoutError as err:  # pragma: no cover - distinct from TimeoutError on 3.10
-        raise TimeoutError(f"attempt timed out after {seconds} s") from err
 
 
 def _async_total_timeout(inner: _Async, seconds: float, clock: Clock) -> _Async:

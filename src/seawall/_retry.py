@@ -8,14 +8,12 @@ decisions.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import inspect
 import logging
 import math
 import random
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from types import TracebackType
@@ -24,6 +22,7 @@ from typing import Any, Final, Generic, Literal, NamedTuple, ParamSpec, TypeVar,
 from seawall._backoff import DEFAULT_BACKOFF, Backoff
 from seawall._budget import Budget, deposit_of, success_is_noop
 from seawall._clock import SYSTEM_CLOCK, Clock, SystemClock
+from seawall._compat import with_timeout
 from seawall._deadline import _DEADLINE, Deadline
 from seawall._errors import (
     _EXHAUSTED_MARK,
@@ -804,7 +803,7 @@ class RetryPolicy:
             if first == math.inf:
                 result = await fn(*args, **kwargs)
             else:
-                result = await _with_timeout(fn(*args, **kwargs), first - now)
+                result = await with_timeout(fn(*args, **kwargs), first - now)
         except Exception as exc:
             state = RetryState(self, now, at)
             state.attempts = 1
@@ -857,7 +856,7 @@ class RetryPolicy:
                 if attempt_deadline == math.inf:
                     result = await fn(*args, **kwargs)
                 else:
-                    result = await _with_timeout(fn(*args, **kwargs), attempt_deadline - now)
+                    result = await with_timeout(fn(*args, **kwargs), attempt_deadline - now)
             except Exception as exc:
                 delay = state.on_error(exc, clock_now())
                 if delay is None:
@@ -989,16 +988,6 @@ class RetryPolicy:
         propagates when the policy gives up.
         """
         return Attempts(self)
-
-
-async def _with_timeout(aw: Awaitable[T], seconds: float) -> T:
-    if sys.version_info >= (3, 11):
-        async with asyncio.timeout(max(0.0, seconds)):
-            return await aw
-    try:  # pragma: no cover - Python 3.10
-        return await asyncio.wait_for(aw, max(0.0, seconds))
-    except asyncio.TimeoutError as err:  # pragma: no cover - distinct from TimeoutError on 3.10
-        raise TimeoutError(str(err)) from err
 
 
 class Attempt:
