@@ -4,11 +4,13 @@ Contenders (a function that returns at once, decorated; hooks off):
   bare call; RetryPolicy without a budget; RetryPolicy with a shared RetryBudget, TokenBucket,
   RetryQuota.aws_standard() or AdaptiveThrottle; and the budget's own calls alone
   (on_request + on_success), to separate the budget from the engine around it.
-A RetryBudget reads the clock on every deposit until a slice (window/10) holds 2048 deposits,
-then once every 1/1024 of the previous slice's deposits. Every contender first runs for 1.2 s
-(more than one slice of the default window), so "RetryBudget" shows a busy client's steady
-state; "RetryBudget(window=3600)" never leaves its first slice here and reads the clock on
-every call, like a client with little traffic.
+A RetryBudget or AdaptiveThrottle reads the clock on every call until a slice (window/10) holds
+2048 calls, then once every 1/1024 of the larger of the previous slice's calls and the current
+one's so far. Every contender first runs for 1.2 s (more than one slice of the default window),
+so "RetryBudget" shows a busy client's steady state; "RetryBudget(window=3600)" never leaves
+its first slice here (a busy client's first six minutes). The "quiet" rows time the first 2,000
+calls of a fresh budget, rebuilt for every round: the regime of a client with little traffic,
+which reads the clock on every call so that its counts are exact.
 Contenders are interleaved (A B C ... A B C ...) and the best of several timeit.repeat rounds is
 kept, so a noisy neighbour slows every contender alike. Figures: ns per call, ratio to the bare
 call, and ns added over the policy without a budget.
@@ -60,6 +62,25 @@ def contenders() -> dict[str, Callable[[], object]]:
     }
 
 
+QUIET_CALLS = 2000  # below the 2048 calls a slice that switch a budget to strided clock reads
+
+
+def quiet_contenders() -> dict[str, Callable[[], Callable[[], object]]]:
+    """Factories: each round times the first QUIET_CALLS calls of a freshly built policy."""
+
+    def target() -> int:
+        return 1
+
+    def fresh(make: Callable[[], seawall.Budget | None]) -> Callable[[], Callable[[], object]]:
+        return lambda: seawall.RetryPolicy(budget=make(), hooks=())(target)
+
+    return {
+        "quiet: RetryPolicy, no budget": fresh(lambda: None),
+        "quiet: RetryPolicy + RetryBudget": fresh(seawall.RetryBudget),
+        "quiet: RetryPolicy + AdaptiveThrottle": fresh(seawall.AdaptiveThrottle),
+    }
+
+
 def warm(fn: Callable[[], object], seconds: float) -> None:
     """Run *fn* for *seconds*: budgets reach the state of a client that has been busy a while."""
     end = time.perf_counter() + seconds
@@ -72,19 +93,24 @@ def measure(repeat: int, number: int) -> dict[str, float]:
     fns = contenders()
     for fn in fns.values():
         warm(fn, 1.2)
-    best = dict.fromkeys(fns, float("inf"))
+    quiet = quiet_contenders()
+    best = dict.fromkeys([*fns, *quiet], float("inf"))
     for _ in range(repeat):
         for name, fn in fns.items():  # interleaved: one round of every contender per repeat
             best[name] = min(best[name], min(timeit.repeat(fn, number=number, repeat=1)) / number)
+        for name, make in quiet.items():
+            for _ in range(max(1, number // QUIET_CALLS)):
+                t = timeit.timeit(make(), number=QUIET_CALLS) / QUIET_CALLS
+                best[name] = min(best[name], t)
     return best
 
 
 def report(best: dict[str, float], markdown: bool) -> None:
     bare = best["bare call"]
-    plain = best[NO_BUDGET]
     rows = []
     for name, t in best.items():
-        added = f"{(t - plain) * 1e9:+,.0f}" if name.startswith("RetryPolicy +") else ""
+        plain = best["quiet: " + NO_BUDGET if name.startswith("quiet:") else NO_BUDGET]
+        added = f"{(t - plain) * 1e9:+,.0f}" if "RetryPolicy +" in name else ""
         rows.append((name, f"{t * 1e9:,.0f}", f"{t / bare:.1f}x", added))
     if markdown:
         print("\n| success path | ns/call | ratio to bare call | ns added by the budget |")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import sys
@@ -125,6 +126,7 @@ def test_throttled_is_overloaded() -> None:
         (lambda: AdaptiveThrottle(k=0), "k"),
         (lambda: AdaptiveThrottle(k=math.nan), "k"),
         (lambda: AdaptiveThrottle(window=0), "window"),
+        (lambda: AdaptiveThrottle(min_requests=-1), "min_requests"),
         (lambda: RetryQuota(capacity=0), "capacity"),
         (lambda: RetryQuota(retry_cost=-1), "retry_cost"),
         (lambda: RetryQuota(timeout_cost=-1), "timeout_cost"),
@@ -149,6 +151,8 @@ def test_bad_values_raise_value_error_naming_the_parameter(
         (lambda: AdaptiveThrottle(k="2"), "k"),  # type: ignore[arg-type]
         (lambda: AdaptiveThrottle(rng=42), "rng"),  # type: ignore[arg-type]
         (lambda: AdaptiveThrottle(clock="now"), "clock"),  # type: ignore[arg-type]
+        (lambda: AdaptiveThrottle(min_requests=2.5), "min_requests"),  # type: ignore[arg-type]
+        (lambda: AdaptiveThrottle(min_requests=True), "min_requests"),
         (lambda: RetryQuota(capacity=500.0), "capacity"),  # type: ignore[arg-type]
         (lambda: RetryQuota(retry_cost=True), "retry_cost"),
         (lambda: RetryQuota(is_timeout=3), "is_timeout"),  # type: ignore[arg-type]
@@ -596,7 +600,9 @@ def test_retry_quota_forgets_a_cost_left_by_an_interrupted_call() -> None:
 
 def test_adaptive_throttle_probability_formula() -> None:
     clock = VirtualClock()
-    throttle = AdaptiveThrottle(k=2, window=60, clock=clock, rng=FixedRandom(0.9999))
+    throttle = AdaptiveThrottle(
+        k=2, window=60, clock=clock, rng=FixedRandom(0.9999), min_requests=0
+    )
     for _ in range(10):
         throttle.on_request()
     for _ in range(3):
@@ -611,7 +617,7 @@ def test_adaptive_throttle_probability_formula() -> None:
 
 def test_adaptive_throttle_rejects_locally_with_throttled() -> None:
     clock = VirtualClock()
-    throttle = AdaptiveThrottle(k=2, window=60, clock=clock, rng=FixedRandom(0.0))
+    throttle = AdaptiveThrottle(k=2, window=60, clock=clock, rng=FixedRandom(0.0), min_requests=0)
     throttle.on_request()  # p = 0 for the very first request: admitted
     with pytest.raises(Throttled) as info:
         throttle.on_request()
@@ -621,9 +627,42 @@ def test_adaptive_throttle_rejects_locally_with_throttled() -> None:
     assert throttle.requests == 3
 
 
+def test_adaptive_throttle_rejects_nothing_until_min_requests_are_counted() -> None:
+    # A client starts 30 calls at once: none has been answered when the later ones start.
+    clock = VirtualClock()
+    throttle = AdaptiveThrottle(k=2, window=60, clock=clock, rng=FixedRandom(0.0))
+    assert throttle.min_requests == 20
+    for _ in range(20):
+        throttle.on_request()  # fewer than 20 requests before each: admitted
+    assert throttle.rejection_probability() == pytest.approx(20 / 21)
+    with pytest.raises(Throttled) as info:
+        throttle.on_request()  # 20 requests, no accept: the formula applies
+    assert info.value.probability == 20 / 21
+    # The plain formula rejects the second request already (half of the time).
+    plain = AdaptiveThrottle(k=2, window=60, clock=clock, rng=FixedRandom(0.0), min_requests=0)
+    plain.on_request()
+    with pytest.raises(Throttled):
+        plain.on_request()
+
+
+def test_adaptive_throttle_floor_applies_again_after_a_silence() -> None:
+    clock = VirtualClock()
+    throttle = AdaptiveThrottle(k=2, window=10, clock=clock, rng=FixedRandom(0.0), min_requests=5)
+    for _ in range(30):
+        with pytest.raises(Throttled) if throttle.requests >= 5 else contextlib.nullcontext():
+            throttle.on_request()  # an outage: nothing is ever accepted
+    assert throttle.rejection_probability() > 0.9
+    clock.advance(10.0)  # the window slides past all of it
+    assert throttle.rejection_probability() == 0.0
+    for _ in range(5):
+        throttle.on_request()  # a fresh window: the first five are admitted
+    assert not throttle.allow_retry(ConnectionError())  # the sixth request is not
+    assert "min_requests=5" in repr(throttle)
+
+
 def test_adaptive_throttle_in_a_policy_does_not_touch_the_dependency() -> None:
     clock = VirtualClock()
-    throttle = AdaptiveThrottle(clock=clock, rng=FixedRandom(0.0))
+    throttle = AdaptiveThrottle(clock=clock, rng=FixedRandom(0.0), min_requests=0)
     events = Events()
     policy = RetryPolicy(
         max_attempts=3, backoff=FAST, budget=throttle, clock=clock, hooks=(events,)

@@ -8,13 +8,22 @@ Each is checked here against the plain definition it replaces.
 
 from __future__ import annotations
 
+import collections
 import random
 from collections.abc import Callable
 
 import pytest
 
 import seawall
-from seawall import AdaptiveThrottle, Backoff, RetryBudget, RetryPolicy, Throttled, VirtualClock
+from seawall import (
+    AdaptiveThrottle,
+    Backoff,
+    Budget,
+    RetryBudget,
+    RetryPolicy,
+    Throttled,
+    VirtualClock,
+)
 
 JITTERS = ["none", "full", "equal", "decorrelated"]
 
@@ -185,53 +194,149 @@ def test_budget_on_request_and_the_decorator_count_alike() -> None:
 class ReferenceThrottle:
     """The SRE-book formula over ten slices, counted plainly, drawing from its own rng."""
 
-    def __init__(self, k: float, window: float, clock: VirtualClock, rng: random.Random) -> None:
+    def __init__(
+        self, k: float, window: float, clock: VirtualClock, rng: random.Random, min_requests: int
+    ) -> None:
         self.k, self.size, self.clock, self.rng = k, window / 10, clock, rng
-        self.requests: list[float] = []
-        self.accepts: list[float] = []
+        self.min_requests = min_requests
+        # Requests and accepts per slice index, by the time they happened.
+        self.request_log: collections.Counter[int] = collections.Counter()
+        self.accept_log: collections.Counter[int] = collections.Counter()
 
-    def _in_window(self, times: list[float]) -> int:
-        current = int(self.clock.now() // self.size)
-        return sum(1 for t in times if int(t // self.size) > current - 10)
+    def _slice(self) -> int:
+        return int(self.clock.now() // self.size)
 
-    def admit(self) -> bool:
-        requests = self._in_window(self.requests)
-        accepts = self._in_window(self.accepts)
-        self.requests.append(self.clock.now())
-        excess = requests - self.k * accepts
-        if excess <= 0:
-            return True
-        return not self.rng.random() < excess / (requests + 1)
+    def in_window(self, log: collections.Counter[int]) -> int:
+        current = self._slice()
+        return sum(log[i] for i in range(current - 9, current + 1))
+
+    def count_request(self) -> None:
+        self.request_log[self._slice()] += 1
 
     def success(self) -> None:
-        self.accepts.append(self.clock.now())
+        self.accept_log[self._slice()] += 1
+
+    def probability(self) -> float:
+        requests, accepts = self.in_window(self.request_log), self.in_window(self.accept_log)
+        if requests < self.min_requests:
+            return 0.0
+        return max(0.0, (requests - self.k * accepts) / (requests + 1))
+
+    def admit(self) -> bool:
+        p = self.probability()
+        self.count_request()
+        return p == 0.0 or not self.rng.random() < p
 
 
+def throttled_calls(
+    throttle: AdaptiveThrottle, clock: VirtualClock, driver: str
+) -> Callable[[bool], bool]:
+    """A call that is answered or not: through the throttle's methods, or a decorated function
+    (the inlined path). Returns whether the call was admitted."""
+    if driver == "methods":
+
+        def by_methods(answered: bool) -> bool:
+            try:
+                throttle.on_request()
+            except Throttled:
+                return False
+            if answered:
+                throttle.on_success()
+            return True
+
+        return by_methods
+    policy = RetryPolicy(max_attempts=1, budget=throttle, clock=clock, hooks=())
+    outcome: list[bool] = [False]
+
+    @policy
+    def dependency() -> None:
+        if not outcome[0]:
+            raise ConnectionError("not answered")
+
+    def by_decorator(answered: bool) -> bool:
+        outcome[0] = answered
+        try:
+            dependency()
+        except Throttled:
+            return False
+        except ConnectionError:
+            pass
+        return True
+
+    return by_decorator
+
+
+@pytest.mark.parametrize("driver", ["methods", "decorator"])
+@pytest.mark.parametrize("min_requests", [0, 20])
 @pytest.mark.parametrize("k", [1.0, 1.5, 2.0])
-def test_throttle_admits_exactly_as_the_formula(k: float) -> None:
+def test_throttle_admits_exactly_as_the_formula(k: float, min_requests: int, driver: str) -> None:
     clock = VirtualClock()
-    throttle = AdaptiveThrottle(k=k, window=10.0, clock=clock, rng=random.Random(9))
-    reference = ReferenceThrottle(k, 10.0, clock, random.Random(9))
+    throttle = AdaptiveThrottle(
+        k=k, window=10.0, clock=clock, rng=random.Random(9), min_requests=min_requests
+    )
+    reference = ReferenceThrottle(k, 10.0, clock, random.Random(9), min_requests)
+    call = throttled_calls(throttle, clock, driver)
     health = random.Random(2)
     decisions: list[bool] = []
     for step in range(6000):
         # Healthy, then an outage (2% answered), then slow recovery: every regime of the formula
         # (with k = 1, even 3% failures make the probability positive now and then).
-        answered = 0.02 if 1500 <= step < 3500 else 0.97
-        try:
-            throttle.on_request()
-            admitted = True
-        except Throttled:
-            admitted = False
+        answered = health.random() < (0.02 if 1500 <= step < 3500 else 0.97)
+        admitted = call(answered)
         assert admitted == reference.admit(), step
         decisions.append(admitted)
-        if admitted and health.random() < answered:
-            throttle.on_success()
+        if admitted and answered:
             reference.success()
         clock.advance(0.01)
     assert decisions[3000:3500].count(False) > 250  # the outage did throttle
     if k > 1:
         assert all(decisions[:1500])  # healthy traffic never is
+
+
+def test_throttle_accept_after_the_slice_ended_counts_in_the_next_one() -> None:
+    # A quiet client's call that starts before a slice ends and is answered after it.
+    clock = VirtualClock()
+    throttle = AdaptiveThrottle(window=10.0, clock=clock, min_requests=0)
+    policy = RetryPolicy(budget=throttle, clock=clock, hooks=())
+    slow = policy(lambda: clock.advance(1.5))
+    clock.advance(0.5)
+    slow()  # requested at 0.5 (slice 0), answered at 2.0 (slice 2)
+    clock.advance(8.5)  # 10.5: slice 0 has left the window, slice 2 has not
+    assert (throttle.requests, throttle.accepts) == (0, 1)
+
+
+@pytest.mark.parametrize("driver", ["methods", "decorator"])
+def test_throttle_on_a_busy_client_errs_by_at_most_a_stride_per_slice(driver: str) -> None:
+    clock = VirtualClock()
+    throttle = AdaptiveThrottle(k=2.0, window=10.0, clock=clock, rng=random.Random(5))
+    call = throttled_calls(throttle, clock, driver)
+    reference = ReferenceThrottle(2.0, 10.0, clock, random.Random(5), 20)
+    health = random.Random(6)
+    per_slice = 6000  # slices of 1 s: strides of about 5 after the first 2048 calls of each
+    rejected = 0
+    for second in range(18):
+        answered_share = 0.1 if second >= 5 else 0.99  # an outage from 5 s on
+        for _ in range(per_slice):
+            answered = health.random() < answered_share
+            admitted = call(answered)
+            rejected += not admitted
+            # The reference sees the same traffic: its counts, not its draws, are compared
+            # (once one decision differs, the two draw sequences part ways).
+            reference.count_request()
+            if admitted and answered:
+                reference.success()
+            clock.advance(1.0 / per_slice)
+        bound = (per_slice // 1024) * 10  # a stride per slice boundary in the window
+        for counted, exact in [
+            (throttle.requests, reference.in_window(reference.request_log)),
+            (throttle.accepts, reference.in_window(reference.accept_log)),
+        ]:
+            assert counted <= exact  # expired a little early, never kept too long
+            assert exact - counted <= bound, second
+        if second < 5:
+            assert rejected == 0  # healthy traffic is never throttled
+        assert throttle.rejection_probability() == pytest.approx(reference.probability(), abs=1e-3)
+    assert rejected > 20_000  # the outage was throttled
 
 
 def _hammer(throttle: AdaptiveThrottle, clock: VirtualClock) -> Callable[[], None]:
@@ -251,3 +356,86 @@ def test_throttle_healthy_traffic_is_never_throttled_across_slices() -> None:
         step()
     assert throttle.rejection_probability() == 0.0
     assert throttle.requests == throttle.accepts
+
+
+# -- RetryBudget: a busy client's first slice ---------------------------------------------------
+
+
+class CountingClock(VirtualClock):
+    """A virtual clock that counts how often it is read."""
+
+    reads = 0
+
+    def now(self) -> float:
+        self.reads += 1
+        return super().now()
+
+
+@pytest.mark.parametrize("driver", ["methods", "decorator"])
+def test_budget_amortises_clock_reads_within_a_long_first_slice(driver: str) -> None:
+    # A busy client on a long window: no slice ends for a long time, yet after 2048 deposits in
+    # the slice, the clock is read only once every 1/1024 of the slice's deposits so far.
+    clock = CountingClock()
+    budget = RetryBudget(ratio=0.1, min_per_second=0.0, window=3600.0, clock=clock)
+    call = (
+        budget.on_request
+        if driver == "methods"
+        else RetryPolicy(budget=budget, clock=clock, hooks=())(lambda: None)
+    )
+    times: list[float] = []
+    for _ in range(300_000):  # 360 s slices: the first one ends after 240,000 deposits
+        call()
+        times.append(clock.now())
+        clock.advance(0.0015)
+    clock.reads -= len(times)  # the test's own reads
+    assert clock.reads < 30_000  # far fewer than one a deposit
+    exact = exact_window_requests(times, clock.now(), 3600.0)
+    assert exact - 240 <= budget.requests <= exact  # at most a stride: 0.1% of the slice
+
+
+# -- TokenBucket and RetryQuota: the decorator's inlined success path ---------------------------
+
+
+def _mixed_traffic(seed: int) -> list[int]:
+    """Failures before success per call: mostly 0, bursts of failing calls."""
+    rng = random.Random(seed)
+    return [3 if 300 <= i < 360 else (1 if rng.random() < 0.1 else 0) for i in range(1000)]
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: seawall.TokenBucket(max_tokens=10, token_ratio=0.1), seawall.RetryQuota]
+)
+def test_decorator_leaves_bucket_and_quota_as_the_methods_do(make: Callable[[], Budget]) -> None:
+    budgets = [make(), make()]
+    clock = VirtualClock()
+    policies = [
+        RetryPolicy(max_attempts=3, backoff=Backoff.constant(0.0), budget=b, clock=clock, hooks=())
+        for b in budgets
+    ]
+
+    def level(budget: Budget) -> float:
+        return budget.tokens if isinstance(budget, seawall.TokenBucket) else budget.available  # type: ignore[attr-defined]
+
+    full = lowest = level(budgets[0])
+    for failures in _mixed_traffic(3):
+        left = [failures, failures]
+
+        def attempt(i: int, left: list[int] = left) -> str:
+            if left[i]:
+                left[i] -= 1
+                raise ConnectionError("flaky")
+            return "ok"
+
+        outcomes = []
+        for i, how in enumerate(["call", "decorator"]):
+            try:
+                if how == "call":
+                    outcomes.append(policies[i].call(attempt, i))  # the budget's methods
+                else:
+                    outcomes.append(policies[i](attempt)(i))  # the inlined success path
+            except ConnectionError:
+                outcomes.append("failed")
+        assert outcomes[0] == outcomes[1]
+        assert level(budgets[0]) == level(budgets[1])
+        lowest = min(lowest, level(budgets[0]))
+    assert lowest < full  # the bursts did spend some: both paths refilled alike

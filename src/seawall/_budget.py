@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Final, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from seawall._clock import Clock
 from seawall._errors import Overloaded
@@ -157,6 +157,10 @@ def _atomic_counter() -> Iterator[int]:
 # marks), and the window slides in steps of window/10.
 _SLICES: Final = 10
 
+# Counters read the clock on every call until a slice holds this many calls, then once every
+# 1/1024 of a slice's calls: exact for a quiet client, ~0.1% of a slice at worst for a busy one.
+_BUSY: Final = 2048
+
 
 # -- RetryBudget -------------------------------------------------------------------------------
 
@@ -190,6 +194,7 @@ class RetryBudget:
     # (minRetriesPerSecond 10, ttl 10 s), with a ratio of 0.1 where Linkerd uses 0.2.
 
     __slots__ = (
+        "_busy_at",
         "_check_at",
         "_deposits",
         "_index",
@@ -234,33 +239,48 @@ class RetryBudget:
         self._index = math.floor(self._now() / self._slice)
         self._slot = self._index % _SLICES
         self._slice_end = (self._index + 1) * self._slice
-        # Deposits read the clock only once every _stride of them: at the deposit numbered
-        # _check_at (a raw counter value) or later. See on_request.
+        # Deposits (raw counter values) below _check_at skip the clock; from _busy_at on, each
+        # one calls _check. _stride: the previous slice's deposits / 1024. See on_request.
         self._stride = 1
         self._check_at = 0
+        self._busy_at = _BUSY
 
     def on_request(self) -> None:
         """Deposit: a logical call starts (its first attempt).
 
-        A deposit reads the clock (to see whether the slice moved) only once every ``stride``
-        deposits, where ``stride`` is 1 until a slice holds 2048 deposits or more, and then the
-        previous slice's deposits / 1024. So at most that many deposits made just after a
-        slice ended are counted in the slice before: they leave the window one slice early,
-        which can only refuse a retry, never allow one, and is at most ~0.1% of a slice's
-        deposits. Below ~2048 calls per slice every deposit reads the clock: exact.
+        Until the current slice holds 2048 deposits, every deposit reads the clock (to see
+        whether the slice moved): the count is exact. Beyond that, a deposit reads the clock
+        only once every ``stride`` deposits, where ``stride`` is 1/1024 of the larger of the
+        previous slice's deposits and the current slice's so far. So at most one stride of
+        deposits made just after a slice ended is counted in the slice before: they leave the
+        window one slice early, which can only refuse a retry, never allow one, and is at most
+        ~0.1% of a slice's deposits.
         """
         # No lock: a deposit racing with a slice change lands in one slice or its neighbour.
+        # The same steps are inlined by first_attempt_wrapper(); keep the two alike.
         number = next(self._deposits)
-        if number >= self._check_at and (self._stride > 1 or self._now() >= self._slice_end):
+        if number >= self._check_at and (number >= self._busy_at or self._now() >= self._slice_end):
             self._check(number)
 
     def _check(self, number: int) -> None:
-        """After deposit *number*: move to a new slice if the clock says so."""
+        """After deposit *number*: move to a new slice if the clock says so, else set when the
+        next deposit must look at the clock again."""
+        index = self._index
         if self._now() >= self._slice_end:
             with self._lock:
                 self._refresh(pending=1)
-        elif self._stride > 1:
-            self._check_at = number + self._stride
+            return
+        # Deposits in this slice before this one (racy reads: off by a few at worst).
+        in_slice = number - self._peeks - self._marks[self._slot]
+        stride = max(self._stride, in_slice >> 10)
+        if self._index != index:
+            return  # a racing refresh moved the slice: keep the bounds it set
+        if stride > 1:
+            self._busy_at = 0
+            self._check_at = number + stride
+        else:
+            self._check_at = 0
+            self._busy_at = number + max(1, _BUSY - in_slice)
 
     def allow_retry(self, error: BaseException | None = None) -> bool:
         """Withdraw one retry; ``False`` when the budget is spent (nothing is withdrawn then)."""
@@ -322,10 +342,16 @@ class RetryBudget:
         index = max(math.floor(now / self._slice), self._index + 1)
         count = self._count() - pending
         marks, retries = self._marks, self._retries
-        # The stride between clock reads: 1/1024 of the deposits of the slice that ended.
+        # The stride between clock reads: 1/1024 of the deposits of the slice that ended, or a
+        # clock read per deposit until this slice holds _BUSY of them.
         stride = (count - marks[self._slot]) >> 10
         self._stride = stride if stride > 1 else 1
-        self._check_at = count + self._peeks + self._stride if stride > 1 else 0
+        if stride > 1:
+            self._busy_at = 0
+            self._check_at = count + self._peeks + stride
+        else:
+            self._check_at = 0
+            self._busy_at = count + self._peeks + _BUSY
         for i in range(max(self._index + 1, index - _SLICES + 1), index + 1):
             slot = i % _SLICES
             marks[slot] = count
@@ -340,28 +366,6 @@ class RetryBudget:
             f"RetryBudget(ratio={self.ratio!r}, min_per_second={self.min_per_second!r}, "
             f"window={self.window!r})"
         )
-
-
-class Deposit(NamedTuple):
-    """:meth:`RetryBudget.on_request` taken apart, so that a retry loop can inline it.
-
-    ``number = deposit()``, then ``if number >= owner._check_at and (owner._stride > 1 or
-    now() >= owner._slice_end): check(number)``: the steps of ``on_request``, without a
-    Python-level call on most successful calls.
-    """
-
-    owner: RetryBudget
-    deposit: Callable[[], int]
-    now: Callable[[], float]
-    check: Callable[[int], None]
-
-
-def deposit_of(budget: Budget) -> Deposit | None:
-    """The inlinable parts of *budget*'s ``on_request``, or ``None`` if it is not a
-    :class:`RetryBudget`'s own ``on_request``."""
-    if not isinstance(budget, RetryBudget) or type(budget).on_request is not RetryBudget.on_request:
-        return None
-    return Deposit(budget, budget._deposits.__next__, budget._now, budget._check)
 
 
 def success_is_noop(budget: Budget) -> bool:
@@ -592,11 +596,13 @@ class AdaptiveThrottle:
     ``max(0, (requests - k * accepts) / (requests + 1))``; a retry is refused with the same
     probability. While the dependency is healthy the probability is 0 and nothing is rejected;
     once it accepts fewer than ``1/k`` of the requests, the client sheds the excess itself
-    instead of sending requests that would be rejected anyway.
+    instead of sending requests that would be rejected anyway. While the window holds fewer
+    than ``min_requests`` requests the probability is 0: a handful of samples (a client that
+    just started, or one back after a silence longer than the window) says nothing yet.
 
     Counting takes no lock (atomic counters, as in :class:`RetryBudget`): a healthy call costs
-    two counter bumps and two clock reads. Racing threads may see counts a few requests stale,
-    which moves the probability by a hair, never loses a count.
+    two counter bumps and, on a busy client, a clock read once in a while (see
+    :meth:`on_request`).
 
     Args:
         k: how many requests per accept the client tolerates; ``2`` by default. Lower is more
@@ -604,19 +610,24 @@ class AdaptiveThrottle:
         window: seconds over which requests and accepts are counted (two minutes by default).
         clock: where time comes from (``None``: the system's monotonic clock).
         rng: a seedable :class:`random.Random` for the rejection draws.
+        min_requests: no local rejection while the window holds fewer requests than this
+            (``0``: the plain formula, which rejects half of a second request sent before the
+            first was answered). Set it above the number of calls the client has in flight
+            when it starts.
 
     Raises:
-        ValueError: ``k`` < 1 (or NaN), ``window`` not > 0.
+        ValueError: ``k`` < 1 (or NaN), ``window`` not > 0, ``min_requests`` < 0.
     """
 
     # Google SRE book, chapter 21 "Handling Overload", "Client-side throttling" (K = 2, 2 min).
+    # The request floor plays the part of Envoy's admission control rps_threshold.
 
     __slots__ = (
         "_acc_marks",
         "_acc_peeks",
-        "_accepted",
         "_accepts",
-        "_free_until",
+        "_busy_at",
+        "_check_at",
         "_index",
         "_lock",
         "_now",
@@ -627,7 +638,9 @@ class AdaptiveThrottle:
         "_slice",
         "_slice_end",
         "_slot",
+        "_stride",
         "k",
+        "min_requests",
         "window",
     )
 
@@ -637,83 +650,76 @@ class AdaptiveThrottle:
         window: float = 120.0,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        min_requests: int = 20,
     ) -> None:
         k = _number("k", k)
         if not (math.isfinite(k) and k >= 1):
             raise ValueError(f"k must be a finite number >= 1, got {k!r}")
         self.k = k
         self.window = _positive("window", window)
+        self.min_requests = _count("min_requests", min_requests, minimum=0)
         if rng is not None and not isinstance(rng, random.Random):
             raise TypeError(f"rng must be a random.Random or None, got {rng!r}")
         self._random = (rng if rng is not None else random.Random()).random
         self._now = _clock_now(clock)
-        self._lock = threading.Lock()  # only for moving to a new slice, and for exact reads
+        self._lock = threading.Lock()  # for decisions with arithmetic and for moving slices
         # Running counts; each slice remembers both counts when it began (see RetryBudget).
         self._requests = _atomic_counter()
         self._accepts = _atomic_counter()
         self._req_peeks = 0
         self._acc_peeks = 0
-        self._accepted = 0  # the accept count as of the latest success (read without a lock)
-        # Requests numbered (raw counter values) below this are admitted without arithmetic:
-        # within a slice, requests grow by one each and accepts never fall, so once the window
-        # holds h requests fewer than k times its accepts, the next h requests are admitted
-        # (the probability stays 0). Reset whenever the slice moves.
-        self._free_until = 0
         self._req_marks = [0] * _SLICES
         self._acc_marks = [0] * _SLICES
         self._slice = self.window / _SLICES
         self._index = math.floor(self._now() / self._slice)
         self._slot = self._index % _SLICES
         self._slice_end = (self._index + 1) * self._slice
-
-    def _admit(self, number: int) -> float:
-        """Admit request *number* (a raw counter value); the rejection probability it drew
-        against (0: admitted)."""
-        index = self._index
-        before = number - self._req_peeks  # requests before this one, ever
-        oldest = (self._slot + 1) % _SLICES
-        requests = before - self._req_marks[oldest]
-        excess = requests - self.k * (self._accepted - self._acc_marks[oldest])
-        if excess <= 0:
-            # The healthy case: no draw. The next floor(-excess) requests cannot have a positive
-            # probability either, unless the slice moves (which resets _free_until; the index
-            # check keeps a racing refresh from being overwritten by a stale bound).
-            if self._index == index:
-                self._free_until = number + math.floor(-excess)
-            return 0.0
-        p = excess / (requests + 1)
-        return p if self._random() < p else 0.0
+        # Requests (raw counter values) below _check_at are admitted without looking at the
+        # clock or computing anything; from _busy_at on, each one calls _decide; in between
+        # they read the clock. Both are set by _decide from the counts (see on_request).
+        # _stride: the previous slice's requests / 1024.
+        self._stride = 1
+        self._check_at = 0
+        self._busy_at = 0
 
     def on_request(self) -> None:
         """A new call: admit it, or raise :class:`Throttled` without sending it.
 
+        Within a slice, requests grow by one each and accepts never fall, so once the window
+        holds *h* requests fewer than ``k`` times its accepts (or fewer than ``min_requests``),
+        the next *h* requests are admitted without arithmetic. Until a slice holds 2048
+        requests each request also reads the clock: the decisions are exactly the formula's.
+        Beyond that, the clock is read once every ``stride`` requests (1/1024 of the larger of
+        the previous slice's requests and the current one's so far): the requests of up to one
+        stride after a slice ends, and the accepts made meanwhile, are counted in the slice
+        before and decided as if it had not ended, at most ~0.1% of a slice's requests.
+
         Raises:
             Throttled: the call is rejected locally.
         """
-        if self._now() >= self._slice_end:
-            with self._lock:
-                self._refresh()
+        # The same steps are inlined by first_attempt_wrapper(); keep the two alike.
         number = next(self._requests)
-        if number < self._free_until:
-            return  # admitted: the probability is known to be 0
-        p = self._admit(number)
+        if number >= self._check_at and (number >= self._busy_at or self._now() >= self._slice_end):
+            self._check(number)
+
+    def _check(self, number: int) -> None:
+        p = self._decide(number)
         if p:
             raise Throttled(p)
 
     def allow_retry(self, error: BaseException | None = None) -> bool:
         """A retry counts as a request too: ``False`` when it is rejected locally."""
-        if self._now() >= self._slice_end:
-            with self._lock:
-                self._refresh()
         number = next(self._requests)
-        return number < self._free_until or not self._admit(number)
+        if number >= self._check_at and (number >= self._busy_at or self._now() >= self._slice_end):
+            return not self._decide(number)
+        return True
 
     def on_success(self) -> None:
         """The dependency answered: count an accept."""
-        if self._now() >= self._slice_end:
-            with self._lock:
-                self._refresh()
-        self._accepted = next(self._accepts) + 1 - self._acc_peeks
+        # Exact while the client is quiet: an accept after the slice ended belongs to the next.
+        if self._stride == 1 and self._now() >= self._slice_end:
+            self._tick()
+        next(self._accepts)
 
     def on_failure(self, error: BaseException) -> None:
         """The dependency did not answer (or shed the request): no accept."""
@@ -737,7 +743,43 @@ class AdaptiveThrottle:
         with self._lock:
             self._refresh()
             requests, accepts = self._window_counts()
-            return max(0.0, (requests - self.k * accepts) / (requests + 1))
+            return self._probability(requests, accepts)
+
+    def _probability(self, requests: int, accepts: int) -> float:
+        if requests < self.min_requests:
+            return 0.0
+        return max(0.0, (requests - self.k * accepts) / (requests + 1))
+
+    def _tick(self) -> None:
+        with self._lock:
+            self._refresh()
+
+    def _decide(self, number: int) -> float:
+        """Request *number* (a raw counter value) was just counted: decide it, and set how
+        many of the next ones need no decision. Returns the rejection probability it drew
+        against (0: admitted)."""
+        with self._lock:
+            self._refresh(pending=1)
+            total, accepted = self._counts()
+            oldest = (self._slot + 1) % _SLICES
+            before = total - self._req_marks[oldest] - 1  # requests in the window before this
+            accepts = accepted - self._acc_marks[oldest]
+            p = self._probability(before, accepts)
+            # How many of the next requests are admitted whatever happens within this slice:
+            # the j-th next one sees at most `before + j` requests and at least these accepts,
+            # so it is admitted if `before + j < min_requests` or `before + j <= k * accepts`.
+            excess = before - self.k * accepts
+            free = max(0, self.min_requests - 1 - before, math.floor(-excess))
+            in_slice = total - self._req_marks[self._slot]
+            stride = max(self._stride, in_slice >> 10)
+            self._stride = stride
+            if stride > 1:
+                self._busy_at = 0
+                self._check_at = number + 1 + min(stride - 1, free)
+            else:
+                self._check_at = 0
+                self._busy_at = number + 1 + min(max(0, _BUSY - in_slice), free)
+        return p if p and self._random() < p else 0.0
 
     # The methods below run under the lock.
 
@@ -754,21 +796,177 @@ class AdaptiveThrottle:
         oldest = (self._slot + 1) % _SLICES
         return requests - self._req_marks[oldest], accepts - self._acc_marks[oldest]
 
-    def _refresh(self) -> None:
+    def _refresh(self, pending: int = 0) -> None:
+        """Move to the current slice; *pending* requests just counted belong to it."""
         now = self._now()
         if now < self._slice_end:
             return
         index = max(math.floor(now / self._slice), self._index + 1)
         requests, accepts = self._counts()
+        requests -= pending
+        # The previous slice's requests set the stride (none if slices went by empty).
+        ended = requests - self._req_marks[self._slot] if index == self._index + 1 else 0
         for i in range(max(self._index + 1, index - _SLICES + 1), index + 1):
             self._req_marks[i % _SLICES] = requests
             self._acc_marks[i % _SLICES] = accepts
         self._slot = index % _SLICES
         self._slice_end = (index + 1) * self._slice
         self._index = index
-        # Expired accepts may leave less room: admit with arithmetic again. Last, so that it also
-        # clears a bound that a racing admission stored before the index moved.
-        self._free_until = 0
+        stride = ended >> 10
+        self._stride = stride if stride > 1 else 1
+        # Expired accepts may leave less room: the next request decides with arithmetic.
+        self._check_at = 0
+        self._busy_at = 0
 
     def __repr__(self) -> str:
-        return f"AdaptiveThrottle(k={self.k!r}, window={self.window!r})"
+        return (
+            f"AdaptiveThrottle(k={self.k!r}, window={self.window!r}, "
+            f"min_requests={self.min_requests!r})"
+        )
+
+
+# -- first attempts without method calls -------------------------------------------------------
+
+
+def _own(budget: object, cls: type, *names: str) -> bool:
+    """Whether *budget* is a *cls* whose methods *names* are *cls*'s own (not overridden)."""
+    kind = type(budget)
+    return isinstance(budget, cls) and all(getattr(kind, n) is getattr(cls, n) for n in names)
+
+
+def first_attempt_wrapper(
+    budget: Budget,
+    fn: Callable[..., Any],
+    slow: Callable[[Callable[..., Any], Any, Any, Exception], Any],
+    timed: Callable[[Callable[..., Any], Any, Any], Any],
+    get_deadline: Callable[[], object],
+) -> Callable[..., Any] | None:
+    """A policy's decorated *fn* with *budget*'s success path inlined, or ``None`` for a budget
+    this module does not know (the policy then calls its methods).
+
+    The wrapper makes the first attempt: it tells the budget that a call starts, calls *fn*,
+    and tells the budget of the success, with the steps of the budget's own ``on_request`` and
+    ``on_success`` written out here, so that a healthy call makes no Python-level call to the
+    budget at all. *fn* failing hands over to ``slow(fn, args, kwargs, exc)`` (the retry loop,
+    which reports the failure to the budget); under an ambient deadline the whole call goes to
+    ``timed(fn, args, kwargs)``. The budget's own methods stay the reference: each step below
+    is one of theirs, and tests compare the two.
+    """
+    if _own(budget, RetryBudget, "on_request", "on_success"):
+        return _retry_budget_wrapper(budget, fn, slow, timed, get_deadline)  # type: ignore[arg-type]
+    if _own(budget, TokenBucket, "on_request", "on_success"):
+        return _token_bucket_wrapper(budget, fn, slow, timed, get_deadline)  # type: ignore[arg-type]
+    if _own(budget, RetryQuota, "on_request", "on_success"):
+        return _retry_quota_wrapper(budget, fn, slow, timed, get_deadline)  # type: ignore[arg-type]
+    if _own(budget, AdaptiveThrottle, "on_request", "on_success"):
+        return _throttle_wrapper(budget, fn, slow, timed, get_deadline)  # type: ignore[arg-type]
+    return None
+
+
+def _retry_budget_wrapper(
+    budget: RetryBudget,
+    fn: Callable[..., Any],
+    slow: Callable[[Callable[..., Any], Any, Any, Exception], Any],
+    timed: Callable[[Callable[..., Any], Any, Any], Any],
+    get_deadline: Callable[[], object],
+) -> Callable[..., Any]:
+    # on_request inlined; on_success does nothing.
+    deposit, now, check = budget._deposits.__next__, budget._now, budget._check
+
+    def retry_budget_wrapper(*args: Any, **kwargs: Any) -> Any:
+        if get_deadline() is None:
+            number = deposit()
+            if number >= budget._check_at and (
+                number >= budget._busy_at or now() >= budget._slice_end
+            ):
+                check(number)
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:
+                return slow(fn, args, kwargs, exc)
+        return timed(fn, args, kwargs)
+
+    return retry_budget_wrapper
+
+
+def _token_bucket_wrapper(
+    budget: TokenBucket,
+    fn: Callable[..., Any],
+    slow: Callable[[Callable[..., Any], Any, Any, Exception], Any],
+    timed: Callable[[Callable[..., Any], Any, Any], Any],
+    get_deadline: Callable[[], object],
+) -> Callable[..., Any]:
+    # on_request does nothing; on_success does nothing while the bucket is full.
+    on_success = budget.on_success
+
+    def token_bucket_wrapper(*args: Any, **kwargs: Any) -> Any:
+        if get_deadline() is None:
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                return slow(fn, args, kwargs, exc)
+            if budget._milli < budget._max:
+                on_success()
+            return result
+        return timed(fn, args, kwargs)
+
+    return token_bucket_wrapper
+
+
+def _retry_quota_wrapper(
+    budget: RetryQuota,
+    fn: Callable[..., Any],
+    slow: Callable[[Callable[..., Any], Any, Any, Exception], Any],
+    timed: Callable[[Callable[..., Any], Any, Any], Any],
+    get_deadline: Callable[[], object],
+) -> Callable[..., Any]:
+    # on_request does nothing unless a cost is held; on_success does nothing while the quota
+    # is full and no cost is held (a success then adds nothing to a full quota).
+    held = _RETRY_COST.get
+    on_request, on_success = budget.on_request, budget.on_success
+
+    def retry_quota_wrapper(*args: Any, **kwargs: Any) -> Any:
+        if get_deadline() is None:
+            if held() is not None:
+                on_request()
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                return slow(fn, args, kwargs, exc)
+            if budget._available < budget.capacity or held() is not None:
+                on_success()
+            return result
+        return timed(fn, args, kwargs)
+
+    return retry_quota_wrapper
+
+
+def _throttle_wrapper(
+    budget: AdaptiveThrottle,
+    fn: Callable[..., Any],
+    slow: Callable[[Callable[..., Any], Any, Any, Exception], Any],
+    timed: Callable[[Callable[..., Any], Any, Any], Any],
+    get_deadline: Callable[[], object],
+) -> Callable[..., Any]:
+    # on_request and on_success inlined.
+    request, accept = budget._requests.__next__, budget._accepts.__next__
+    now, check, tick = budget._now, budget._check, budget._tick
+
+    def throttle_wrapper(*args: Any, **kwargs: Any) -> Any:
+        if get_deadline() is None:
+            number = request()
+            if number >= budget._check_at and (
+                number >= budget._busy_at or now() >= budget._slice_end
+            ):
+                check(number)  # raises Throttled to reject the call
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                return slow(fn, args, kwargs, exc)
+            if budget._stride == 1 and now() >= budget._slice_end:
+                tick()
+            accept()
+            return result
+        return timed(fn, args, kwargs)
+
+    return throttle_wrapper

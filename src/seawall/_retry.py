@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any, Final, Generic, Literal, NamedTuple, ParamSpec, TypeVar, overload
 
 from seawall._backoff import DEFAULT_BACKOFF, Backoff
-from seawall._budget import Budget, deposit_of, success_is_noop
+from seawall._budget import Budget, first_attempt_wrapper, success_is_noop
 from seawall._clock import SYSTEM_CLOCK, Clock, SystemClock
 from seawall._compat import with_timeout
 from seawall._deadline import _DEADLINE, Deadline
@@ -912,27 +912,13 @@ class RetryPolicy:
         timed = self._call_timed
         get_deadline = _DEADLINE.get
         budget = self._lean_budget
-        kit = deposit_of(budget) if budget is not None and self._lean_success is None else None
-        if kit is not None:
-            # A RetryBudget: its deposit inlined (a counter bump; now and then a clock check),
-            # and its on_success does nothing. Two Python-level calls fewer per call.
-            owner, deposit, budget_now, check = kit
-
-            @functools.wraps(fn)
-            def deposit_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                if get_deadline() is None:
-                    number = deposit()
-                    if number >= owner._check_at and (
-                        owner._stride > 1 or budget_now() >= owner._slice_end
-                    ):
-                        check(number)
-                    try:
-                        return fn(*args, **kwargs)
-                    except Exception as exc:
-                        return slow(fn, args, kwargs, exc)
-                return timed(fn, args, kwargs)
-
-            return deposit_wrapper
+        inlined = None
+        if budget is not None:
+            inlined = first_attempt_wrapper(budget, fn, slow, timed, get_deadline)
+        if inlined is not None:
+            # A budget of seawall's own: its success path written out in the wrapper (no
+            # Python-level call to the budget on most successful calls).
+            return functools.wraps(fn)(inlined)
 
         if budget is not None:
             on_request, on_success = budget.on_request, self._lean_success
