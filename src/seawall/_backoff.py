@@ -8,6 +8,8 @@ import random
 from collections.abc import Iterator
 from typing import Literal
 
+from seawall import _validate
+
 __all__ = ["JITTERS", "Backoff", "Jitter"]
 
 Jitter = Literal["none", "full", "equal", "decorrelated"]
@@ -18,19 +20,6 @@ _TABLE = 64
 
 # One process-wide generator for policies that are not given their own; never the `random` module's.
 _DEFAULT_RNG = random.Random()
-
-
-def _number(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    return float(value)
-
-
-def _finite_non_negative(name: str, value: object) -> float:
-    v = _number(name, value)
-    if not math.isfinite(v) or v < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return v
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -74,13 +63,14 @@ class Backoff:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        set_(self, "base", _finite_non_negative("base", self.base))
-        set_(self, "cap", _finite_non_negative("cap", self.cap))
-        set_(self, "step", _finite_non_negative("step", self.step))
-        multiplier = _number("multiplier", self.multiplier)
-        if not math.isfinite(multiplier) or multiplier < 1:
-            raise ValueError(f"multiplier must be a finite number >= 1, got {self.multiplier!r}")
-        set_(self, "multiplier", multiplier)
+        set_(self, "base", _validate.number("base", self.base, minimum=0.0, finite=True))
+        set_(self, "cap", _validate.number("cap", self.cap, minimum=0.0, finite=True))
+        set_(self, "step", _validate.number("step", self.step, minimum=0.0, finite=True))
+        set_(
+            self,
+            "multiplier",
+            _validate.number("multiplier", self.multiplier, minimum=1.0, finite=True),
+        )
         if self.cap < self.base:
             raise ValueError(f"cap must be >= base ({self.base!r}), got {self.cap!r}")
         if not isinstance(self.jitter, str):
@@ -93,7 +83,7 @@ class Backoff:
     @classmethod
     def constant(cls, delay: float, jitter: Jitter = "none") -> Backoff:
         """The same delay before every retry (with optional jitter)."""
-        d = _finite_non_negative("delay", delay)
+        d = _validate.number("delay", delay, minimum=0.0, finite=True)
         return cls(base=d, multiplier=1.0, cap=d, jitter=jitter)
 
     @classmethod

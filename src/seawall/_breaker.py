@@ -22,6 +22,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
+from seawall import _validate
 from seawall._clock import SYSTEM_CLOCK, Clock
 from seawall._errors import DeadlineExceeded, Overloaded, is_permanent
 
@@ -183,34 +184,6 @@ def _never(outcome: int) -> None:  # pragma: no cover - guarded by _lock_free_su
     raise AssertionError("lock-free success path used without a count window")
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value!r}")
-    return value
-
-
-def _seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
-    v = float(value)
-    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        raise ValueError(
-            f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {value!r}"
-        )
-    return v
-
-
-def _ratio(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    v = float(value)
-    if not 0 < v <= 1:
-        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
-    return v
-
-
 class CircuitBreaker:
     """Closed, open, half-open: fail fast while a dependency is sick, then probe it.
 
@@ -265,16 +238,20 @@ class CircuitBreaker:
         name: str | None = None,
         on_state_change: Sequence[StateHook] = (),
     ) -> None:
-        self.failure_ratio = _ratio("failure_ratio", failure_ratio)
-        self.minimum_calls = _positive_int("minimum_calls", minimum_calls)
+        self.failure_ratio = _validate.ratio("failure_ratio", failure_ratio, zero=False)
+        self.minimum_calls = _validate.count("minimum_calls", minimum_calls, minimum=1)
         self._window: _CountWindow | _TimeWindow
         if window_calls is not None and window_seconds is not None:
             raise TypeError("give window_calls or window_seconds, not both")
         if window_seconds is not None:
-            seconds = _seconds("window_seconds", window_seconds)
-            self._window = _TimeWindow(seconds, _positive_int("window_buckets", window_buckets))
+            seconds = _validate.seconds("window_seconds", window_seconds, zero=False, finite=True)
+            self._window = _TimeWindow(
+                seconds, _validate.count("window_buckets", window_buckets, minimum=1)
+            )
         else:
-            calls = _positive_int("window_calls", 100 if window_calls is None else window_calls)
+            calls = _validate.count(
+                "window_calls", 100 if window_calls is None else window_calls, minimum=1
+            )
             if calls < self.minimum_calls:
                 raise ValueError(
                     f"window_calls must be >= minimum_calls ({self.minimum_calls}), got {calls!r}"
@@ -283,13 +260,17 @@ class CircuitBreaker:
         self.slow_call_duration = (
             None
             if slow_call_duration is None
-            else _seconds("slow_call_duration", slow_call_duration)
+            else _validate.seconds(
+                "slow_call_duration", slow_call_duration, zero=False, finite=True
+            )
         )
-        self.slow_call_ratio = _ratio("slow_call_ratio", slow_call_ratio)
-        self.open_duration = _seconds("open_duration", open_duration)
-        jitter = _seconds("open_jitter", open_jitter, allow_zero=True)
+        self.slow_call_ratio = _validate.ratio("slow_call_ratio", slow_call_ratio, zero=False)
+        self.open_duration = _validate.seconds(
+            "open_duration", open_duration, zero=False, finite=True
+        )
+        jitter = _validate.seconds("open_jitter", open_jitter, finite=True)
         self.open_jitter = jitter
-        self.half_open_probes = _positive_int("half_open_probes", half_open_probes)
+        self.half_open_probes = _validate.count("half_open_probes", half_open_probes, minimum=1)
         self._is_failure = (
             default_is_failure if failure_on is None else _compile_failure_on(failure_on)
         )

@@ -13,6 +13,8 @@ import selectors
 import time
 from typing import Any, Protocol, runtime_checkable
 
+from seawall import _validate
+
 __all__ = ["Clock", "SystemClock", "VirtualClock", "VirtualEventLoop"]
 
 
@@ -52,14 +54,6 @@ class SystemClock:
 SYSTEM_CLOCK = SystemClock()
 
 
-def _check_seconds(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
-    if math.isnan(value) or value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return float(value)
-
-
 class VirtualClock:
     """Virtual time: ``sleep`` jumps the clock forward instead of waiting.
 
@@ -87,7 +81,7 @@ class VirtualClock:
 
     def advance(self, seconds: float) -> None:
         """Move time forward by *seconds* (never backward)."""
-        self._now += _check_seconds("seconds", seconds)
+        self._now += _validate.seconds("seconds", seconds)
 
     def sleep(self, seconds: float) -> None:
         seconds = max(0.0, seconds)

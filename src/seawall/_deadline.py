@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Final, NamedTuple, Protocol
 
+from seawall import _validate
 from seawall._clock import SYSTEM_CLOCK, Clock
 from seawall._compat import timeout_at
 from seawall._errors import DeadlineExceeded
@@ -208,15 +209,6 @@ _DIGITS = frozenset("0123456789")
 _OWS = " \t"  # optional whitespace around an HTTP field value (RFC 9110, section 5.5)
 
 
-def _check_finite_seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return v
-
-
 def encode_grpc_timeout(seconds: float) -> str:
     """Encode a time left as a ``grpc-timeout`` header value.
 
@@ -232,7 +224,7 @@ def encode_grpc_timeout(seconds: float) -> str:
         TypeError: *seconds* is not a number.
         ValueError: *seconds* is NaN or infinite (no deadline: send no header).
     """
-    s = _check_finite_seconds("seconds", seconds)
+    s = _validate.number("seconds", seconds, finite=True, what="a number of seconds")
     if s <= 0.0:
         return "0n"
     if s * 1e9 >= _GRPC_MAX_NS:
@@ -291,7 +283,7 @@ def encode_request_deadline(seconds: float) -> str:
         TypeError: *seconds* is not a number.
         ValueError: *seconds* is NaN or infinite (no deadline: send no header).
     """
-    s = _check_finite_seconds("seconds", seconds)
+    s = _validate.number("seconds", seconds, finite=True, what="a number of seconds")
     if s <= 0.0:
         return "0"
     if s * 1000.0 >= _REQUEST_DEADLINE_MAX_MS:
@@ -335,9 +327,7 @@ def deadline_headers(
     Returns:
         A new dict of lower-case header names to values; empty when there is no deadline.
     """
-    m = _check_finite_seconds("margin", margin)
-    if m < 0:
-        raise ValueError(f"margin must be >= 0, got {margin!r}")
+    m = _validate.seconds("margin", margin, finite=True)
     if seconds is None:
         left = remaining()
     else:
@@ -457,12 +447,8 @@ def timeout_from_headers(
         TypeError, ValueError: *max_seconds* or *margin* is invalid, or *headers* is not a
             mapping or iterable of pairs.
     """
-    cap = _check_finite_seconds("max_seconds", max_seconds)
-    if cap <= 0:
-        raise ValueError(f"max_seconds must be > 0, got {max_seconds!r}")
-    m = _check_finite_seconds("margin", margin)
-    if m < 0:
-        raise ValueError(f"margin must be >= 0, got {margin!r}")
+    cap = _validate.seconds("max_seconds", max_seconds, zero=False, finite=True)
+    m = _validate.seconds("margin", margin, finite=True)
     best = math.inf
     accepted = invalid = 0
     for item in _header_items(headers):

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Literal, NamedTuple, ParamSpec, Protocol, TypeVar, runtime_checkable
 
+from seawall import _validate
 from seawall._budget import Budget
 from seawall._clock import SYSTEM_CLOCK, Clock
 from seawall._errors import Overloaded, is_permanent
@@ -80,15 +81,6 @@ def _compile_retry_on(value: RetryOn) -> Callable[[BaseException], bool]:
     if callable(value):
         return value
     raise TypeError(f"retry_on must be exception classes or a predicate, got {value!r}")
-
-
-def _seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
-    v = float(value)
-    if math.isnan(v) or v < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return v
 
 
 class Hedge:
@@ -186,23 +178,15 @@ class Hedge:
             self._delay = math.inf
         else:
             self._tracker = None
-            self._delay = _seconds("delay", delay)
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
-            raise TypeError(f"max_attempts must be an int, got {max_attempts!r}")
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {max_attempts!r}")
-        self.max_attempts = max_attempts
+            self._delay = _validate.seconds("delay", delay)
+        self.max_attempts = _validate.count("max_attempts", max_attempts, minimum=1)
         if isinstance(quantile, bool) or not isinstance(quantile, (int, float)):
             raise TypeError(f"quantile must be a number, got {quantile!r}")
         if not 0 < quantile < 1:
             raise ValueError(f"quantile must be > 0 and < 1, got {quantile!r}")
         self.quantile = float(quantile)
-        if isinstance(min_samples, bool) or not isinstance(min_samples, int):
-            raise TypeError(f"min_samples must be an int, got {min_samples!r}")
-        if min_samples < 0:
-            raise ValueError(f"min_samples must be >= 0, got {min_samples!r}")
-        self.min_samples = min_samples
-        self.min_delay = _seconds("min_delay", min_delay)
+        self.min_samples = _validate.count("min_samples", min_samples)
+        self.min_delay = _validate.seconds("min_delay", min_delay)
         if max_extra_load is not None:
             if isinstance(max_extra_load, bool) or not isinstance(max_extra_load, (int, float)):
                 raise TypeError(f"max_extra_load must be a number or None, got {max_extra_load!r}")

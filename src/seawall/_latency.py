@@ -21,6 +21,7 @@ import math
 import threading
 from collections.abc import Iterator
 
+from seawall import _validate
 from seawall._clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["LatencyTracker"]
@@ -35,12 +36,6 @@ _RESCALE_EXPONENT = 60.0
 # After rescaling, buckets that weigh less than this share of the total are dropped: they are
 # samples the decay has already forgotten.
 _FORGOTTEN = 1e-12
-
-
-def _number(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    return float(value)
 
 
 class LatencyTracker:
@@ -93,23 +88,13 @@ class LatencyTracker:
         min_latency: float = 1e-9,
         clock: Clock | None = None,
     ) -> None:
-        alpha = _number("relative_accuracy", relative_accuracy)
+        alpha = _validate.number("relative_accuracy", relative_accuracy)
         if not 0.0 < alpha < 1.0:
             raise ValueError(f"relative_accuracy must be > 0 and < 1, got {relative_accuracy!r}")
-        if half_life is not None:
-            hl = _number("half_life", half_life)
-            if not hl > 0.0:  # also rejects NaN
-                raise ValueError(f"half_life must be > 0 or None, got {half_life!r}")
-            decay = math.log(2.0) / hl if math.isfinite(hl) else 0.0
-        else:
-            decay = 0.0
-        if isinstance(max_buckets, bool) or not isinstance(max_buckets, int):
-            raise TypeError(f"max_buckets must be an int, got {max_buckets!r}")
-        if max_buckets < 2:
-            raise ValueError(f"max_buckets must be >= 2, got {max_buckets!r}")
-        lo = _number("min_latency", min_latency)
-        if not (lo > 0.0 and math.isfinite(lo)):
-            raise ValueError(f"min_latency must be > 0 and finite, got {min_latency!r}")
+        hl = _validate.optional_seconds("half_life", half_life)
+        decay = math.log(2.0) / hl if hl is not None and math.isfinite(hl) else 0.0
+        _validate.count("max_buckets", max_buckets, minimum=2)
+        lo = _validate.seconds("min_latency", min_latency, zero=False, finite=True)
         if clock is not None and not isinstance(clock, Clock):
             raise TypeError(f"clock must implement seawall.Clock, got {clock!r}")
         self.relative_accuracy = alpha
@@ -230,9 +215,7 @@ class LatencyTracker:
         Args:
             q: between 0 and 1 (0.99 for p99).
         """
-        qv = _number("q", q)
-        if not 0.0 <= qv <= 1.0:
-            raise ValueError(f"q must be between 0 and 1, got {q!r}")
+        qv = _validate.ratio("q", q)
         with self._lock:
             if self._count == 0:
                 return None
@@ -305,20 +288,15 @@ class LatencyTracker:
         Returns:
             Seconds, or *default* when fewer than *min_samples* samples were recorded.
         """
-        m = _number("margin", margin)
-        if not 0.0 <= m < math.inf:
-            raise ValueError(f"margin must be >= 0 and finite, got {margin!r}")
-        lo = _number("minimum", minimum)
-        hi = _number("maximum", maximum)
+        m = _validate.seconds("margin", margin, finite=True)
+        lo = _validate.number("minimum", minimum)
+        hi = _validate.number("maximum", maximum)
         if not 0.0 <= lo <= hi:
             raise ValueError(
                 f"minimum and maximum must satisfy 0 <= minimum <= maximum, got "
                 f"minimum={minimum!r}, maximum={maximum!r}"
             )
-        if isinstance(min_samples, bool) or not isinstance(min_samples, int):
-            raise TypeError(f"min_samples must be an int, got {min_samples!r}")
-        if min_samples < 1:
-            raise ValueError(f"min_samples must be >= 1, got {min_samples!r}")
+        _validate.count("min_samples", min_samples, minimum=1)
         if self._count < min_samples:
             return default
         value = self.quantile(q)

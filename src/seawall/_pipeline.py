@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar, overload
 
+from seawall import _validate
 from seawall._breaker import CircuitBreaker
 from seawall._clock import SYSTEM_CLOCK, Clock, SystemClock
 from seawall._compat import with_timeout
@@ -37,17 +37,6 @@ T = TypeVar("T")
 # A layer takes (fn, args, kwargs) and makes one call through itself and the layers below.
 _Sync = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 _Async = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Awaitable[Any]]
-
-
-def _optional_seconds(name: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds or None, got {value!r}")
-    v = float(value)
-    if math.isnan(v) or v <= 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    return v
 
 
 class Pipeline:
@@ -99,8 +88,8 @@ class Pipeline:
         hedge: Hedge | None = None,
         clock: Clock | None = None,
     ) -> None:
-        self.timeout = _optional_seconds("timeout", timeout)
-        self.attempt_timeout = _optional_seconds("attempt_timeout", attempt_timeout)
+        self.timeout = _validate.optional_seconds("timeout", timeout)
+        self.attempt_timeout = _validate.optional_seconds("attempt_timeout", attempt_timeout)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a seawall.RetryPolicy, got {retry!r}")
         if breaker is not None and not isinstance(breaker, CircuitBreaker):

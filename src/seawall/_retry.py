@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from types import TracebackType
 from typing import Any, Final, Generic, Literal, NamedTuple, ParamSpec, TypeVar, overload
 
+from seawall import _validate
 from seawall._backoff import DEFAULT_BACKOFF, Backoff
 from seawall._budget import Budget, first_attempt_wrapper, success_is_noop
 from seawall._clock import SYSTEM_CLOCK, Clock, SystemClock
@@ -436,17 +437,6 @@ def _compile_retry_on(retry_on: RetryOn) -> Callable[[BaseException], bool]:
     raise TypeError(f"retry_on must be exception classes or a predicate, got {retry_on!r}")
 
 
-def _optional_seconds(name: str, value: object, *, positive: bool = True) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds or None, got {value!r}")
-    v = float(value)
-    if math.isnan(v) or v < 0 or (positive and v == 0):
-        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value!r}")
-    return v
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """A frozen description of how to retry; use it with :meth:`call`, as a decorator, or in a loop.
@@ -521,10 +511,7 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
-            raise TypeError(f"max_attempts must be an int, got {self.max_attempts!r}")
-        if self.max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts!r}")
+        _validate.count("max_attempts", self.max_attempts, minimum=1)
         if not isinstance(self.backoff, Backoff):
             raise TypeError(f"backoff must be a seawall.Backoff, got {self.backoff!r}")
         set_(self, "_retryable", _compile_retry_on(self.retry_on))
@@ -534,13 +521,11 @@ class RetryPolicy:
         set_(self, "_retry_classes", retry_on if isinstance(retry_on, tuple) else None)
         if self.retry_if_result is not None and not callable(self.retry_if_result):
             raise TypeError(f"retry_if_result must be callable, got {self.retry_if_result!r}")
-        set_(self, "timeout", _optional_seconds("timeout", self.timeout))
-        set_(self, "attempt_timeout", _optional_seconds("attempt_timeout", self.attempt_timeout))
-        mra = _optional_seconds("max_retry_after", self.max_retry_after, positive=False)
-        if mra is None:
-            raise TypeError("max_retry_after must be a number of seconds")
-        set_(self, "max_retry_after", mra)
-        mat = _optional_seconds("min_attempt_time", self.min_attempt_time, positive=False)
+        optional_seconds = _validate.optional_seconds
+        set_(self, "timeout", optional_seconds("timeout", self.timeout))
+        set_(self, "attempt_timeout", optional_seconds("attempt_timeout", self.attempt_timeout))
+        set_(self, "max_retry_after", _validate.seconds("max_retry_after", self.max_retry_after))
+        mat = optional_seconds("min_attempt_time", self.min_attempt_time, zero=True)
         set_(self, "min_attempt_time", mat or 0.0)
         if self.budget is not None and not isinstance(self.budget, Budget):
             raise TypeError(f"budget must implement seawall.Budget, got {self.budget!r}")

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final
 
+from seawall import _validate
 from seawall._clock import SYSTEM_CLOCK, Clock
 from seawall._deadline import Deadline, deadline, timeout_from_headers
 from seawall._errors import DeadlineExceeded
@@ -76,23 +77,6 @@ class _Waiter:
         self.future = future
         self.priority = priority
         self.timer: asyncio.TimerHandle | None = None
-
-
-def _check_number(name: str, value: object, *, minimum: float, strict: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    v = float(value)
-    if math.isnan(v) or v < minimum or (strict and v == minimum):
-        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum:g}, got {value!r}")
-    return v
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return value
 
 
 def parse_priority(value: bytes, default: int = _DEFAULT_PRIORITY) -> int:
@@ -185,28 +169,22 @@ class LoadShedder:
         if not callable(app):
             raise TypeError(f"app must be an ASGI application, got {app!r}")
         self.app = app
-        self.max_concurrency = _check_int("max_concurrency", max_concurrency, 1)
+        self.max_concurrency = _validate.count("max_concurrency", max_concurrency, minimum=1)
         self.max_queue = (
-            self.max_concurrency if max_queue is None else _check_int("max_queue", max_queue, 0)
+            self.max_concurrency if max_queue is None else _validate.count("max_queue", max_queue)
         )
-        self.max_queue_wait = _check_number(
-            "max_queue_wait", max_queue_wait, minimum=0.0, strict=False
-        )
+        self.max_queue_wait = _validate.seconds("max_queue_wait", max_queue_wait)
         if status not in (429, 503):
             raise ValueError(f"status must be 429 or 503, got {status!r}")
-        if retry_after is not None:
-            _check_number("retry_after", retry_after, minimum=0.0, strict=False)
-            if not math.isfinite(retry_after):
-                raise ValueError(f"retry_after must be finite, got {retry_after!r}")
+        _validate.optional_seconds("retry_after", retry_after, zero=True, finite=True)
         if priority_header is not None and (
             not isinstance(priority_header, str) or not priority_header
         ):
             raise TypeError(
                 f"priority_header must be a header name or None, got {priority_header!r}"
             )
-        if max_request_time is not None:
-            _check_number("max_request_time", max_request_time, minimum=0.0, strict=True)
-        _check_number("deadline_margin", deadline_margin, minimum=0.0, strict=False)
+        _validate.optional_seconds("max_request_time", max_request_time)
+        _validate.seconds("deadline_margin", deadline_margin)
         if metrics is not None and not isinstance(metrics, Recorder):
             raise TypeError(
                 f"metrics must implement seawall.instrumentation.Recorder, got {metrics!r}"

@@ -6,12 +6,13 @@ import contextlib
 import dataclasses
 from collections.abc import Callable
 
+from seawall import _validate
 from seawall._backoff import Backoff
 from seawall._budget import RetryBudget
 from seawall._clock import VirtualClock
 from seawall._retry import RetryPolicy
 from seawall.sim._metrics import retry_hooks
-from seawall.sim._util import check_int, check_probability, check_seconds, trial_rng
+from seawall.sim._util import trial_rng
 
 __all__ = ["AMPLIFY_STRATEGIES", "AmplifyResult", "AmplifyRow", "amplify"]
 
@@ -95,14 +96,14 @@ def amplify(
     Returns:
         An :class:`AmplifyResult`.
     """
-    layers = check_int("layers", layers, minimum=1)
-    attempts = check_int("attempts", attempts, minimum=1)
-    requests = check_int("requests", requests, minimum=1)
-    ratio = check_probability("ratio", ratio)
+    layers = _validate.count("layers", layers, minimum=1)
+    attempts = _validate.count("attempts", attempts, minimum=1)
+    requests = _validate.count("requests", requests, minimum=1)
+    ratio = _validate.ratio("ratio", ratio)
     if ratio == 0:
         raise ValueError("ratio must be > 0, got 0")
-    rate = check_seconds("rate", rate)
-    seed = check_int("seed", seed, minimum=0)
+    rate = _validate.number("rate", rate, minimum=0.0, above=True, finite=True)
+    seed = _validate.count("seed", seed, minimum=0)
     if attempts**layers > 10**7:
         raise ValueError(f"attempts**layers must be <= 10**7, got {attempts}**{layers}")
     rows = []

@@ -15,11 +15,12 @@ import math
 import random
 from collections.abc import Callable, Sequence
 
+from seawall import _validate
 from seawall._hedge import Hedge, HedgeDelayPassed, HedgeHook
 from seawall._latency import LatencyTracker
 from seawall.sim._engine import Engine, SimClock
 from seawall.sim._metrics import hedge_hooks
-from seawall.sim._util import check_int, check_probability, check_seconds, trial_rng
+from seawall.sim._util import trial_rng
 
 __all__ = ["HEDGE_PERCENTILES", "HedgeResult", "HedgeRow", "hedge"]
 
@@ -285,30 +286,30 @@ def hedge(
     Returns:
         A :class:`HedgeResult`.
     """
-    requests = check_int("requests", requests, minimum=1)
-    fanout = check_int("fanout", fanout, minimum=1)
+    requests = _validate.count("requests", requests, minimum=1)
+    fanout = _validate.count("fanout", fanout, minimum=1)
     qs: list[float] = []
     for q in quantiles:
         if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q < 1:
             raise ValueError(f"quantiles must be numbers between 0 and 1, got {q!r}")
         qs.append(float(q))
-    rate = check_seconds("rate", rate)
-    median = check_seconds("median", median)
-    sigma = check_seconds("sigma", sigma, allow_zero=True)
-    tail_probability = check_probability("tail_probability", tail_probability)
-    tail_scale = check_seconds("tail_scale", tail_scale)
-    tail_shape = check_seconds("tail_shape", tail_shape)
-    max_attempts = check_int("max_attempts", max_attempts, minimum=1)
+    rate = _validate.number("rate", rate, minimum=0.0, above=True, finite=True)
+    median = _validate.seconds("median", median, zero=False, finite=True)
+    sigma = _validate.number("sigma", sigma, minimum=0.0, finite=True)
+    tail_probability = _validate.ratio("tail_probability", tail_probability)
+    tail_scale = _validate.number("tail_scale", tail_scale, minimum=0.0, above=True, finite=True)
+    tail_shape = _validate.number("tail_shape", tail_shape, minimum=0.0, above=True, finite=True)
+    max_attempts = _validate.count("max_attempts", max_attempts, minimum=1)
     if max_extra_load is not None:
-        bound = check_seconds("max_extra_load", max_extra_load, allow_zero=True)
+        bound = _validate.number("max_extra_load", max_extra_load, minimum=0.0, finite=True)
         if bound > max_attempts - 1:
             raise ValueError(
                 f"max_extra_load must be <= max_attempts - 1 ({max_attempts - 1}), "
                 f"got {max_extra_load!r}"
             )
         max_extra_load = bound
-    min_samples = check_int("min_samples", min_samples, minimum=0)
-    seed = check_int("seed", seed, minimum=0)
+    min_samples = _validate.count("min_samples", min_samples, minimum=0)
+    seed = _validate.count("seed", seed, minimum=0)
     mu = math.log(median)
 
     def latency(rng: random.Random) -> float:

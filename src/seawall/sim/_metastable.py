@@ -7,13 +7,14 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 
+from seawall import _validate
 from seawall._backoff import Backoff
 from seawall._budget import RetryBudget
 from seawall._errors import Overloaded
 from seawall._retry import RetryPolicy, RetryState
 from seawall.sim._engine import Engine, SimClock
 from seawall.sim._metrics import retry_hooks
-from seawall.sim._util import check_int, check_seconds, parallel_map, trial_rng
+from seawall.sim._util import parallel_map, trial_rng
 
 __all__ = ["METASTABLE_STRATEGIES", "MetastableResult", "MetastableSeries", "metastable"]
 
@@ -336,22 +337,22 @@ def metastable(
             raise ValueError(
                 f"strategies must be among {', '.join(METASTABLE_STRATEGIES)}; got {s!r}"
             )
-    duration = check_seconds("duration", duration)
-    rate = check_seconds("rate", rate)
-    spike_rate = check_seconds("spike_rate", spike_rate)
-    spike_start = check_seconds("spike_start", spike_start, allow_zero=True)
-    spike_end = check_seconds("spike_end", spike_end, allow_zero=True)
+    duration = _validate.seconds("duration", duration, zero=False, finite=True)
+    rate = _validate.number("rate", rate, minimum=0.0, above=True, finite=True)
+    spike_rate = _validate.number("spike_rate", spike_rate, minimum=0.0, above=True, finite=True)
+    spike_start = _validate.seconds("spike_start", spike_start, finite=True)
+    spike_end = _validate.seconds("spike_end", spike_end, finite=True)
     if spike_end < spike_start:
         raise ValueError(f"spike_end must be >= spike_start ({spike_start!r}), got {spike_end!r}")
-    base_latency = check_seconds("base_latency", base_latency)
-    per_request = check_seconds("per_request", per_request, allow_zero=True)
-    network_mean = check_seconds("network_mean", network_mean)
-    timeout = check_seconds("timeout", timeout)
-    attempts = check_int("attempts", attempts, minimum=1)
-    shed_limit = check_int("shed_limit", shed_limit, minimum=1)
-    bin_width = check_seconds("bin_width", bin_width)
-    runs = check_int("runs", runs, minimum=1)
-    seed = check_int("seed", seed, minimum=0)
+    base_latency = _validate.seconds("base_latency", base_latency, zero=False, finite=True)
+    per_request = _validate.seconds("per_request", per_request, finite=True)
+    network_mean = _validate.seconds("network_mean", network_mean, zero=False, finite=True)
+    timeout = _validate.seconds("timeout", timeout, zero=False, finite=True)
+    attempts = _validate.count("attempts", attempts, minimum=1)
+    shed_limit = _validate.count("shed_limit", shed_limit, minimum=1)
+    bin_width = _validate.seconds("bin_width", bin_width, zero=False, finite=True)
+    runs = _validate.count("runs", runs, minimum=1)
+    seed = _validate.count("seed", seed, minimum=0)
     jobs = [
         _Params(
             s,

@@ -14,11 +14,12 @@ import math
 import random
 from collections.abc import Callable, Sequence
 
+from seawall import _validate
 from seawall._backoff import Backoff
 from seawall._retry import RetryPolicy, RetryState
 from seawall.sim._engine import Engine
 from seawall.sim._metrics import retry_hooks
-from seawall.sim._util import check_int, check_seconds, parallel_map, trial_rng
+from seawall.sim._util import parallel_map, trial_rng
 
 __all__ = ["OCC_ALGORITHMS", "OccResult", "OccRow", "WriteConflict", "occ"]
 
@@ -237,21 +238,21 @@ def occ(
     Raises:
         ValueError: a parameter is out of range (the message names it).
     """
-    clients = tuple(check_int("clients", n, minimum=1) for n in clients)
+    clients = tuple(_validate.count("clients", n, minimum=1) for n in clients)
     if not clients:
         raise ValueError("clients must name at least one N, got none")
     algorithms = tuple(algorithms)
     for a in algorithms:
         if a not in OCC_ALGORITHMS:
             raise ValueError(f"algorithms must be among {', '.join(OCC_ALGORITHMS)}; got {a!r}")
-    trials = check_int("trials", trials, minimum=1)
-    seed = check_int("seed", seed, minimum=0)
-    base = check_seconds("base", base)
-    cap = check_seconds("cap", cap)
+    trials = _validate.count("trials", trials, minimum=1)
+    seed = _validate.count("seed", seed, minimum=0)
+    base = _validate.seconds("base", base, zero=False, finite=True)
+    cap = _validate.seconds("cap", cap, zero=False, finite=True)
     if cap < base:
         raise ValueError(f"cap must be >= base ({base!r}), got {cap!r}")
-    hop_mean = check_seconds("hop_mean", hop_mean)
-    hop_sd = check_seconds("hop_sd", hop_sd, allow_zero=True)
+    hop_mean = _validate.seconds("hop_mean", hop_mean, zero=False, finite=True)
+    hop_sd = _validate.seconds("hop_sd", hop_sd, finite=True)
     if not math.isfinite(hop_mean + hop_sd):
         raise ValueError("hop_mean and hop_sd must be finite")
     cells = [(a, n, trials, seed, base, cap, hop_mean, hop_sd) for a in algorithms for n in clients]

@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from seawall import _validate
 from seawall._backoff import JITTERS, Backoff
 from seawall._clock import VirtualClock
 from seawall._retry import RetryPolicy
 from seawall.sim._metrics import retry_hooks
-from seawall.sim._util import check_int, check_seconds, trial_rng
+from seawall.sim._util import trial_rng
 
 __all__ = ["StormResult", "TraceStep", "storm"]
 
@@ -100,16 +101,16 @@ def storm(
     Returns:
         A :class:`StormResult`.
     """
-    clients = check_int("clients", clients, minimum=1)
-    max_attempts = check_int("max_attempts", max_attempts, minimum=1)
-    base = check_seconds("base", base)
-    cap = check_seconds("cap", cap)
+    clients = _validate.count("clients", clients, minimum=1)
+    max_attempts = _validate.count("max_attempts", max_attempts, minimum=1)
+    base = _validate.seconds("base", base, zero=False, finite=True)
+    cap = _validate.seconds("cap", cap, zero=False, finite=True)
     if cap < base:
         raise ValueError(f"cap must be >= base ({base!r}), got {cap!r}")
-    outage = check_seconds("outage", outage, allow_zero=True)
-    attempt_time = check_seconds("attempt_time", attempt_time, allow_zero=True)
-    bin_width = check_seconds("bin_width", bin_width)
-    seed = check_int("seed", seed, minimum=0)
+    outage = _validate.seconds("outage", outage, finite=True)
+    attempt_time = _validate.seconds("attempt_time", attempt_time, finite=True)
+    bin_width = _validate.seconds("bin_width", bin_width, zero=False, finite=True)
+    seed = _validate.count("seed", seed, minimum=0)
     for j in jitters:
         if j not in JITTERS:
             raise ValueError(f"jitters must be among {', '.join(JITTERS)}; got {j!r}")

@@ -7,6 +7,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 
+from seawall import _validate
 from seawall._backoff import Backoff
 from seawall._breaker import CircuitBreaker, Permit
 from seawall._budget import AdaptiveThrottle, Budget, RetryBudget, TokenBucket
@@ -14,7 +15,7 @@ from seawall._errors import Overloaded
 from seawall._retry import RetryPolicy, RetryState
 from seawall.sim._engine import Engine, SimClock
 from seawall.sim._metrics import breaker_hooks, retry_hooks
-from seawall.sim._util import check_int, check_probability, check_seconds, parallel_map, trial_rng
+from seawall.sim._util import parallel_map, trial_rng
 
 __all__ = ["SWEEP_STRATEGIES", "SweepResult", "SweepRow", "sweep"]
 
@@ -240,17 +241,17 @@ def sweep(
     Returns:
         A :class:`SweepResult`.
     """
-    clients = check_int("clients", clients, minimum=1)
-    rate = check_seconds("rate", rate)
-    duration = check_seconds("duration", duration)
-    ps = tuple(check_probability("failure_rates", p) for p in failure_rates)
+    clients = _validate.count("clients", clients, minimum=1)
+    rate = _validate.number("rate", rate, minimum=0.0, above=True, finite=True)
+    duration = _validate.seconds("duration", duration, zero=False, finite=True)
+    ps = tuple(_validate.ratio("failure_rates", p) for p in failure_rates)
     for s in strategies:
         if s not in SWEEP_STRATEGIES:
             raise ValueError(f"strategies must be among {', '.join(SWEEP_STRATEGIES)}; got {s!r}")
-    split_counts = tuple(check_int("splits", n, minimum=1) for n in splits)
-    split_p = check_probability("split_failure_rate", split_failure_rate)
-    hop_mean = check_seconds("hop_mean", hop_mean)
-    seed = check_int("seed", seed, minimum=0)
+    split_counts = tuple(_validate.count("splits", n, minimum=1) for n in splits)
+    split_p = _validate.ratio("split_failure_rate", split_failure_rate)
+    hop_mean = _validate.seconds("hop_mean", hop_mean, zero=False, finite=True)
+    seed = _validate.count("seed", seed, minimum=0)
     total = clients * rate
     jobs = [(s, p, clients, total, duration, hop_mean, seed) for p in ps for s in strategies]
     jobs += [

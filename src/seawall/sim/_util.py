@@ -1,46 +1,17 @@
-"""Parameter checks, seeded randomness and a small process pool for the scenarios."""
+"""Seeded randomness and a small process pool for the scenarios."""
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import random
 import signal
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-__all__ = ["check_int", "check_probability", "check_seconds", "parallel_map", "trial_rng"]
+__all__ = ["parallel_map", "trial_rng"]
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-def check_int(name: str, value: object, *, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return value
-
-
-def check_seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    v = float(value)
-    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        raise ValueError(
-            f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {value!r}"
-        )
-    return v
-
-
-def check_probability(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    v = float(value)
-    if not 0.0 <= v <= 1.0:  # also rejects NaN
-        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
-    return v
 
 
 def trial_rng(seed: int, *parts: object) -> random.Random:
