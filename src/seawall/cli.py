@@ -22,26 +22,6 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
 
-def _workers(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
-    return value
-
-
 def _default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
@@ -49,6 +29,7 @@ def _default_workers() -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The command's argument parser (one subparser per registered scenario)."""
     from seawall.sim import SCENARIOS
+    from seawall.sim._scenarios import count, whole
 
     parser = argparse.ArgumentParser(
         prog="seawall",
@@ -66,9 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     demo.add_argument("--out", default="seawall-report", help="output directory (seawall-report)")
-    demo.add_argument("--seed", type=_seed, default=0, help="random seed (0)")
+    demo.add_argument("--seed", type=whole, default=0, help="random seed (0)")
     demo.add_argument(
-        "--workers", type=_workers, default=_default_workers(), help="processes to use (CPUs)"
+        "--workers", type=count, default=_default_workers(), help="processes to use (CPUs)"
     )
 
     sim = commands.add_parser(
@@ -83,9 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
             name, help=scenario.summary, description=scenario.description or scenario.summary
         )
         scenario.add_arguments(sub)
-        sub.add_argument("--seed", type=_seed, default=0, help="random seed (0)")
+        sub.add_argument("--seed", type=whole, default=0, help="random seed (0)")
         sub.add_argument(
-            "--workers", type=_workers, default=_default_workers(), help="processes to use (CPUs)"
+            "--workers", type=count, default=_default_workers(), help="processes to use (CPUs)"
         )
         sub.add_argument(
             "--json", action="store_true", help="print the result as JSON instead of tables"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from typing import Any
 
 from seawall.sim import _report
@@ -14,52 +15,47 @@ from seawall.sim._registry import Progress, Scenario, register_scenario
 from seawall.sim._storm import storm
 from seawall.sim._sweep import DEFAULT_FAILURE_RATES, SWEEP_STRATEGIES, sweep
 
-__all__ = ["count", "positive", "probability"]
+__all__ = ["count", "positive", "probability", "whole"]
 
 
 # -- option types: argparse turns their ValueError into "argument --x: invalid ..." -----------
 
 
-def count(text: str) -> int:
-    """An integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
+def _whole_number(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value: int | None = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
-    return value
+def _finite_number(*, zero: bool) -> Callable[[str], float]:
+    bound = ">= 0" if zero else "> 0"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number {bound}, got {text!r}") from None
+        if not (math.isfinite(value) and (value >= 0 if zero else value > 0)):
+            raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got {text!r}")
+        return value
+
+    return parse
 
 
-def positive(text: str) -> float:
-    """A finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
+#: An integer >= 1 (clients, attempts, trials, workers).
+count = _whole_number(1)
+#: An integer >= 0 (a seed).
+whole = _whole_number(0)
+#: A finite number > 0 (rates, durations).
+positive = _finite_number(zero=False)
+_non_negative = _finite_number(zero=True)
 
 
 def probability(text: str) -> float:
@@ -247,7 +243,7 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--splits",
-        type=_non_negative_int,
+        type=whole,
         nargs="*",
         default=[10, 100, 1000],
         metavar="N",
