@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from seawall.sim._amplify import AmplifyResult
@@ -153,22 +153,43 @@ def render_occ(result: OccResult, console: Any) -> None:
         console.print(table)
 
 
-def plot_occ(result: OccResult, path: str) -> None:
+def _two_line_charts(
+    path: str,
+    title: str,
+    xlabel: str,
+    xs: Sequence[float],
+    names: Sequence[str],
+    left: tuple[str, Callable[[str, Any], float]],
+    right: tuple[str, Callable[[str, Any], float]],
+    *,
+    right_log: bool = False,
+) -> None:
+    """Two line charts side by side over *xs*, a line per name; a side is (label, y(name, x))."""
     plt = _pyplot()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
-    algorithms = list(dict.fromkeys(r.algorithm for r in result.rows))
-    clients = sorted({r.clients for r in result.rows})
-    for a in algorithms:
-        ax1.plot(clients, [result.row(a, n).calls for n in clients], marker="o", label=a)
-        ax2.plot(clients, [result.row(a, n).completion for n in clients], marker="o", label=a)
-    ax1.set_xlabel("clients (N)")
-    ax1.set_ylabel("total write calls")
-    ax2.set_xlabel("clients (N)")
-    ax2.set_ylabel("time to completion (s)")
-    ax2.set_yscale("log")
-    ax1.legend()
-    fig.suptitle(f"Optimistic concurrency: work and time per backoff ({result.trials} trials)")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, (ylabel, y) in zip(axes, (left, right), strict=True):
+        for name in names:
+            ax.plot(xs, [y(name, x) for x in xs], marker="o", label=name)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+    if right_log:
+        axes[1].set_yscale("log")
+    axes[0].legend()
+    fig.suptitle(title)
     _save(fig, path)
+
+
+def plot_occ(result: OccResult, path: str) -> None:
+    _two_line_charts(
+        path,
+        f"Optimistic concurrency: work and time per backoff ({result.trials} trials)",
+        "clients (N)",
+        sorted({r.clients for r in result.rows}),
+        list(dict.fromkeys(r.algorithm for r in result.rows)),
+        ("total write calls", lambda a, n: result.row(a, n).calls),
+        ("time to completion (s)", lambda a, n: result.row(a, n).completion),
+        right_log=True,
+    )
 
 
 # -- amplify -------------------------------------------------------------------------------
@@ -221,20 +242,15 @@ def _cell(r: SweepRow, what: str) -> str:
 
 
 def plot_sweep(result: SweepResult, path: str) -> None:
-    plt = _pyplot()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
-    strategies = list(dict.fromkeys(r.strategy for r in result.rows))
-    ps = sorted({r.failure_rate for r in result.rows})
-    for s in strategies:
-        ax1.plot(ps, [result.row(s, p).success for p in ps], marker="o", label=s)
-        ax2.plot(ps, [result.row(s, p).load for p in ps], marker="o", label=s)
-    ax1.set_xlabel("probability an attempt fails")
-    ax1.set_ylabel("success rate")
-    ax2.set_xlabel("probability an attempt fails")
-    ax2.set_ylabel("load (attempts per request)")
-    ax1.legend()
-    fig.suptitle("Retry strategies as the dependency gets sicker")
-    _save(fig, path)
+    _two_line_charts(
+        path,
+        "Retry strategies as the dependency gets sicker",
+        "probability an attempt fails",
+        sorted({r.failure_rate for r in result.rows}),
+        list(dict.fromkeys(r.strategy for r in result.rows)),
+        ("success rate", lambda s, p: result.row(s, p).success),
+        ("load (attempts per request)", lambda s, p: result.row(s, p).load),
+    )
 
 
 # -- metastable ----------------------------------------------------------------------------
