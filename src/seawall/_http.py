@@ -18,9 +18,10 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Final, NamedTuple
 
+from seawall import _validate
 from seawall._budget import Budget
 from seawall._deadline import deadline_headers as encode_deadline_headers
 from seawall._errors import Overloaded, add_note
@@ -233,11 +234,7 @@ class HttpRules:
         for name in ("idempotency_key", "deadline_headers"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        bl = self.buffer_limit
-        if isinstance(bl, bool) or not isinstance(bl, int):
-            raise TypeError(f"buffer_limit must be an int, got {bl!r}")
-        if bl < 0:
-            raise ValueError(f"buffer_limit must be >= 0, got {bl!r}")
+        _validate.count("buffer_limit", self.buffer_limit)
 
 
 def derive_policy(policy: RetryPolicy, budget: Budget | None) -> RetryPolicy:
@@ -374,6 +371,50 @@ class Policies:
     @property
     def rules(self) -> HttpRules:
         return self.current()[1]
+
+    def start(
+        self, method: str, headers: MutableMapping[str, str], host: str, *, replayable: bool
+    ) -> HttpCall:
+        """The decisions for one request starting now (to *host*, ``scheme://netloc``).
+
+        With ``idempotency_key``, a request whose method is not idempotent gets an
+        ``Idempotency-Key`` in *headers* (the caller's request: every attempt sends it).
+        """
+        cache, rules = self.current()
+        method = method.upper()
+        if (
+            rules.idempotency_key
+            and method not in rules.idempotent_methods
+            and IDEMPOTENCY_KEY_HEADER not in headers
+        ):
+            headers[IDEMPOTENCY_KEY_HEADER] = new_idempotency_key()
+        return HttpCall(
+            cache.for_host(host),
+            rules,
+            method,
+            has_key=IDEMPOTENCY_KEY_HEADER in headers,
+            replayable=replayable,
+        )
+
+
+def exception_classes(retry_on: object) -> tuple[type[Exception], ...]:
+    """*retry_on* (a class or a tuple of classes) as a tuple of exception classes."""
+    if isinstance(retry_on, type):
+        retry_on = (retry_on,)
+    if not isinstance(retry_on, tuple) or not all(
+        isinstance(c, type) and issubclass(c, Exception) for c in retry_on
+    ):
+        raise TypeError(f"retry_on must be exception classes, got {retry_on!r}")
+    return retry_on
+
+
+def read_within_attempt(content_length: str | None, limit: int) -> bool:
+    """Whether to read a body within the attempt, so that a reset mid-body is retried.
+
+    Only a body whose ``Content-Length`` declares at most *limit* bytes is (0 turns it off).
+    """
+    length = content_length
+    return bool(limit) and length is not None and length.isdigit() and int(length) <= limit
 
 
 class _Live(NamedTuple):

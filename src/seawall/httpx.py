@@ -20,12 +20,12 @@ from seawall._compat import timeout_at
 from seawall._config import PolicyHandle, PolicyRegistry
 from seawall._hedge import Hedge
 from seawall._http import (
-    IDEMPOTENCY_KEY_HEADER,
     IDEMPOTENT_METHODS,
     PER_HOST,
     HttpCall,
     Policies,
-    new_idempotency_key,
+    exception_classes,
+    read_within_attempt,
 )
 from seawall._retry import RetryPolicy
 
@@ -79,13 +79,7 @@ class _Base:
             deadline_headers=deadline_headers,
             buffer_limit=buffer_limit,
         )
-        if isinstance(retry_on, type):
-            retry_on = (retry_on,)
-        if not isinstance(retry_on, tuple) or not all(
-            isinstance(c, type) and issubclass(c, Exception) for c in retry_on
-        ):
-            raise TypeError(f"retry_on must be exception classes, got {retry_on!r}")
-        self._retry_on = retry_on
+        self._retry_on = exception_classes(retry_on)
 
     @property
     def policy(self) -> RetryPolicy:
@@ -93,22 +87,11 @@ class _Base:
         return self._policies.policy
 
     def _start(self, request: httpx.Request) -> HttpCall:
-        cache, rules = self._policies.current()
-        method = request.method.upper()
-        if (
-            rules.idempotency_key
-            and method not in rules.idempotent_methods
-            and IDEMPOTENCY_KEY_HEADER not in request.headers
-        ):
-            # Once per logical request, on the caller's request: every attempt sends the same key.
-            request.headers[IDEMPOTENCY_KEY_HEADER] = new_idempotency_key()
         url = request.url
-        host = f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}"
-        return HttpCall(
-            cache.for_host(host),
-            rules,
-            method,
-            has_key=IDEMPOTENCY_KEY_HEADER in request.headers,
+        return self._policies.start(
+            request.method,
+            request.headers,
+            f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}",
             # ByteStream holds bytes (content=, data=, json=, or a body already read): it can be
             # sent again. Generators and other streams are consumed by the first attempt.
             replayable=isinstance(request.stream, httpx.ByteStream),
@@ -144,9 +127,7 @@ class _Base:
 
 
 def _small(response: httpx.Response, limit: int) -> bool:
-    """Whether to read the body within the attempt (so that a reset mid-body is retried)."""
-    length = response.headers.get("content-length")
-    return bool(limit) and length is not None and length.isdigit() and int(length) <= limit
+    return read_within_attempt(response.headers.get("content-length"), limit)
 
 
 class RetryTransport(_Base, httpx.BaseTransport):

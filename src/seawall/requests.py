@@ -17,12 +17,11 @@ from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from seawall._config import PolicyHandle, PolicyRegistry
 from seawall._http import (
-    IDEMPOTENCY_KEY_HEADER,
     IDEMPOTENT_METHODS,
     PER_HOST,
-    HttpCall,
     Policies,
-    new_idempotency_key,
+    exception_classes,
+    read_within_attempt,
 )
 from seawall._retry import RetryPolicy
 
@@ -106,13 +105,7 @@ class RetryAdapter(HTTPAdapter):
             deadline_headers=deadline_headers,
             buffer_limit=buffer_limit,
         )
-        if isinstance(retry_on, type):
-            retry_on = (retry_on,)
-        if not isinstance(retry_on, tuple) or not all(
-            isinstance(c, type) and issubclass(c, Exception) for c in retry_on
-        ):
-            raise TypeError(f"retry_on must be exception classes, got {retry_on!r}")
-        self._retry_on = retry_on
+        self._retry_on = exception_classes(retry_on)
         super().__init__(max_retries=0, **adapter_kwargs)
 
     @property
@@ -144,14 +137,6 @@ class RetryAdapter(HTTPAdapter):
         proxies: Mapping[str, str] | None = None,
     ) -> requests.Response:
         """Send *request*, retrying per the policy; the final response or the last error."""
-        cache, rules = self._policies.current()
-        method = (request.method or "GET").upper()
-        if (
-            rules.idempotency_key
-            and method not in rules.idempotent_methods
-            and IDEMPOTENCY_KEY_HEADER not in request.headers
-        ):
-            request.headers[IDEMPOTENCY_KEY_HEADER] = new_idempotency_key()
         body = request.body
         rewind = hasattr(body, "read")
         replayable = (
@@ -161,13 +146,10 @@ class RetryAdapter(HTTPAdapter):
         )
         scheme, _, rest = (request.url or "").partition("://")
         host = f"{scheme}://{rest.split('/', 1)[0].rsplit('@', 1)[-1]}"
-        call = HttpCall(
-            cache.for_host(host),
-            rules,
-            method,
-            has_key=IDEMPOTENCY_KEY_HEADER in request.headers,
-            replayable=replayable,
+        call = self._policies.start(
+            request.method or "GET", request.headers, host, replayable=replayable
         )
+        rules = call.rules
         connect, read = _split_timeout(timeout)
         position = getattr(request, "_body_position", None)
         sleep = call.clock.sleep
@@ -209,8 +191,7 @@ class RetryAdapter(HTTPAdapter):
 
 
 def _small(response: requests.Response, limit: int) -> bool:
-    length = response.headers.get("content-length")
-    return bool(limit) and length is not None and length.isdigit() and int(length) <= limit
+    return read_within_attempt(response.headers.get("content-length"), limit)
 
 
 def _split_timeout(timeout: Any) -> tuple[float | None, float | None]:
