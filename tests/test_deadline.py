@@ -442,18 +442,27 @@ def test_min_attempt_time_fails_fast_before_doing_work(clock: VirtualClock) -> N
     assert calls == [0.0, 0.4]  # no work was done
 
 
-def test_deadline_exceeded_from_below_is_never_retried(clock: VirtualClock) -> None:
+def test_deadline_exceeded_from_below_is_retried_only_within_the_calls_own_deadline(
+    clock: VirtualClock,
+) -> None:
     calls = 0
 
     def work() -> None:
         nonlocal calls
         calls += 1
+        clock.advance(0.3)
         raise DeadlineExceeded("the hop below ran out of time")
 
     policy = RetryPolicy(max_attempts=5, retry_on=TimeoutError, clock=clock, hooks=())
-    with pytest.raises(DeadlineExceeded):
+    # Under the same ambient deadline the hop's deadline is this call's: gone for every layer.
+    with seawall.deadline(0.3, clock=clock), pytest.raises(DeadlineExceeded):
         policy.call(work)
     assert calls == 1
+    # A tighter deadline below (one attempt's) passing is one slow attempt: retried.
+    calls = 0
+    with pytest.raises(DeadlineExceeded):
+        policy.call(work)
+    assert calls == 5
 
 
 def test_async_policy_attempt_is_cancelled_at_the_deadline() -> None:

@@ -104,7 +104,7 @@ def test_raises_the_original_last_exception_with_a_note(clock: VirtualClock) -> 
         Permanent("bad input"),
         seawall.permanent(ConnectionError("marked")),
         Overloaded(),
-        DeadlineExceeded("late"),
+        seawall.permanent(RetryAfter(0)),
         ValueError("not in retry_on"),
     ],
 )
@@ -520,3 +520,103 @@ def test_driver_classification_overrides_retry_on(clock: VirtualClock) -> None:
     assert state.reason == "not_retryable"
     assert state.on_error(RetryAfter(1), 2.0, retry=False) is None
     assert (budget.failures, budget.successes) == (3, 1)
+
+
+def test_deadline_exceeded_is_retried_only_while_the_calls_own_deadline_has_room(
+    clock: VirtualClock,
+) -> None:
+    budget = CountingBudget()
+    # A hop below ran out of an attempt-level deadline: one slow attempt, worth retrying.
+    f = Flaky(DeadlineExceeded("a hop needed more than the attempt had"))
+    assert policy(clock, timeout=10.0, budget=budget).call(f) == "ok"
+    assert f.calls == 2
+    # The call's own deadline is the one that passed: never retried.
+    late = Flaky(DeadlineExceeded("late"), clock=clock, cost=2.0)
+    with pytest.raises(DeadlineExceeded):
+        policy(clock, timeout=2.0, budget=budget).call(late)
+    assert late.calls == 1
+    # The retried one was a failure (a slow attempt), the final answer a success; the one past
+    # the call's own deadline is neither.
+    assert (budget.successes, budget.failures) == (1, 1)
+
+
+def test_a_single_attempt_policy_leaves_retrying_to_the_layer_above(clock: VirtualClock) -> None:
+    leaf = always(lambda: ConnectionError("down"))
+    inner = policy(clock, max_attempts=1)
+    with pytest.raises(ConnectionError):
+        policy(clock).call(inner.call, leaf)
+    assert leaf.calls == 3  # type: ignore[attr-defined]
+
+
+def test_a_failing_hook_never_changes_the_outcome(
+    clock: VirtualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(event: RetryEvent) -> None:
+        raise RuntimeError("metrics backend down")
+
+    broken.observes_attempts = True  # type: ignore[attr-defined]
+    p = policy(clock, hooks=[broken])
+    with caplog.at_level(logging.ERROR, logger="seawall"):
+        assert p.call(Flaky(ConnectionError("x"))) == "ok"
+        error = ConnectionError("y")
+        with pytest.raises(ConnectionError) as info:
+            p.call(Flaky(error, ConnectionError(), error))
+    assert info.value is error
+    assert any("hook" in r.getMessage() for r in caplog.records)
+
+
+def test_later_errors_are_not_chained_to_the_first(clock: VirtualClock) -> None:
+    first, second, third = ConnectionError(1), ConnectionError(2), ConnectionError(3)
+    with pytest.raises(ConnectionError) as info:
+        policy(clock).call(Flaky(first, second, third))
+    assert info.value is third
+    assert third.__context__ is None
+    assert second.__context__ is None
+
+    async def main() -> None:
+        errors = [ConnectionError("a"), ConnectionError("b")]
+
+        async def fn() -> None:
+            raise errors.pop(0)
+
+        with pytest.raises(ConnectionError, match="b") as ainfo:
+            await policy(clock, max_attempts=2).acall(fn)
+        assert ainfo.value.__context__ is None
+
+    seawall.testing.run(main(), clock)
+
+
+def test_policies_are_hashable_whatever_sequence_the_hooks_came_in() -> None:
+    a = RetryPolicy(hooks=[print])
+    b = RetryPolicy(hooks=(print,))
+    assert a == b
+    assert hash(a) == hash(b)
+    assert a.hooks == (print,)
+
+
+def test_giving_up_before_an_attempt_is_reported_to_hooks(clock: VirtualClock) -> None:
+    events: list[RetryEvent] = []
+    with seawall.deadline(0.1, clock=clock), pytest.raises(DeadlineExceeded):
+        policy(clock, hooks=[events.append], min_attempt_time=0.5).call(Flaky())
+    (event,) = events
+    assert (event.kind, event.reason, event.attempt) == ("give_up", "deadline", 0)
+    assert isinstance(event.error, DeadlineExceeded)
+
+
+def test_block_api_sees_the_attempt_deadline_and_starts_the_call_on_first_iteration(
+    clock: VirtualClock,
+) -> None:
+    budget = CountingBudget()
+    requests = []
+    budget.on_request = lambda: requests.append(clock.now())  # type: ignore[method-assign]
+    seen = []
+    attempts = policy(clock, attempt_timeout=0.5, budget=budget).attempts()
+    clock.advance(5)
+    for attempt in attempts:
+        with attempt:
+            seen.append(seawall.remaining())
+            if attempt.number == 1:
+                raise ConnectionError
+    assert requests == [5.0]
+    assert seen == [pytest.approx(0.5)] * 2
+    assert seawall.remaining() == math.inf

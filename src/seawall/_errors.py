@@ -65,7 +65,9 @@ class RetryAfter(Exception):
 class DeadlineExceeded(TimeoutError):
     """The deadline passed, or too little time was left to start an attempt.
 
-    A subclass of :class:`TimeoutError`, but never retried: the deadline is gone for every layer.
+    A subclass of :class:`TimeoutError`. Never retried once the retrying call's own deadline has
+    passed (it is gone for every layer); one from a tighter deadline below (an attempt's) is a
+    slow attempt, retried like any timeout while the call's own deadline has room.
     """
 
 

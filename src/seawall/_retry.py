@@ -228,10 +228,13 @@ class RetryState:
         p = self.policy
         left = self.deadline - now
         if left < p.min_attempt_time or left <= 0.0:
-            raise DeadlineExceeded(
+            error = DeadlineExceeded(
                 f"gave up before attempt {self.attempts + 1}: {max(left, 0.0):.3f} s left of the "
                 f"deadline, at least {p.min_attempt_time:.3f} s needed"
             )
+            self.reason = "deadline"
+            self._emit("give_up", error, 0.0, now, "deadline")
+            raise error
         self.attempts += 1
         self._attempt_started = now
         if p.attempt_timeout is not None and now + p.attempt_timeout < self.deadline:
@@ -261,8 +264,7 @@ class RetryState:
                 None,
                 now - self._attempt_started,
             )
-            for hook in p._attempt_hooks:
-                hook(event)
+            _run_hooks(p._attempt_hooks, event)
 
     def on_error(
         self, error: BaseException, now: float, *, retry: bool | None = None
@@ -281,10 +283,23 @@ class RetryState:
         p = self.policy
         # The checks of is_permanent() and is_exhausted(), inlined: this runs on every failure,
         # and in the simulator on every simulated attempt.
-        if isinstance(error, RetryAfter) and retry is not False:
+        if isinstance(error, _NEVER_RETRIED) or getattr(error, _PERMANENT_MARK, False) is True:
+            if isinstance(error, Overloaded):
+                kind = _OVERLOADED
+            elif (
+                isinstance(error, DeadlineExceeded)
+                and getattr(error, _PERMANENT_MARK, False) is not True
+            ):
+                # A deadline below this call's own (an attempt's, or a hop's that needed more
+                # time than the attempt had) is one slow attempt: retryable (and a failure, like
+                # any timeout) while this call's deadline has room. Past it, the deadline is gone
+                # for every layer: not retried, and neither success nor failure for budgets.
+                room = self.deadline - now > p.min_attempt_time
+                kind = _RETRY if room and retry is not False and p._retryable(error) else _NEUTRAL
+            else:
+                kind = _PERMANENT
+        elif isinstance(error, RetryAfter) and retry is not False:
             kind = _RETRY
-        elif isinstance(error, _NEVER_RETRIED) or getattr(error, _PERMANENT_MARK, False) is True:
-            kind = _OVERLOADED if isinstance(error, Overloaded) else _PERMANENT
         elif not p.retry_nested and getattr(error, _EXHAUSTED_MARK, False) is True:
             kind = _EXHAUSTED
         elif retry is None:
@@ -299,7 +314,7 @@ class RetryState:
         if budget is not None:
             if kind == _PERMANENT:
                 budget.on_success()  # the dependency answered; this is not sickness
-            else:
+            elif kind != _NEUTRAL:
                 budget.on_failure(error)
         if kind != _RETRY:
             return self._give_up(
@@ -330,7 +345,9 @@ class RetryState:
         p = self.policy
         attempts = self.attempts
         if attempts >= p.max_attempts:
-            return self._give_up("attempts_exhausted", error, now, mark=True)
+            # Only an error this policy retried is "already retried" for the layers above: a
+            # policy that makes a single attempt leaves the retrying to them.
+            return self._give_up("attempts_exhausted", error, now, mark=attempts > 1)
         if not SWITCH.enabled or (p.name is not None and p.name in SWITCH.disabled_names):
             return self._give_up("disabled", error, now)
         if wanted is not None:
@@ -396,13 +413,21 @@ class RetryState:
                 reason,
                 now - self._attempt_started,
             )
-            for hook in hooks:
-                hook(event)
+            _run_hooks(hooks, event)
 
     def outcome(self, value: Any, error: BaseException | None) -> Outcome[Any]:
         return Outcome(
             value, error, self.attempts, self.total_delay, tuple(self.history or ()), self.reason
         )
+
+
+def _run_hooks(hooks: tuple[Hook, ...], event: RetryEvent) -> None:
+    """Call every hook; one that raises is logged and skipped: it never changes the outcome."""
+    for hook in hooks:
+        try:
+            hook(event)
+        except Exception:
+            logger.exception("seawall hook %r failed on a %s event", hook, event.kind)
 
 
 class _BadResult(Exception):
@@ -413,7 +438,7 @@ class _BadResult(Exception):
         self.result = result
 
 
-_RETRY, _PERMANENT, _OVERLOADED, _EXHAUSTED, _FAILED = range(5)
+_RETRY, _PERMANENT, _OVERLOADED, _EXHAUSTED, _FAILED, _NEUTRAL = range(6)
 _new_tuple = tuple.__new__
 _DEFAULT_RETRY_ON: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
 _DEFAULT_HOOKS: tuple[Hook, ...] = (logging_hook,)
@@ -446,8 +471,8 @@ class RetryPolicy:
         backoff: the delays between attempts.
         retry_on: exception classes, or a predicate ``(exc) -> bool``, that are worth retrying.
             Whatever it says, ``Permanent``, ``permanent()``-marked exceptions, ``Overloaded``,
-            ``DeadlineExceeded``, cancellation, ``KeyboardInterrupt``, ``SystemExit`` and
-            ``GeneratorExit`` are never retried.
+            cancellation, ``KeyboardInterrupt``, ``SystemExit`` and ``GeneratorExit`` are never
+            retried, nor ``DeadlineExceeded`` once the call's own deadline has passed.
         retry_if_result: a predicate ``(result) -> bool``: retry when it returns ``True``.
         timeout: seconds for the whole call, waits included (combined with any ambient deadline;
             inner calls see it through :func:`seawall.remaining`).
@@ -546,6 +571,7 @@ class RetryPolicy:
             for h in hooks:
                 if not callable(h):
                     raise TypeError(f"hooks must be callables, got {h!r}")
+            set_(self, "hooks", hooks)  # a tuple, so that policies stay hashable
         set_(self, "_hooks", hooks)
         attempt_hooks = tuple(h for h in hooks if getattr(h, "observes_attempts", False) is True)
         set_(self, "_attempt_hooks", attempt_hooks)
@@ -712,6 +738,10 @@ class RetryPolicy:
             try:
                 result = fn(*args, **kwargs)
             except Exception as exc:
+                if first_error is not None and exc.__context__ is first_error:
+                    # Attempt 1's error was handed over from inside the fast path's `except`:
+                    # later errors were not raised while handling it.
+                    exc.__context__ = None
                 delay = state.on_error(exc, clock_now())
                 if delay is None:
                     raise
@@ -843,6 +873,10 @@ class RetryPolicy:
                 else:
                     result = await with_timeout(fn(*args, **kwargs), attempt_deadline - now)
             except Exception as exc:
+                if first_error is not None and exc.__context__ is first_error:
+                    # Attempt 1's error was handed over from inside the fast path's `except`:
+                    # later errors were not raised while handling it.
+                    exc.__context__ = None
                 delay = state.on_error(exc, clock_now())
                 if delay is None:
                     raise
@@ -956,22 +990,33 @@ class RetryPolicy:
         """Retry a block: ``for attempt in policy.attempts(): with attempt: ...``.
 
         ``async for`` works too (waits then use the clock's ``asleep``). The block's exception
-        propagates when the policy gives up.
+        propagates when the policy gives up. Inside the block, :func:`seawall.remaining` sees the
+        attempt's deadline; the block is not cancelled at it (use :meth:`acall` for that).
         """
         return Attempts(self)
 
 
 class Attempt:
-    """One attempt of the block API; use it as ``with attempt:``."""
+    """One attempt of the block API; use it as ``with attempt:``.
 
-    __slots__ = ("_attempts", "number")
+    Inside the block, the attempt's deadline (the tighter of ``attempt_timeout`` and the call's
+    deadline) is the ambient one, so :func:`seawall.remaining` and the HTTP integration see it.
+    The block itself is not cancelled at that deadline: for cancellation, use
+    :meth:`RetryPolicy.acall`.
+    """
 
-    def __init__(self, attempts: Attempts, number: int) -> None:
+    __slots__ = ("_attempts", "_deadline", "_token", "number")
+
+    def __init__(self, attempts: Attempts, number: int, deadline: float) -> None:
         self._attempts = attempts
+        self._deadline = deadline
+        self._token: Any = None
         #: The attempt number, from 1.
         self.number = number
 
     def __enter__(self) -> Attempt:
+        owner = self._attempts
+        self._token = owner._policy._scope(self._deadline, owner._policy._clock.now())
         return self
 
     def __exit__(
@@ -980,8 +1025,12 @@ class Attempt:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        if self._token is not None:
+            _DEADLINE.reset(self._token)
+            self._token = None
         owner = self._attempts
         state = owner._state
+        assert state is not None  # an Attempt exists only once the state does
         now = owner._policy._clock.now()
         if exc is None:
             state.on_success(now)
@@ -1007,17 +1056,21 @@ class Attempts:
 
     def __init__(self, policy: RetryPolicy) -> None:
         self._policy = policy
-        self._state: RetryState = policy.new_state()
+        # Created on the first iteration: the call (and the budget's deposit) starts there.
+        self._state: RetryState | None = None
         self._done = False
         self._delay: float | None = None
 
     def _next(self) -> Attempt | None:
         state = self._state
-        if self._done or (state.attempts and self._delay is None):
+        now = self._policy._clock.now()
+        if state is None:
+            state = self._state = self._policy.new_state(now)
+        elif self._done or self._delay is None:
             return None  # success, give-up, or a block that left without `with attempt:`
         self._delay = None
-        state.begin_attempt(self._policy._clock.now())
-        return Attempt(self, state.attempts)
+        deadline = state.begin_attempt(now)
+        return Attempt(self, state.attempts, deadline)
 
     def __iter__(self) -> Iterator[Attempt]:
         while True:
