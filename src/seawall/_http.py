@@ -9,6 +9,7 @@ move bytes; every retry, wait and give-up is the policy's decision.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import datetime
 import email.utils
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 from seawall import _validate
 from seawall._budget import Budget
 from seawall._deadline import deadline_headers as encode_deadline_headers
-from seawall._errors import Overloaded, add_note
+from seawall._errors import Overloaded, add_note, permanent
 from seawall._retry import RetryPolicy, RetryState
 
 if TYPE_CHECKING:
@@ -414,7 +415,14 @@ def read_within_attempt(content_length: str | None, limit: int) -> bool:
     Only a body whose ``Content-Length`` declares at most *limit* bytes is (0 turns it off).
     """
     length = content_length
-    return bool(limit) and length is not None and length.isdigit() and int(length) <= limit
+    # isascii(): str.isdigit() accepts digits such as "²" that int() refuses (untrusted header).
+    return (
+        bool(limit)
+        and length is not None
+        and length.isascii()
+        and length.isdigit()
+        and int(length) <= limit
+    )
 
 
 class _Live(NamedTuple):
@@ -530,4 +538,7 @@ class HttpCall:
         delay = self.state.on_error(error, now, retry=note is None)
         if delay is None and note is not None:
             add_note(error, note)
+            # The request may have been processed: no layer above may send it again either.
+            with contextlib.suppress(TypeError):  # an exception that refuses attributes
+                permanent(error)
         return delay

@@ -13,6 +13,8 @@ Behaviours are chosen by path; counts are per (method, path) so that each test s
   byte every ``DRIP_INTERVAL`` (~2 s in all, each read answered well within any read timeout).
 - ``/drip-body/<n>``: the first n requests: the headers at once (``Content-Length: 40``), then
   the body one byte every ``DRIP_INTERVAL``.
+- ``/odd-length``: 200 whose ``Content-Length`` is ``\xb2`` (a superscript two: a "digit" to
+  ``str.isdigit`` that ``int()`` refuses), then the body ``ok`` and a close.
 
 Every request is recorded (method, path, headers, body).
 """
@@ -157,6 +159,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif kind == "drip-body" and n <= int(parts[1]):
             head = b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n"
             self._drip(head, b"d" * 40)
+        elif kind == "odd-length":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: \xb2\r\n\r\nok")
+            self.close_connection = True
         elif kind in ("reset-head", "reset-body", "stall", "drip-head", "drip-body"):
             self._send(200, f"ok after {n}".encode())
         else:

@@ -132,3 +132,15 @@ def test_host_budgets_are_shared_and_bounded(monkeypatch: pytest.MonkeyPatch) ->
         budget_for_host(host)
     assert len(_http._HOST_BUDGETS) == 3
     assert budget_for_host("http://a:80") is not a  # evicted as least recently used
+
+
+@given(st.text(max_size=12))
+def test_content_length_is_untrusted(value: str) -> None:
+    # str.isdigit() accepts "²" and other digits that int() refuses: never an exception.
+    assert _http.read_within_attempt(value, 1 << 20) in (True, False)
+
+
+def test_unicode_digits_in_content_length_are_not_a_length() -> None:
+    assert _http.read_within_attempt("²", 1 << 20) is False
+    assert _http.read_within_attempt("١٢", 1 << 20) is False  # Arabic-Indic digits
+    assert _http.read_within_attempt("12", 1 << 20) is True

@@ -192,3 +192,26 @@ def test_max_retries_is_refused() -> None:
 def test_bad_retry_on_is_refused() -> None:
     with pytest.raises(TypeError, match="retry_on"):
         RetryAdapter(retry_on=("x",))  # type: ignore[arg-type]
+
+
+def test_a_content_length_of_unicode_digits_does_not_crash(
+    server: Server, clock: seawall.VirtualClock
+) -> None:
+    # "²".isdigit() is True but int("²") fails: the header is untrusted input.
+    with session(clock) as s:
+        try:
+            r = s.get(server.url + "/odd-length", timeout=5)
+        except requests.RequestException:
+            pass  # the client library may refuse the answer: that is its own, documented error
+        else:
+            assert r.status_code == 200
+    assert server.count("GET", "/odd-length") >= 1
+
+
+def test_an_outer_policy_never_resends_a_post_the_adapter_refused_to_retry(
+    server: Server, clock: seawall.VirtualClock
+) -> None:
+    outer = seawall.RetryPolicy(retry_on=requests.RequestException, clock=clock, hooks=())
+    with session(clock) as s, pytest.raises(requests.RequestException):
+        outer.call(s.post, server.url + "/stall/3", data=b"pay 10", timeout=0.2)
+    assert server.count("POST", "/stall/3") == 1
