@@ -390,7 +390,7 @@ class Policies:
         ):
             headers[IDEMPOTENCY_KEY_HEADER] = new_idempotency_key()
         return HttpCall(
-            cache.for_host(host),
+            cache.for_host(origin(host)),
             rules,
             method,
             has_key=IDEMPOTENCY_KEY_HEADER in headers,
@@ -407,6 +407,26 @@ def exception_classes(retry_on: object) -> tuple[type[Exception], ...]:
     ):
         raise TypeError(f"retry_on must be exception classes, got {retry_on!r}")
     return retry_on
+
+
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
+
+
+def origin(host: str) -> str:
+    """``scheme://host[:port]`` in one spelling per server, the key of the per-host budgets.
+
+    Lower case, without user info, without the scheme's default port: ``HTTPS://u@Api:443`` and
+    ``https://api`` share one budget.
+    """
+    scheme, sep, rest = host.partition("://")
+    if not sep:
+        return host.lower()
+    scheme = scheme.lower()
+    netloc = rest.rsplit("@", 1)[-1].lower()
+    name, colon, port = netloc.rpartition(":")
+    if colon and "]" not in port and port == _DEFAULT_PORTS.get(scheme):
+        netloc = name
+    return f"{scheme}://{netloc}"
 
 
 def read_within_attempt(content_length: str | None, limit: int) -> bool:

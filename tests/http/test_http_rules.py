@@ -144,3 +144,20 @@ def test_unicode_digits_in_content_length_are_not_a_length() -> None:
     assert _http.read_within_attempt("²", 1 << 20) is False
     assert _http.read_within_attempt("١٢", 1 << 20) is False  # Arabic-Indic digits
     assert _http.read_within_attempt("12", 1 << 20) is True
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        ("https://api.example:443", "https://api.example"),
+        ("HTTPS://User:pw@Api.Example", "https://api.example"),
+        ("http://api.example:80", "http://api.example"),
+        ("http://api.example:8080", "http://api.example:8080"),
+        ("https://api.example:80", "https://api.example:80"),
+        ("http://[::1]:80", "http://[::1]"),
+        ("http://[::1]", "http://[::1]"),
+        ("http://127.0.0.1:54321", "http://127.0.0.1:54321"),
+    ],
+)
+def test_one_budget_key_per_origin(host: str, expected: str) -> None:
+    assert _http.origin(host) == expected
