@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -13,6 +14,7 @@ from seawall._retry import TESTING
 __all__ = ["VirtualClock", "VirtualEventLoop", "instant", "run"]
 
 T = TypeVar("T")
+_INSTANT_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -22,11 +24,13 @@ def instant() -> Iterator[None]:
     For users' own test suites: code under test keeps its real policies, and the suite does not
     sleep. Nests; process-wide.
     """
-    TESTING.instant += 1
+    with _INSTANT_LOCK:  # `+= 1` is a read and a write: threads entering together must not lose one
+        TESTING.instant += 1
     try:
         yield
     finally:
-        TESTING.instant -= 1
+        with _INSTANT_LOCK:
+            TESTING.instant -= 1
 
 
 def run(main: Coroutine[Any, Any, T], clock: VirtualClock | None = None) -> T:
