@@ -448,12 +448,6 @@ class TokenBucket:
 
 # -- RetryQuota (AWS SDK "standard" retry mode) ------------------------------------------------
 
-# The quota withdrawn by the latest retry of the call running in this thread or task, so that
-# its success can refund exactly that amount. (quota, cost), or None.
-_RETRY_COST: Final[contextvars.ContextVar[tuple[RetryQuota, int] | None]] = contextvars.ContextVar(
-    "seawall_retry_quota_cost", default=None
-)
-
 
 def _looks_like_timeout(error: BaseException) -> bool:
     """Whether *error* is a timeout: a ``TimeoutError``, or a class named like one.
@@ -492,6 +486,7 @@ class RetryQuota:
 
     __slots__ = (
         "_available",
+        "_held",
         "_is_timeout",
         "_lock",
         "capacity",
@@ -517,6 +512,13 @@ class RetryQuota:
         self._is_timeout = is_timeout or _looks_like_timeout
         self._available = self.capacity
         self._lock = threading.Lock()
+        # The cost withdrawn by the latest retry of the call running in this thread or task, so
+        # that its success refunds exactly that amount (None: no retry cost held). One variable
+        # per quota: a call on another quota nested in this call's retry has its own, and
+        # cannot overwrite (or take) this one. Each thread and asyncio task sees its own value.
+        self._held: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+            "seawall_retry_quota_cost", default=None
+        )
 
     @classmethod
     def aws_standard(cls) -> RetryQuota:
@@ -536,8 +538,8 @@ class RetryQuota:
 
     def on_request(self) -> None:
         """A call starts: forget a cost left over by a call that ended without an outcome."""
-        if _RETRY_COST.get() is not None:
-            _RETRY_COST.set(None)
+        if self._held.get() is not None:
+            self._held.set(None)
 
     def allow_retry(self, error: BaseException | None = None) -> bool:
         """Take the cost of one retry after *error*; ``False`` when the quota cannot pay it."""
@@ -547,15 +549,14 @@ class RetryQuota:
             if self._available < cost:
                 return False
             self._available -= cost
-        _RETRY_COST.set((self, cost))
+        self._held.set(cost)
         return True
 
     def on_success(self) -> None:
         """Refund the latest retry's cost, or add ``success_reward`` after a first attempt."""
-        held = _RETRY_COST.get()
-        if held is not None and held[0] is self:
-            _RETRY_COST.set(None)
-            amount = held[1]
+        amount = self._held.get()
+        if amount is not None:
+            self._held.set(None)
         else:
             amount = self.success_reward
         if amount and self._available < self.capacity:  # full while healthy: no lock
@@ -564,9 +565,8 @@ class RetryQuota:
 
     def on_failure(self, error: BaseException) -> None:
         """The retry failed: its cost stays spent."""
-        held = _RETRY_COST.get()
-        if held is not None and held[0] is self:
-            _RETRY_COST.set(None)
+        if self._held.get() is not None:
+            self._held.set(None)
 
     def __repr__(self) -> str:
         return (
@@ -922,7 +922,7 @@ def _retry_quota_wrapper(
 ) -> Callable[..., Any]:
     # on_request does nothing unless a cost is held; on_success does nothing while the quota
     # is full and no cost is held (a success then adds nothing to a full quota).
-    held = _RETRY_COST.get
+    held = budget._held.get
     on_request, on_success = budget.on_request, budget.on_success
 
     def retry_quota_wrapper(*args: Any, **kwargs: Any) -> Any:
