@@ -18,6 +18,7 @@ import httpx
 from seawall._budget import RetryBudget
 from seawall._compat import timeout_at
 from seawall._config import PolicyHandle, PolicyRegistry
+from seawall._errors import DeadlineExceeded
 from seawall._hedge import Hedge
 from seawall._http import (
     IDEMPOTENT_METHODS,
@@ -218,23 +219,41 @@ class RetryTransport(_Base, httpx.BaseTransport):
         call = self._start(request)
         sleep = call.clock.sleep
         send = self._transport.handle_request
-        while True:
-            call.begin_attempt()
-            try:
-                response = send(self._prepare(request, call))
-                if _small(response, call.rules.buffer_limit):
-                    response = _buffered(response)
-            except Exception as exc:
-                retryable, never_sent = self._classify(exc)
-                delay = call.on_error(exc, never_sent, retryable)
-                if delay is None:
-                    raise
-            else:
-                delay = call.on_response(response.status_code, response.headers.get)
-                if delay is None:
+        # The latest retried response, kept through the wait: if the policy then gives up before
+        # the next attempt, the caller gets it, as without retries. Closed when that attempt
+        # starts (its body is usually in memory already: see _small).
+        retried: httpx.Response | None = None
+        try:
+            while True:
+                try:
+                    call.begin_attempt()
+                except DeadlineExceeded:
+                    if retried is None:
+                        raise
+                    # The wait left too little time (a sleep that overshot on a real clock).
+                    response, retried = retried, None
                     return response
-                response.close()  # a discarded attempt must not hold its connection
-            sleep(delay)
+                if retried is not None:
+                    retried.close()  # a discarded attempt must not hold its connection
+                    retried = None
+                try:
+                    response = send(self._prepare(request, call))
+                    if _small(response, call.rules.buffer_limit):
+                        response = _buffered(response)
+                except Exception as exc:
+                    retryable, never_sent = self._classify(exc)
+                    delay = call.on_error(exc, never_sent, retryable)
+                    if delay is None:
+                        raise
+                else:
+                    delay = call.on_response(response.status_code, response.headers.get)
+                    if delay is None:
+                        return response
+                    retried = response
+                sleep(delay)
+        finally:
+            if retried is not None:
+                retried.close()  # the wait was interrupted: nobody will read it
 
     def close(self) -> None:
         self._transport.close()

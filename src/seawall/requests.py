@@ -16,6 +16,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from seawall._config import PolicyHandle, PolicyRegistry
+from seawall._errors import DeadlineExceeded
 from seawall._http import (
     IDEMPOTENT_METHODS,
     PER_HOST,
@@ -154,40 +155,60 @@ class RetryAdapter(HTTPAdapter):
         position = getattr(request, "_body_position", None)
         sleep = call.clock.sleep
         first = True
-        while True:
-            call.begin_attempt()
-            attempt = request.copy()
-            if call.rules.deadline_headers:
-                attempt.headers.update(call.deadline_headers())
-            if rewind and replayable and not first:
-                # requests recorded where the file body started (as for redirects): rewind.
-                attempt.body.seek(position)  # type: ignore[union-attr]
-            first = False
-            # requests' annotations forbid (None, read); urllib3 accepts it (no connect limit).
-            attempt_timeout: Any = (call.timeout(connect), call.timeout(read))
-            try:
-                response = super().send(
-                    attempt,
-                    stream=stream,
-                    timeout=attempt_timeout,
-                    verify=verify,
-                    cert=cert,
-                    proxies=proxies,
-                )
-                if not stream and _small(response, rules.buffer_limit):
-                    _ = response.content  # read now: a reset mid-body is then retried
-            except Exception as exc:
-                retryable = isinstance(exc, self._retry_on) and not isinstance(exc, _NEVER_RETRIED)
-                never_sent = _never_sent(exc)
-                delay = call.on_error(exc, never_sent, retryable or never_sent)
-                if delay is None:
-                    raise
-            else:
-                delay = call.on_response(response.status_code, response.headers.get)
-                if delay is None:
+        # The latest retried response, kept through the wait: if the policy then gives up before
+        # the next attempt, the caller gets it, as without retries. Closed when that attempt
+        # starts (its body is usually in memory already: see _small).
+        retried: requests.Response | None = None
+        try:
+            while True:
+                try:
+                    call.begin_attempt()
+                except DeadlineExceeded:
+                    if retried is None:
+                        raise
+                    # The wait left too little time (a sleep that overshot on a real clock).
+                    response, retried = retried, None
                     return response
-                response.close()  # a discarded attempt must not hold its connection
-            sleep(delay)
+                if retried is not None:
+                    retried.close()  # a discarded attempt must not hold its connection
+                    retried = None
+                attempt = request.copy()
+                if call.rules.deadline_headers:
+                    attempt.headers.update(call.deadline_headers())
+                if rewind and replayable and not first:
+                    # requests recorded where the file body started (as for redirects): rewind.
+                    attempt.body.seek(position)  # type: ignore[union-attr]
+                first = False
+                # requests' annotations forbid (None, read); urllib3 accepts it (no connect limit).
+                attempt_timeout: Any = (call.timeout(connect), call.timeout(read))
+                try:
+                    response = super().send(
+                        attempt,
+                        stream=stream,
+                        timeout=attempt_timeout,
+                        verify=verify,
+                        cert=cert,
+                        proxies=proxies,
+                    )
+                    if not stream and _small(response, rules.buffer_limit):
+                        _ = response.content  # read now: a reset mid-body is then retried
+                except Exception as exc:
+                    retryable = isinstance(exc, self._retry_on) and not isinstance(
+                        exc, _NEVER_RETRIED
+                    )
+                    never_sent = _never_sent(exc)
+                    delay = call.on_error(exc, never_sent, retryable or never_sent)
+                    if delay is None:
+                        raise
+                else:
+                    delay = call.on_response(response.status_code, response.headers.get)
+                    if delay is None:
+                        return response
+                    retried = response
+                sleep(delay)
+        finally:
+            if retried is not None:
+                retried.close()  # the wait was interrupted: nobody will read it
 
 
 def _small(response: requests.Response, limit: int) -> bool:
