@@ -139,7 +139,7 @@ def test_hedge_shares_the_route_budget_without_counting_requests_twice() -> None
     users = registry.policy("users")
     hedge = registry.hedge("users").policy
     assert hedge is not None and hedge.budget is users.policy.budget
-    assert hedge._reports_to_budget is False
+    assert hedge.reports_to_budget is False
 
 
 def test_adaptive_hedge_from_the_file_learns_the_latency() -> None:

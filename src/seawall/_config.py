@@ -771,8 +771,7 @@ class PolicyRegistry:
         hedge = route.hedge.build(name=route.name, budget=shared, clock=self._clock, hooks=hooks)
         # The route's retry policy reports requests and outcomes to the shared budget; the hedge
         # only withdraws, as in a Pipeline, so nothing counts twice.
-        hedge._reports_to_budget = False
-        return hedge
+        return hedge.withdrawing_only()
 
     def load(self, source: str | os.PathLike[str] | Mapping[str, Any]) -> None:
         """Replace every configured policy with *source*'s, atomically.

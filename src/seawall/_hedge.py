@@ -8,6 +8,7 @@ completion on the server.
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import inspect
 import math
@@ -83,6 +84,28 @@ def _compile_retry_on(value: RetryOn) -> Callable[[BaseException], bool]:
     raise TypeError(f"retry_on must be exception classes or a predicate, got {value!r}")
 
 
+class _Shared:
+    """The state a :class:`Hedge` shares with its :meth:`Hedge.withdrawing_only` views.
+
+    One lock guards every update: a Hedge may serve event loops in several threads, and
+    ``n += 1`` on an attribute is a read, an add and a write. Under the GIL of CPython 3.10+ no
+    thread switch falls between them in practice, but nothing promises it, and on a
+    free-threaded build (3.13t) another thread does interleave: counts are lost, or one
+    load-bound token is spent twice. The lock is uncontended almost always; no difference
+    showed beside the tens of microseconds of the task a hedged call runs.
+    """
+
+    __slots__ = ("calls", "hedges", "lock", "recorded", "tokens", "wins")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.tokens = 0.0
+        self.calls = 0
+        self.hedges = 0
+        self.wins = 0
+        self.recorded = 0
+
+
 class Hedge:
     """A reusable hedging policy for ``async`` calls; see :func:`hedge` for the one-shot form.
 
@@ -98,7 +121,8 @@ class Hedge:
         delay: seconds to wait before each extra attempt, or a latency tracker (any object with
             ``record(seconds)`` and ``quantile(q)``, such as :class:`seawall.LatencyTracker`):
             the delay is then its live ``quantile``, and every successful call records its
-            latency there (Finagle's backup requests track a percentile the same way).
+            latency there, as does every attempt that fails (Finagle's backup requests track
+            a percentile the same way).
         max_attempts: most attempts per call, the first included (gRPC ``maxAttempts``).
         quantile: the percentile of an adaptive delay (0.95 for p95).
         min_samples: with an adaptive delay, do not hedge on time until the tracker holds this
@@ -131,29 +155,28 @@ class Hedge:
         calls: calls made through this policy.
         hedges: extra attempts started.
         wins: calls answered by an extra attempt.
+        recorded: latencies recorded in the tracker of an adaptive delay.
+
+    These counters are shared with the policy's :meth:`withdrawing_only` views and are safe to
+    update from several threads (each running its own event loop).
     """
 
     __slots__ = (
         "_delay",
         "_hooks",
-        "_lock",
         "_reports_to_budget",
         "_retryable",
-        "_tokens",
+        "_shared",
         "_tracker",
         "budget",
-        "calls",
         "clock",
-        "hedges",
         "max_attempts",
         "max_extra_load",
         "min_delay",
         "min_samples",
         "name",
         "quantile",
-        "recorded",
         "replicas",
-        "wins",
     )
 
     def __init__(
@@ -219,15 +242,53 @@ class Hedge:
             if not callable(hook):
                 raise TypeError(f"hooks must hold callables, got {hook!r}")
         self._hooks: tuple[HedgeHook, ...] = tuple(hooks)
-        # A pipeline whose retry layer shares the budget turns this off: the retry layer then
-        # reports requests and outcomes, and hedging only withdraws, so nothing counts twice.
+        # False only in the views withdrawing_only() returns; never changed on a policy in use.
         self._reports_to_budget = True
-        self._lock = threading.Lock()
-        self._tokens = 0.0
-        self.calls = 0
-        self.hedges = 0
-        self.wins = 0
-        self.recorded = 0
+        self._shared = _Shared()
+
+    def withdrawing_only(self) -> Hedge:
+        """This policy, for a layer whose retry policy reports to the same budget.
+
+        The returned view draws its extra attempts from the budget exactly as this policy does,
+        but reports neither requests nor outcomes to it: the retry layer around it does, so
+        nothing is counted twice (:class:`~seawall.Pipeline`, the HTTP transports and
+        :meth:`~seawall.PolicyRegistry.hedge` use it). The view shares this policy's latency
+        tracker, load-bound tokens and counters, and takes its settings as they are now. This
+        policy is not changed: used on its own elsewhere, it still reports to its budget.
+
+        Returns:
+            A new :class:`Hedge` (or this one, if it already reports nothing).
+        """
+        if not self._reports_to_budget:
+            return self
+        view = copy.copy(self)  # a shallow copy: the tracker and the _Shared state are shared
+        view._reports_to_budget = False
+        return view
+
+    @property
+    def reports_to_budget(self) -> bool:
+        """``False`` for a :meth:`withdrawing_only` view: it only withdraws from the budget."""
+        return self._reports_to_budget
+
+    @property
+    def calls(self) -> int:
+        """Calls made through this policy (and its views)."""
+        return self._shared.calls
+
+    @property
+    def hedges(self) -> int:
+        """Extra attempts started."""
+        return self._shared.hedges
+
+    @property
+    def wins(self) -> int:
+        """Calls answered by an extra attempt."""
+        return self._shared.wins
+
+    @property
+    def recorded(self) -> int:
+        """Latencies recorded in the tracker of an adaptive delay (successes and failures)."""
+        return self._shared.recorded
 
     @property
     def delay(self) -> float:
@@ -238,7 +299,7 @@ class Hedge:
         # The tracker's own count when it has one: it may be shared with other code.
         seen = getattr(tracker, "count", None)
         if isinstance(seen, bool) or not isinstance(seen, int):
-            seen = self.recorded
+            seen = self._shared.recorded
         if seen < self.min_samples:
             return math.inf
         value = tracker.quantile(self.quantile)
@@ -256,11 +317,12 @@ class Hedge:
         """
         if self._reports_to_budget and self.budget is not None:
             self.budget.on_request()
-        self.calls += 1
+        shared = self._shared
         bound = self.max_extra_load
-        if bound is not None:
-            with self._lock:
-                self._tokens = min(self._tokens + bound, max(1.0, 100.0 * bound))
+        with shared.lock:
+            shared.calls += 1
+            if bound is not None:
+                shared.tokens = min(shared.tokens + bound, max(1.0, 100.0 * bound))
         return self.delay
 
     def admit(self, error: BaseException, attempt: int = 2) -> bool:
@@ -279,8 +341,10 @@ class Hedge:
         """
         if not SWITCH.enabled or (self.name is not None and self.name in SWITCH.disabled_names):
             return False
+        shared = self._shared
         bound = self.max_extra_load
-        if bound is not None and self._tokens < _ONE_TOKEN:
+        # A read without the lock, to skip the budget when no token is left; re-checked below.
+        if bound is not None and shared.tokens < _ONE_TOKEN:
             return False
         budget = self.budget
         if budget is not None:
@@ -288,17 +352,25 @@ class Hedge:
             if not allow(error):
                 self._fire("budget_exhausted", attempt, error)
                 return False
-        if bound is not None:
-            with self._lock:
-                if self._tokens < _ONE_TOKEN:
+        with shared.lock:
+            if bound is not None:
+                if shared.tokens < _ONE_TOKEN:
                     return False  # another caller took the last token meanwhile
-                self._tokens -= 1.0
-        self.hedges += 1
+                shared.tokens -= 1.0
+            shared.hedges += 1
         self._fire("hedge", attempt, error)
         return True
 
-    def on_error(self, error: BaseException) -> bool:
+    def on_error(self, error: BaseException, latency: float | None = None) -> bool:
         """An attempt failed with *error*: report it to the budget; does it end the call?
+
+        Args:
+            error: what the attempt raised.
+            latency: how long that attempt ran (seconds, from its own start). With an adaptive
+                delay it is recorded in the tracker: an error is an answer too, and a slow tail
+                that ends in errors (timeouts) must count in the percentile, or the delay reads
+                low and hedges fire too early. A cancelled attempt (not an ``Exception``) is
+                not recorded: it did not answer, and how long it ran is only a lower bound.
 
         Returns:
             ``True`` when the error is not retryable (``Permanent``, ``Overloaded``, or outside
@@ -315,6 +387,12 @@ class Hedge:
                 budget.on_success()
             else:
                 budget.on_failure(error)
+        tracker = self._tracker
+        if tracker is not None and latency is not None and isinstance(error, Exception):
+            tracker.record(max(0.0, latency))
+            shared = self._shared
+            with shared.lock:
+                shared.recorded += 1
         return fatal
 
     def on_success(self, latency: float, attempt: int = 1) -> None:
@@ -323,15 +401,18 @@ class Hedge:
         Counts a win when an extra attempt answered, reports success to the budget and records
         the latency in the tracker of an adaptive delay.
         """
+        shared = self._shared
         if attempt > 1:
-            self.wins += 1
+            with shared.lock:
+                shared.wins += 1
             self._fire("win", attempt, None)
         if self.budget is not None and self._reports_to_budget:
             self.budget.on_success()
         tracker = self._tracker
         if tracker is not None:
             tracker.record(max(0.0, latency))
-            self.recorded += 1
+            with shared.lock:
+                shared.recorded += 1
 
     def _fire(self, kind: Any, attempt: int, error: BaseException | None) -> None:
         if self._hooks:
@@ -365,9 +446,11 @@ class Hedge:
                 aw = fn(replicas[len(tasks) % len(replicas)], *args, **kwargs)
             task = asyncio.ensure_future(aw)
             tasks.append(task)
+            starts.append(clock.now())
             return task
 
         tasks: list[asyncio.Future[T]] = []
+        starts: list[float] = []  # when each attempt started, on the clock: its latency
         pending = {launch()}
         next_at = loop.time() + delay
         last_error: BaseException | None = None
@@ -389,15 +472,16 @@ class Hedge:
                         next_at = math.inf
                     continue
                 for task in sorted(done, key=_failed_last):
+                    index = tasks.index(task)
                     if task.cancelled():
                         error: BaseException = asyncio.CancelledError()
                     else:
                         exc = task.exception()
                         if exc is None:
-                            self.on_success(clock.now() - started, tasks.index(task) + 1)
+                            self.on_success(clock.now() - started, index + 1)
                             return task.result()
                         error = exc
-                    if self.on_error(error):
+                    if self.on_error(error, clock.now() - starts[index]):
                         raise error
                     last_error = error
                 if not pending:

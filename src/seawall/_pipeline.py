@@ -98,19 +98,20 @@ class Pipeline:
             raise TypeError(f"hedge must be a seawall.Hedge, got {hedge!r}")
         if clock is not None and not isinstance(clock, Clock):
             raise TypeError(f"clock must implement seawall.Clock, got {clock!r}")
-        self.retry = retry
-        self.breaker = breaker
-        self.hedge = hedge
-        if clock is None:
-            clock = retry._clock if retry is not None else SYSTEM_CLOCK
-        self.clock: Clock = clock
         if (
             hedge is not None
             and retry is not None
             and hedge.budget is not None
             and hedge.budget is retry.budget
         ):
-            hedge._reports_to_budget = False
+            # The caller's Hedge is left as it is: it still reports wherever else it is used.
+            hedge = hedge.withdrawing_only()
+        self.retry = retry
+        self.breaker = breaker
+        self.hedge = hedge
+        if clock is None:
+            clock = retry._clock if retry is not None else SYSTEM_CLOCK
+        self.clock: Clock = clock
         self._call = self._compose_sync()
         self._acall = self._compose_async()
 

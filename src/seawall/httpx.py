@@ -314,14 +314,15 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
             buffer_limit=buffer_limit,
         )
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
-        self._hedge = hedge
         self._hedge_methods = _hedge_methods(hedge, hedge_methods, idempotent_methods)
         if hedge is not None:
             shared = budget if budget is not PER_HOST else self.policy.budget
             if hedge.budget is not None and hedge.budget is shared:
                 # As in a Pipeline: the retry loop reports requests and outcomes to the shared
-                # budget; hedges only withdraw from it, so nothing is counted twice.
-                hedge._reports_to_budget = False
+                # budget; hedges only withdraw from it, so nothing is counted twice. A view:
+                # the caller's Hedge still reports wherever else it is used.
+                hedge = hedge.withdrawing_only()
+        self._hedge = hedge
 
     @property
     def hedge(self) -> Hedge | None:
