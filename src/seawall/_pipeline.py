@@ -58,7 +58,9 @@ class Pipeline:
             as its deadline through :func:`seawall.remaining`.
         hedge: a :class:`~seawall.Hedge` run as the innermost layer (async only; idempotent
             operations only). When it shares the retry policy's budget, the retry layer reports
-            requests and outcomes to it and hedges only withdraw, so nothing counts twice.
+            requests and outcomes to it and hedges only withdraw, so nothing counts twice
+            (``self.hedge`` is then its :meth:`~seawall.Hedge.withdrawing_only` view; the
+            given hedge is unchanged).
         clock: where the deadlines are measured (by default the retry policy's clock, else the
             system clock).
 

@@ -326,7 +326,7 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
 
     @property
     def hedge(self) -> Hedge | None:
-        """The hedging policy, if any."""
+        """The hedging policy, if any (a ``withdrawing_only()`` view when it shares the budget)."""
         return self._hedge
 
     @classmethod
