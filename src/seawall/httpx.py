@@ -362,26 +362,42 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
         hedge = self._hedge
         if hedge is not None and (call.method not in self._hedge_methods or not call.replayable):
             hedge = None
-        while True:
-            left = call.begin_attempt()
-            try:
-                if left == math.inf:
-                    response = await self._send(request, call, hedge)
+        # As in RetryTransport: the latest retried response is kept through the wait, returned if
+        # the policy gives up before the next attempt, and closed when that attempt starts.
+        retried: httpx.Response | None = None
+        try:
+            while True:
+                try:
+                    left = call.begin_attempt()
+                except DeadlineExceeded:
+                    if retried is None:
+                        raise
+                    response, retried = retried, None
+                    return response
+                if retried is not None:
+                    await retried.aclose()  # a discarded attempt must not hold its connection
+                    retried = None
+                try:
+                    if left == math.inf:
+                        response = await self._send(request, call, hedge)
+                    else:
+                        # httpx's timeouts bound each read, not the attempt: a server dripping a
+                        # byte at a time would outlive it. Cancellation bounds the whole attempt.
+                        response = await _bounded(self._send(request, call, hedge), left, request)
+                except Exception as exc:
+                    retryable, never_sent = self._classify(exc)
+                    delay = call.on_error(exc, never_sent, retryable)
+                    if delay is None:
+                        raise
                 else:
-                    # httpx's timeouts bound each read, not the attempt: a server dripping a
-                    # byte at a time would outlive it. Cancellation bounds the whole attempt.
-                    response = await _bounded(self._send(request, call, hedge), left, request)
-            except Exception as exc:
-                retryable, never_sent = self._classify(exc)
-                delay = call.on_error(exc, never_sent, retryable)
-                if delay is None:
-                    raise
-            else:
-                delay = call.on_response(response.status_code, response.headers.get)
-                if delay is None:
-                    return _bound_body(response, call, request)
-                await response.aclose()  # a discarded attempt must not hold its connection
-            await asleep(delay)
+                    delay = call.on_response(response.status_code, response.headers.get)
+                    if delay is None:
+                        return _bound_body(response, call, request)
+                    retried = response
+                await asleep(delay)
+        finally:
+            if retried is not None:
+                await retried.aclose()  # the wait was interrupted (or cancelled): nobody reads it
 
     async def _send_one(self, request: httpx.Request, call: HttpCall) -> httpx.Response:
         response = await self._transport.handle_async_request(self._prepare(request, call))

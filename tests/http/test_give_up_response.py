@@ -8,6 +8,7 @@ refuses it. A virtual clock whose sleeps overshoot plays that part; the server i
 
 from __future__ import annotations
 
+import asyncio
 import random
 from typing import Any
 
@@ -17,6 +18,7 @@ import requests
 from seawall_test_server import Server
 
 import seawall
+import seawall.httpx
 from seawall.httpx import RetryTransport
 from seawall.requests import RetryAdapter
 
@@ -204,3 +206,47 @@ def test_requests_interrupted_wait_closes_the_kept_response(server: Server) -> N
         s.get(server.url + "/flaky/10/503", stream=True, timeout=5.0)
     assert len(adapter.responses) == 1
     assert released(adapter.responses[0])
+
+
+# -- httpx, async -----------------------------------------------------------------------------
+
+
+class LateAsyncClock(LateClock):
+    async def asleep(self, seconds: float) -> None:
+        await super().asleep(seconds)
+        self.advance(self.late)
+
+
+class RecordingAsync(httpx.AsyncBaseTransport):
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.responses: list[httpx.Response] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        self.responses.append(response)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.mark.parametrize("buffer_limit", [1 << 20, 0], ids=["body-in-memory", "body-unread"])
+def test_async_httpx_wait_past_the_deadline_returns_the_last_response(
+    server: Server, buffer_limit: int
+) -> None:
+    clock = LateAsyncClock(late=5.0)
+    p = policy(clock, timeout=1.0)
+    recording = RecordingAsync()
+
+    async def main() -> tuple[int, str]:
+        transport = seawall.httpx.AsyncRetryTransport(
+            p, recording, budget=None, buffer_limit=buffer_limit
+        )
+        async with httpx.AsyncClient(transport=transport, timeout=5.0) as c:
+            r = await c.get(server.url + "/flaky/10/503")
+            return r.status_code, (await r.aread()).decode()
+
+    assert asyncio.run(main()) == (503, "fail")
+    assert server.count("GET", "/flaky/10/503") == 1
+    assert all(response.is_closed for response in recording.responses)
