@@ -180,3 +180,62 @@ async def test_works_on_a_real_event_loop() -> None:
     fn = failing_then(1)
     p = RetryPolicy(backoff=Backoff.constant(0.0), hooks=())
     assert await p.acall(fn) == "ok"
+
+
+def test_async_with_attempt_cancels_the_block_at_the_attempt_timeout() -> None:
+    clock = VirtualClock()
+    started: list[float] = []
+    cancelled: list[float] = []
+
+    async def main() -> str:
+        p = vpolicy(clock, attempt_timeout=2.0, backoff=Backoff.constant(1.0))
+        async for attempt in p.attempts():
+            async with attempt:
+                started.append(clock.now())
+                assert seawall.remaining() == pytest.approx(2.0)
+                if attempt.number < 3:
+                    try:
+                        await asyncio.sleep(3600)
+                    except asyncio.CancelledError:
+                        cancelled.append(clock.now())
+                        raise
+                return "third time"
+        return "unreachable"
+
+    assert run(main(), clock) == "third time"
+    assert started == [pytest.approx(t) for t in (0.0, 3.0, 6.0)]
+    assert cancelled == [pytest.approx(t) for t in (2.0, 5.0)]
+
+
+def test_async_with_attempt_gives_up_with_a_timeout_error() -> None:
+    clock = VirtualClock()
+
+    async def main() -> None:
+        async for attempt in vpolicy(clock, attempt_timeout=1.0, max_attempts=2).attempts():
+            async with attempt:
+                await asyncio.sleep(10)
+
+    with pytest.raises(TimeoutError):
+        run(main(), clock)
+    assert clock.now() < 3.0
+
+
+def test_callers_cancellation_of_an_async_with_attempt_is_not_retried() -> None:
+    clock = VirtualClock()
+    entered = []
+
+    async def block() -> None:
+        async for attempt in vpolicy(clock, attempt_timeout=5.0, retry_on=BaseException).attempts():
+            async with attempt:
+                entered.append(attempt.number)
+                await asyncio.sleep(10)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(block())
+        await asyncio.sleep(1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(main(), clock)
+    assert entered == [1]

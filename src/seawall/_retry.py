@@ -8,6 +8,7 @@ decisions.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import inspect
@@ -23,7 +24,7 @@ from seawall import _validate
 from seawall._backoff import DEFAULT_BACKOFF, Backoff
 from seawall._budget import Budget, first_attempt_wrapper, success_is_noop
 from seawall._clock import SYSTEM_CLOCK, Clock, SystemClock
-from seawall._compat import with_timeout
+from seawall._compat import timeout_at, with_timeout
 from seawall._deadline import _DEADLINE, Deadline
 from seawall._errors import (
     _EXHAUSTED_MARK,
@@ -991,7 +992,7 @@ class RetryPolicy:
 
         ``async for`` works too (waits then use the clock's ``asleep``). The block's exception
         propagates when the policy gives up. Inside the block, :func:`seawall.remaining` sees the
-        attempt's deadline; the block is not cancelled at it (use :meth:`acall` for that).
+        attempt's deadline; ``async with attempt:`` also cancels the block there.
         """
         return Attempts(self)
 
@@ -1001,18 +1002,45 @@ class Attempt:
 
     Inside the block, the attempt's deadline (the tighter of ``attempt_timeout`` and the call's
     deadline) is the ambient one, so :func:`seawall.remaining` and the HTTP integration see it.
-    The block itself is not cancelled at that deadline: for cancellation, use
-    :meth:`RetryPolicy.acall`.
+    ``async with attempt:`` also cancels the block at that deadline (it then counts as a
+    ``TimeoutError``, retried like any timeout); a synchronous ``with attempt:`` cannot be
+    interrupted.
     """
 
-    __slots__ = ("_attempts", "_deadline", "_token", "number")
+    __slots__ = ("_attempts", "_deadline", "_timeout", "_token", "number")
 
     def __init__(self, attempts: Attempts, number: int, deadline: float) -> None:
         self._attempts = attempts
         self._deadline = deadline
         self._token: Any = None
+        self._timeout: Any = None
         #: The attempt number, from 1.
         self.number = number
+
+    async def __aenter__(self) -> Attempt:
+        self.__enter__()
+        if self._deadline != math.inf:
+            left = self._deadline - self._attempts._policy._clock.now()
+            self._timeout = timeout_at(asyncio.get_running_loop().time() + max(0.0, left))
+            await self._timeout.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        timeout, self._timeout = self._timeout, None
+        if timeout is not None:
+            try:
+                await timeout.__aexit__(exc_type, exc, tb)
+            except TimeoutError as err:
+                # Our own cancellation at the attempt's deadline: a slow attempt.
+                if self.__exit__(TimeoutError, err, err.__traceback__):
+                    return True
+                raise
+        return self.__exit__(exc_type, exc, tb)
 
     def __enter__(self) -> Attempt:
         owner = self._attempts
