@@ -2,6 +2,7 @@ import asyncio
 import contextlib
 import random
 import threading
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +15,7 @@ from seawall import (
     CircuitOpen,
     Overloaded,
     Permanent,
+    Pipeline,
     RetryPolicy,
     VirtualClock,
 )
@@ -459,3 +461,17 @@ def test_invalid_configuration(kwargs: dict[str, object], exc: type[Exception], 
 def test_exported() -> None:
     assert seawall.CircuitBreaker is CircuitBreaker
     assert issubclass(seawall.CircuitOpen, seawall.Overloaded)
+
+
+def test_generator_functions_are_refused() -> None:
+    def gen() -> Iterator[int]:
+        yield 1
+
+    async def agen() -> AsyncIterator[int]:
+        yield 1
+
+    for fn in (gen, agen):
+        with pytest.raises(TypeError, match="generator"):
+            CircuitBreaker()(fn)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="generator"):
+            Pipeline(breaker=CircuitBreaker())(fn)  # type: ignore[arg-type]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import inspect
 import logging
 import math
 import random
@@ -24,6 +23,7 @@ from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 from seawall import _validate
 from seawall._clock import SYSTEM_CLOCK, Clock
+from seawall._decorate import check_decoratable
 from seawall._errors import DeadlineExceeded, Overloaded, is_permanent
 
 __all__ = ["BreakerEvent", "BreakerState", "CircuitBreaker", "CircuitOpen"]
@@ -519,9 +519,7 @@ class CircuitBreaker:
 
     def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
         """Decorate a ``def`` or ``async def`` function; its signature is preserved."""
-        if not callable(fn):
-            raise TypeError(f"can only decorate callables, got {fn!r}")
-        if inspect.iscoroutinefunction(fn):
+        if check_decoratable(fn, "guard"):
             acall = self.acall
 
             @functools.wraps(fn)

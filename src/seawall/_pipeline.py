@@ -16,7 +16,6 @@ circuit breaker inside it).
 from __future__ import annotations
 
 import functools
-import inspect
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar, overload
@@ -26,6 +25,7 @@ from seawall._breaker import CircuitBreaker
 from seawall._clock import SYSTEM_CLOCK, Clock, SystemClock
 from seawall._compat import with_timeout
 from seawall._deadline import _DEADLINE, Deadline, deadline
+from seawall._decorate import check_decoratable
 from seawall._hedge import Hedge
 from seawall._retry import RetryPolicy
 
@@ -180,9 +180,7 @@ class Pipeline:
 
     def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
         """Decorate a ``def`` or ``async def`` function; its signature is preserved."""
-        if not callable(fn):
-            raise TypeError(f"can only decorate callables, got {fn!r}")
-        is_async = inspect.iscoroutinefunction(fn)
+        is_async = check_decoratable(fn, "wrap")
         if self.timeout is None and self.attempt_timeout is None and (is_async or not self.hedge):
             # Without timeouts, nest the layers' own decorators (each keeps its fast path), so
             # the pipeline costs what the layers cost and nothing more.

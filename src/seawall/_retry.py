@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import inspect
 import logging
 import math
 import random
@@ -26,6 +25,7 @@ from seawall._budget import Budget, first_attempt_wrapper, success_is_noop
 from seawall._clock import SYSTEM_CLOCK, Clock, SystemClock
 from seawall._compat import timeout_at, with_timeout
 from seawall._deadline import _DEADLINE, Deadline
+from seawall._decorate import check_decoratable
 from seawall._errors import (
     _EXHAUSTED_MARK,
     _NEVER_RETRIED,
@@ -913,11 +913,7 @@ class RetryPolicy:
 
     def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
         """Decorate a ``def`` or ``async def`` function; its signature is preserved."""
-        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
-            raise TypeError(f"cannot retry a generator function: {fn!r}")
-        if not callable(fn):
-            raise TypeError(f"can only decorate callables, got {fn!r}")
-        if inspect.iscoroutinefunction(fn):
+        if check_decoratable(fn, "retry"):
             acall = self.acall
 
             @functools.wraps(fn)
