@@ -23,6 +23,7 @@ demo: $(VENV)/.sim-installed
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/lint-imports
 
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy

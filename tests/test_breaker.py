@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 import seawall
 from seawall import (
-    BreakerEvent,
     CircuitBreaker,
     CircuitOpen,
     Overloaded,
@@ -19,6 +18,7 @@ from seawall import (
     RetryPolicy,
     VirtualClock,
 )
+from seawall.lowlevel import BreakerEvent
 
 
 class Boom(ConnectionError):

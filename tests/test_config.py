@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import seawall
-from seawall import ConfigError, PolicyRegistry, load_config, parse_config
+from seawall.config import ConfigError, PolicyRegistry, load_config, parse_config
 from seawall.instrumentation import Counters, MetricsHook
 from seawall.testing import VirtualClock, run
 
@@ -102,7 +102,7 @@ def test_a_route_maps_onto_a_retry_policy() -> None:
     assert isinstance(policy.budget, seawall.RetryBudget)
     assert policy.budget.ratio == pytest.approx(0.2)
     assert policy.budget.min_per_second == 3
-    assert route.hedge == seawall.HedgeConfig(delay=0.05, max_attempts=2)
+    assert route.hedge == seawall.config.HedgeConfig(delay=0.05, max_attempts=2)
     assert route.retry_statuses == frozenset(range(500, 600))
     assert route.http_rules().retry_statuses == frozenset(range(500, 600))
     # "reset" and "connect-failure" retry connection errors, "timeout" timeouts; nothing else.
@@ -436,7 +436,7 @@ def test_one_place_to_see_and_change_every_policy() -> None:
     registry.replace("orders", max_attempts=5)
     assert registry.describe()["orders"]["max_attempts"] == 5
     assert orders.policy.max_attempts == 5
-    assert registry.policy("users").hedge == seawall.HedgeConfig(0.05, 2)
+    assert registry.policy("users").hedge == seawall.config.HedgeConfig(0.05, 2)
     # Policies built from the configuration carry the registry's hooks: metrics for every route.
     registry.policy("users").call(lambda: "ok")
     assert counters.get("attempts", "users", "success") == 1

@@ -16,8 +16,8 @@ def test_the_toml_and_yaml_examples_describe_the_same_policies(tmp_path: pathlib
     (yaml,) = re.findall(r"```yaml\n(.*?)```", text, re.S)
     (tmp_path / "p.toml").write_text(toml)
     (tmp_path / "p.yaml").write_text(yaml)
-    routes = seawall.load_config(tmp_path / "p.toml")
-    assert routes == seawall.load_config(tmp_path / "p.yaml")
+    routes = seawall.config.load_config(tmp_path / "p.toml")
+    assert routes == seawall.config.load_config(tmp_path / "p.yaml")
     assert routes["users"].num_retries == 3
     assert routes["users"].back_off.cap == 0.25
     assert routes["search"].enabled is False

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import seawall
-from seawall import ConfigError, HedgeConfig, PolicyRegistry, VirtualClock
+from seawall import VirtualClock
+from seawall.config import ConfigError, HedgeConfig, PolicyRegistry
 from seawall.instrumentation import Counters, MetricsHook
 from seawall.testing import run
 
@@ -28,7 +29,7 @@ class Stalls:
 
 
 def test_percentile_and_extra_load_are_parsed() -> None:
-    routes = seawall.parse_config(
+    routes = seawall.config.parse_config(
         {
             "routes": {
                 "users": {
@@ -62,7 +63,7 @@ def test_percentile_and_extra_load_are_parsed() -> None:
 )
 def test_invalid_hedge_settings_name_the_field(hedge: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
-        seawall.parse_config({"routes": {"users": {"hedge": hedge}}})
+        seawall.config.parse_config({"routes": {"users": {"hedge": hedge}}})
 
 
 def test_config_builds_the_hedge_it_describes() -> None:

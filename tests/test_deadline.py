@@ -10,13 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seawall
-from seawall import (
-    Backoff,
+from seawall import Backoff, DeadlineExceeded, RetryEvent, RetryPolicy, VirtualClock
+from seawall.propagation import (
     Deadline,
-    DeadlineExceeded,
-    RetryEvent,
-    RetryPolicy,
-    VirtualClock,
     deadline_header_counts,
     decode_grpc_timeout,
     decode_request_deadline,
@@ -36,7 +32,7 @@ def clock() -> VirtualClock:
 
 def test_remaining_is_infinite_without_a_deadline() -> None:
     assert seawall.remaining() == math.inf
-    assert seawall.deadline_headers() == {}
+    assert seawall.propagation.deadline_headers() == {}
 
 
 def test_scope_sets_and_restores_the_ambient_deadline(clock: VirtualClock) -> None:
@@ -200,35 +196,39 @@ def test_decode_request_deadline_ignores_garbage(value: object) -> None:
 def test_deadline_headers_carry_the_time_left_minus_the_margin(clock: VirtualClock) -> None:
     with seawall.deadline(2.0, clock=clock):
         clock.advance(0.5)
-        assert seawall.deadline_headers(margin=0.1) == {
+        assert seawall.propagation.deadline_headers(margin=0.1) == {
             "grpc-timeout": "1400000u",
             "x-request-deadline": "1400",
         }
-        default = seawall.deadline_headers()
+        default = seawall.propagation.deadline_headers()
         assert decode_grpc_timeout(default["grpc-timeout"]) == pytest.approx(
-            1.5 - seawall.DEFAULT_TRANSIT_MARGIN
+            1.5 - seawall.propagation.DEFAULT_TRANSIT_MARGIN
         )
-        assert seawall.deadline_headers(grpc_timeout=False) == {"x-request-deadline": "1495"}
-        assert seawall.deadline_headers(request_deadline=False) == {"grpc-timeout": "1495000u"}
+        assert seawall.propagation.deadline_headers(grpc_timeout=False) == {
+            "x-request-deadline": "1495"
+        }
+        assert seawall.propagation.deadline_headers(request_deadline=False) == {
+            "grpc-timeout": "1495000u"
+        }
 
 
 def test_deadline_headers_say_zero_when_the_margin_eats_the_time_left(clock: VirtualClock) -> None:
     with seawall.deadline(0.004, clock=clock):
-        assert seawall.deadline_headers(margin=0.005) == {
+        assert seawall.propagation.deadline_headers(margin=0.005) == {
             "grpc-timeout": "0n",
             "x-request-deadline": "0",
         }
     with seawall.deadline(1.0, clock=clock):
         clock.advance(5.0)  # long past: still encodable, as zero
-        assert seawall.deadline_headers()["grpc-timeout"] == "0n"
+        assert seawall.propagation.deadline_headers()["grpc-timeout"] == "0n"
 
 
 def test_deadline_headers_for_an_explicit_time_left() -> None:
-    assert seawall.deadline_headers(0.25, margin=0.0) == {
+    assert seawall.propagation.deadline_headers(0.25, margin=0.0) == {
         "grpc-timeout": "250000u",
         "x-request-deadline": "250",
     }
-    assert seawall.deadline_headers(math.inf) == {}
+    assert seawall.propagation.deadline_headers(math.inf) == {}
 
 
 @pytest.mark.parametrize(
@@ -245,7 +245,7 @@ def test_deadline_headers_reject_bad_arguments(
     kwargs: dict[str, object], exc: type[Exception], match: str
 ) -> None:
     with pytest.raises(exc, match=match):
-        seawall.deadline_headers(**kwargs)  # type: ignore[arg-type]
+        seawall.propagation.deadline_headers(**kwargs)  # type: ignore[arg-type]
 
 
 # -- server side: intake ---------------------------------------------------------------------
@@ -347,12 +347,18 @@ def test_intake_rejects_headers_of_the_wrong_type() -> None:
 
 
 def test_deadline_from_headers_installs_the_clamped_deadline(clock: VirtualClock) -> None:
-    with seawall.deadline_from_headers({"grpc-timeout": "2S"}, max_seconds=10, clock=clock):
+    with seawall.propagation.deadline_from_headers(
+        {"grpc-timeout": "2S"}, max_seconds=10, clock=clock
+    ):
         assert seawall.remaining() == 2.0
-    with seawall.deadline_from_headers({"grpc-timeout": "20S"}, max_seconds=10, clock=clock):
+    with seawall.propagation.deadline_from_headers(
+        {"grpc-timeout": "20S"}, max_seconds=10, clock=clock
+    ):
         assert seawall.remaining() == 10.0
     with (
-        seawall.deadline_from_headers({"grpc-timeout": "1m"}, max_seconds=10, clock=clock),
+        seawall.propagation.deadline_from_headers(
+            {"grpc-timeout": "1m"}, max_seconds=10, clock=clock
+        ),
         pytest.raises(DeadlineExceeded, match="gave up before attempt 1"),
     ):
         RetryPolicy(clock=clock, min_attempt_time=0.01).call(lambda: "never runs")

@@ -43,17 +43,19 @@ class Chain:
             self.log.append((hop, "worked", clock.now()))
             if hop == self.hops:
                 return f"answer from hop {hop}"
-            return await self.send(hop + 1, seawall.deadline_headers(margin=MARGIN))
+            return await self.send(hop + 1, seawall.propagation.deadline_headers(margin=MARGIN))
 
         try:
-            async with seawall.deadline_from_headers(headers, max_seconds=30.0, clock=clock):
+            async with seawall.propagation.deadline_from_headers(
+                headers, max_seconds=30.0, clock=clock
+            ):
                 return await policy.acall(work)
         finally:
             self.log.append((hop, "end", clock.now()))
 
     async def edge(self) -> str:
         async with seawall.deadline(EDGE_DEADLINE, clock=self.clock):
-            return await self.send(1, seawall.deadline_headers(margin=MARGIN))
+            return await self.send(1, seawall.propagation.deadline_headers(margin=MARGIN))
 
     def events(self, what: str) -> dict[int, float]:
         return {hop: t for hop, kind, t in self.log if kind == what}
@@ -85,7 +87,7 @@ def test_time_left_shrinks_along_the_chain() -> None:
     original = chain.serve
 
     async def spy(hop: int, headers: dict[str, str]) -> str:
-        seen.append(seawall.timeout_from_headers(headers, max_seconds=30.0))
+        seen.append(seawall.propagation.timeout_from_headers(headers, max_seconds=30.0))
         return await original(hop, headers)
 
     chain.serve = spy  # type: ignore[method-assign]

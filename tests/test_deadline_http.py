@@ -16,8 +16,8 @@ SERVER_MAX = 1.0
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         # self.headers is an email.message.Message: not a Mapping, but it has items().
-        allowed = seawall.timeout_from_headers(self.headers, max_seconds=SERVER_MAX)
-        with seawall.deadline_from_headers(self.headers, max_seconds=SERVER_MAX):
+        allowed = seawall.propagation.timeout_from_headers(self.headers, max_seconds=SERVER_MAX)
+        with seawall.propagation.deadline_from_headers(self.headers, max_seconds=SERVER_MAX):
             left = seawall.remaining()
         body = json.dumps({"allowed": allowed, "left": left}).encode()
         self.send_response(200)
@@ -52,7 +52,7 @@ def get(url: str, headers: dict[str, str]) -> dict[str, float]:
 
 def test_the_server_sees_the_clients_time_left(url: str) -> None:
     with seawall.deadline(0.5):
-        headers = seawall.deadline_headers(margin=0.01)
+        headers = seawall.propagation.deadline_headers(margin=0.01)
         seen = get(url, headers)
     # The client had 0.5 s, kept back 0.01 s; a local round trip takes far less than 0.2 s.
     assert 0.29 < seen["allowed"] <= 0.49
@@ -60,17 +60,17 @@ def test_the_server_sees_the_clients_time_left(url: str) -> None:
 
 
 def test_the_server_clamps_a_greedy_client(url: str) -> None:
-    before = seawall.deadline_header_counts()
+    before = seawall.propagation.deadline_header_counts()
     seen = get(url, {"grpc-timeout": "99999999H", "x-request-deadline": "99999999"})
     assert seen["allowed"] == SERVER_MAX
-    after = seawall.deadline_header_counts()
+    after = seawall.propagation.deadline_header_counts()
     # Read twice per request (timeout_from_headers and deadline_from_headers).
     assert after.clamped == before.clamped + 2
 
 
 def test_the_server_ignores_garbage_and_uses_its_own_maximum(url: str) -> None:
-    before = seawall.deadline_header_counts()
+    before = seawall.propagation.deadline_header_counts()
     seen = get(url, {"grpc-timeout": "-1S", "x-request-deadline": "soon"})
     assert seen["allowed"] == SERVER_MAX
-    after = seawall.deadline_header_counts()
+    after = seawall.propagation.deadline_header_counts()
     assert after.invalid == before.invalid + 4

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seawall
-from seawall import (
+from seawall.propagation import (
     decode_grpc_timeout,
     decode_request_deadline,
     encode_grpc_timeout,
@@ -109,9 +109,9 @@ header_value = st.one_of(st.text(max_size=20), st.binary(max_size=20), st.none()
 def test_intake_never_raises_and_never_exceeds_the_server_maximum(
     headers: list[tuple[object, object]], max_seconds: float, margin: float
 ) -> None:
-    before = seawall.deadline_header_counts()
+    before = seawall.propagation.deadline_header_counts()
     allowed = timeout_from_headers(headers, max_seconds=max_seconds, margin=margin)  # type: ignore[arg-type]
-    after = seawall.deadline_header_counts()
+    after = seawall.propagation.deadline_header_counts()
     assert allowed <= max_seconds
     assert math.isfinite(allowed)
     assert allowed >= -margin

@@ -186,7 +186,7 @@ def test_hedges_draw_from_the_budget_and_stop_when_it_is_empty() -> None:
     assert len(server.started) == 7
     assert budget.requests == 5
     assert budget.successes == 5
-    assert all(isinstance(e, seawall.HedgeDelayPassed) for e in budget.reasons)
+    assert all(isinstance(e, seawall.lowlevel.HedgeDelayPassed) for e in budget.reasons)
 
 
 def test_allow_hedge_is_preferred_when_the_budget_has_it() -> None:

@@ -9,9 +9,10 @@ import prometheus_client
 import pytest
 
 import seawall
-from seawall import Hedge, HedgeDelayPassed, HedgeEvent, VirtualClock
+from seawall import Hedge, VirtualClock
 from seawall.instrumentation import Counters, MetricsHook
 from seawall.instrumentation.prometheus import PrometheusRecorder
+from seawall.lowlevel import HedgeDelayPassed, HedgeEvent
 from seawall.testing import run
 
 

@@ -7,7 +7,8 @@ import math
 import pytest
 
 import seawall
-from seawall import Hedge, HedgeDelayPassed, LatencyTracker, Permanent, VirtualClock
+from seawall import Hedge, LatencyTracker, Permanent, VirtualClock
+from seawall.lowlevel import HedgeDelayPassed
 
 
 def test_start_call_returns_the_delay_and_counts_the_call() -> None:

@@ -15,17 +15,10 @@ import httpx
 import pytest
 
 import seawall
-from seawall import (
-    Hedge,
-    HedgeDelayPassed,
-    HedgeEvent,
-    LatencyTracker,
-    Pipeline,
-    PolicyRegistry,
-    RetryPolicy,
-    VirtualClock,
-)
+from seawall import Hedge, LatencyTracker, Pipeline, RetryPolicy, VirtualClock
+from seawall.config import PolicyRegistry
 from seawall.httpx import AsyncRetryTransport
+from seawall.lowlevel import HedgeDelayPassed, HedgeEvent
 from seawall.testing import run
 
 

@@ -16,7 +16,7 @@ from seawall import (
     VirtualClock,
     set_enabled,
 )
-from seawall._switch import SWITCH
+from seawall._core.switch import SWITCH
 
 FAST = Backoff(base=0.01, multiplier=2.0, cap=0.1)
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 import seawall
-from seawall import _validate
+from seawall._core import validate as _validate
 
 
 @pytest.mark.parametrize("bad", [True, "1", None, [1.0], 1j])

@@ -29,7 +29,7 @@ def _default_workers() -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The command's argument parser (one subparser per registered scenario)."""
     from seawall.sim import SCENARIOS
-    from seawall.sim._scenarios import count, whole
+    from seawall.sim._args import count, whole
 
     parser = argparse.ArgumentParser(
         prog="seawall",

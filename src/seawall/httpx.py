@@ -15,12 +15,10 @@ from typing import Any, TypeVar
 
 import httpx
 
-from seawall._budget import RetryBudget
-from seawall._compat import timeout_at
-from seawall._config import PolicyHandle, PolicyRegistry
-from seawall._errors import DeadlineExceeded
-from seawall._hedge import Hedge
-from seawall._http import (
+from seawall._core.compat import timeout_at
+from seawall._core.errors import DeadlineExceeded
+from seawall._policy.config import PolicyHandle, PolicyRegistry
+from seawall._policy.http import (
     IDEMPOTENT_METHODS,
     PER_HOST,
     HttpCall,
@@ -28,7 +26,9 @@ from seawall._http import (
     exception_classes,
     read_within_attempt,
 )
-from seawall._retry import RetryPolicy
+from seawall._strategies.budget import RetryBudget
+from seawall._strategies.hedge import Hedge
+from seawall._strategies.retry import RetryPolicy
 
 T = TypeVar("T")
 
@@ -84,7 +84,7 @@ class _Base:
 
     @property
     def policy(self) -> RetryPolicy:
-        """The policy in use now (with a :class:`~seawall.PolicyHandle`: its current one)."""
+        """The policy in use now (with a :class:`~seawall.config.PolicyHandle`: its current one)."""
         return self._policies.policy
 
     def _start(self, request: httpx.Request) -> HttpCall:
@@ -152,7 +152,8 @@ class RetryTransport(_Base, httpx.BaseTransport):
 
     Args:
         policy: the retry policy (``RetryPolicy()`` by default), or a
-            :class:`~seawall.PolicyHandle` from a :class:`~seawall.PolicyRegistry`: each request
+            :class:`~seawall.config.PolicyHandle` from a :class:`~seawall.config.PolicyRegistry`:
+            each request
             then uses the handle's current policy, so a reload changes the live transport (see
             :meth:`from_route`).
         transport: the transport that sends each attempt (``httpx.HTTPTransport()`` by default).
@@ -484,7 +485,7 @@ def _hedge_methods(
 
 def _handle(registry: PolicyRegistry, name: str) -> PolicyHandle:
     if not isinstance(registry, PolicyRegistry):
-        raise TypeError(f"registry must be a seawall.PolicyRegistry, got {registry!r}")
+        raise TypeError(f"registry must be a seawall.config.PolicyRegistry, got {registry!r}")
     return registry.policy(name)
 
 

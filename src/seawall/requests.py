@@ -15,16 +15,16 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
-from seawall._config import PolicyHandle, PolicyRegistry
-from seawall._errors import DeadlineExceeded
-from seawall._http import (
+from seawall._core.errors import DeadlineExceeded
+from seawall._policy.config import PolicyHandle, PolicyRegistry
+from seawall._policy.http import (
     IDEMPOTENT_METHODS,
     PER_HOST,
     Policies,
     exception_classes,
     read_within_attempt,
 )
-from seawall._retry import RetryPolicy
+from seawall._strategies.retry import RetryPolicy
 
 __all__ = ["DEFAULT_RETRY_EXCEPTIONS", "PER_HOST", "RetryAdapter"]
 
@@ -65,7 +65,7 @@ class RetryAdapter(HTTPAdapter):
 
     Args:
         policy: the retry policy (``RetryPolicy()`` by default), or a
-            :class:`~seawall.PolicyHandle`: each request then uses its current policy, so a
+            :class:`~seawall.config.PolicyHandle`: each request then uses its current policy, so a
             registry reload changes the live adapter (see :meth:`from_route`).
         budget: ``PER_HOST`` (default): one :class:`~seawall.RetryBudget` per host shared in the
             process, unless the policy has its own budget; a :class:`~seawall.Budget`; or ``None``.
@@ -111,7 +111,7 @@ class RetryAdapter(HTTPAdapter):
 
     @property
     def policy(self) -> RetryPolicy:
-        """The policy in use now (with a :class:`~seawall.PolicyHandle`: its current one)."""
+        """The policy in use now (with a :class:`~seawall.config.PolicyHandle`: its current one)."""
         return self._policies.policy
 
     @classmethod
@@ -125,7 +125,7 @@ class RetryAdapter(HTTPAdapter):
             KeyError: the registry has no policy named *name*.
         """
         if not isinstance(registry, PolicyRegistry):
-            raise TypeError(f"registry must be a seawall.PolicyRegistry, got {registry!r}")
+            raise TypeError(f"registry must be a seawall.config.PolicyRegistry, got {registry!r}")
         return cls(registry.policy(name), **kwargs)
 
     def send(

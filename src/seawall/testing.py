@@ -8,8 +8,8 @@ import threading
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
-from seawall._clock import VirtualClock, VirtualEventLoop
-from seawall._retry import TESTING
+from seawall._core.clock import VirtualClock, VirtualEventLoop
+from seawall._strategies.retry import TESTING
 
 __all__ = ["VirtualClock", "VirtualEventLoop", "instant", "run"]
 

@@ -38,7 +38,7 @@ def test_reload_changes_num_retries_of_a_live_client(
 ) -> None:
     file = tmp_path / "policies.toml"
     write(file, retries=1)
-    registry = seawall.PolicyRegistry(file, clock=clock, hooks=())
+    registry = seawall.config.PolicyRegistry(file, clock=clock, hooks=())
     transport = RetryTransport.from_route(registry, "users", httpx.HTTPTransport(verify=TLS))
     with httpx.Client(transport=transport, timeout=5.0) as c:
         assert c.get(server.url + "/flaky/9/503").status_code == 503
@@ -56,7 +56,7 @@ def test_route_statuses_replace_the_defaults(
 ) -> None:
     file = tmp_path / "policies.toml"
     write(file, retries=2, retry_on="gateway-error")  # 502, 503, 504: not 429
-    registry = seawall.PolicyRegistry(file, clock=clock, hooks=())
+    registry = seawall.config.PolicyRegistry(file, clock=clock, hooks=())
     transport = RetryTransport.from_route(registry, "users", httpx.HTTPTransport(verify=TLS))
     with httpx.Client(transport=transport, timeout=5.0) as c:
         assert c.get(server.url + "/flaky/1/429").status_code == 429
@@ -73,7 +73,7 @@ def test_explicit_statuses_win_over_the_route(
 ) -> None:
     file = tmp_path / "policies.toml"
     write(file, retries=2, retry_on="gateway-error")
-    registry = seawall.PolicyRegistry(file, clock=clock, hooks=())
+    registry = seawall.config.PolicyRegistry(file, clock=clock, hooks=())
     transport = RetryTransport.from_route(
         registry, "users", httpx.HTTPTransport(verify=TLS), retry_statuses={429}
     )
@@ -85,7 +85,7 @@ def test_explicit_statuses_win_over_the_route(
 def test_a_handle_registered_in_code_follows_replace(
     server: Server, clock: seawall.VirtualClock
 ) -> None:
-    registry = seawall.PolicyRegistry(clock=clock)
+    registry = seawall.config.PolicyRegistry(clock=clock)
     handle = registry.register("svc", seawall.RetryPolicy(max_attempts=2, clock=clock, hooks=()))
     transport = RetryTransport(handle, httpx.HTTPTransport(verify=TLS), budget=None)
     with httpx.Client(transport=transport, timeout=5.0) as c:
@@ -101,7 +101,7 @@ def test_the_per_name_kill_switch_reaches_the_transport(
 ) -> None:
     file = tmp_path / "policies.toml"
     write(file, retries=3)
-    registry = seawall.PolicyRegistry(file, clock=clock, hooks=())
+    registry = seawall.config.PolicyRegistry(file, clock=clock, hooks=())
     transport = RetryTransport.from_route(registry, "users", httpx.HTTPTransport(verify=TLS))
     registry.set_enabled("users", False)
     try:
@@ -119,7 +119,7 @@ async def test_async_transport_follows_reload_and_hedges_from_the_route(
     file.write_text(
         '[routes.users]\nretry_policy = { num_retries = 1 }\nhedge = { delay = "50ms" }\n'
     )
-    registry = seawall.PolicyRegistry(file, clock=clock, hooks=())
+    registry = seawall.config.PolicyRegistry(file, clock=clock, hooks=())
     transport = AsyncRetryTransport.from_route(
         registry, "users", httpx.AsyncHTTPTransport(verify=TLS)
     )
@@ -140,7 +140,7 @@ def test_requests_adapter_follows_reload(
 ) -> None:
     file = tmp_path / "policies.toml"
     write(file, retries=0)
-    registry = seawall.PolicyRegistry(file, clock=clock, hooks=())
+    registry = seawall.config.PolicyRegistry(file, clock=clock, hooks=())
     session = requests.Session()
     session.mount("http://", RetryAdapter.from_route(registry, "users"))
     with session:
@@ -153,7 +153,7 @@ def test_requests_adapter_follows_reload(
 
 
 def test_unknown_route_and_bad_registry() -> None:
-    registry = seawall.PolicyRegistry({"routes": {"users": {}}})
+    registry = seawall.config.PolicyRegistry({"routes": {"users": {}}})
     with pytest.raises(KeyError, match="orders"):
         RetryTransport.from_route(registry, "orders")
     with pytest.raises(TypeError, match="registry"):

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import seawall
-from seawall import _http
-from seawall._http import HttpRules, budget_for_host, is_overloaded, parse_retry_after
+from seawall._policy import http as _http
+from seawall._policy.http import HttpRules, budget_for_host, is_overloaded, parse_retry_after
 
 NOW = 1_700_000_000.0  # a fixed wall-clock time for HTTP-dates
 

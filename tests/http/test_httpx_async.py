@@ -13,7 +13,7 @@ import pytest
 from seawall_test_server import Server
 
 import seawall
-from seawall._deadline import decode_request_deadline
+from seawall._strategies.deadline import decode_request_deadline
 from seawall.httpx import AsyncRetryTransport
 
 RESET = (httpx.ReadError, httpx.RemoteProtocolError)

@@ -15,8 +15,8 @@ import pytest
 from seawall_test_server import Server
 
 import seawall
-from seawall._deadline import decode_grpc_timeout, decode_request_deadline
-from seawall._http import budget_for_host
+from seawall._policy.http import budget_for_host
+from seawall._strategies.deadline import decode_grpc_timeout, decode_request_deadline
 from seawall.httpx import PER_HOST, RetryTransport
 
 # A TCP reset surfaces as a read error or as a message cut short, depending on timing.

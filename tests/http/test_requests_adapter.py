@@ -13,7 +13,7 @@ import requests
 from seawall_test_server import Server
 
 import seawall
-from seawall._deadline import decode_grpc_timeout
+from seawall._strategies.deadline import decode_grpc_timeout
 from seawall.requests import RetryAdapter
 
 

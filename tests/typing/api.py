@@ -76,17 +76,19 @@ quota = seawall.RetryQuota.aws_standard()
 throttle = seawall.AdaptiveThrottle(k=2.0, window=120.0)
 budgeted = RetryPolicy(budget=budget)
 as_budget: seawall.Budget = bucket
-headers: dict[str, str] = seawall.deadline_headers()
-grpc: str = seawall.encode_grpc_timeout(1.5)
-back: float | None = seawall.decode_grpc_timeout("100m")
-server_side: float = seawall.timeout_from_headers({"grpc-timeout": "5S"}, max_seconds=30.0)
+headers: dict[str, str] = seawall.propagation.deadline_headers()
+grpc: str = seawall.propagation.encode_grpc_timeout(1.5)
+back: float | None = seawall.propagation.decode_grpc_timeout("100m")
+server_side: float = seawall.propagation.timeout_from_headers(
+    {"grpc-timeout": "5S"}, max_seconds=30.0
+)
 tracker = seawall.LatencyTracker()
 tracker.record(0.012)
 p99: float | None = tracker.quantile(0.99)
 
 # -- hedging, breaker, pipeline -------------------------------------------------------------
 breaker = seawall.CircuitBreaker()
-state: seawall.BreakerState = breaker.state
+state: seawall.lowlevel.BreakerState = breaker.state
 pipeline = seawall.Pipeline(retry=policy, breaker=breaker)
 
 

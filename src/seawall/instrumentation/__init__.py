@@ -7,7 +7,7 @@ dependency. Adapters import their library only in their own module:
 (extra ``structlog``). See ``docs/observability.md`` for the metric names.
 """
 
-from seawall._retry import Hook, RetryEvent, logging_hook
+from seawall._strategies.retry import Hook, RetryEvent, logging_hook
 from seawall.instrumentation._core import (
     ATTEMPT_OUTCOMES,
     LATENCY_BUCKETS,

@@ -15,9 +15,9 @@ import threading
 from collections.abc import Mapping
 from typing import Final, Protocol, runtime_checkable
 
-from seawall._breaker import BreakerEvent
-from seawall._hedge import HedgeEvent
-from seawall._retry import RetryEvent
+from seawall._strategies.breaker import BreakerEvent
+from seawall._strategies.hedge import HedgeEvent
+from seawall._strategies.retry import RetryEvent
 
 __all__ = [
     "ATTEMPT_OUTCOMES",

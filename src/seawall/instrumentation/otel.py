@@ -11,7 +11,7 @@ from typing import Any
 
 from opentelemetry import metrics
 
-from seawall import __version__
+from seawall._version import __version__
 from seawall.instrumentation._core import METRICS
 
 __all__ = ["OpenTelemetryRecorder"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import structlog
 
-from seawall._retry import RetryEvent
+from seawall._strategies.retry import RetryEvent
 
 __all__ = ["StructlogHook"]
 

@@ -15,10 +15,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final
 
-from seawall import _validate
-from seawall._clock import SYSTEM_CLOCK, Clock
-from seawall._deadline import Deadline, deadline, timeout_from_headers
-from seawall._errors import DeadlineExceeded
+from seawall._core import validate as _validate
+from seawall._core.clock import SYSTEM_CLOCK, Clock
+from seawall._core.errors import DeadlineExceeded
+from seawall._strategies.deadline import Deadline, deadline, timeout_from_headers
 from seawall.instrumentation._core import Recorder
 
 __all__ = ["OVERLOADED_HEADER", "LoadShedder", "ShedStats"]

@@ -12,7 +12,10 @@ The ``seawall`` command runs them (``seawall sim NAME``); new scenarios plug int
 scenario functions themselves need nothing beyond seawall.
 """
 
-from seawall.sim import _scenarios  # noqa: F401  (registers the built-in scenarios)
+# Registers the built-in scenarios, in the order the demo shows them: the retry scenarios,
+# then hedging.
+from seawall.sim import _scenarios  # noqa: F401  # isort: skip
+from seawall.sim import _hedge_report  # noqa: F401  # isort: skip
 from seawall.sim._amplify import AMPLIFY_STRATEGIES, AmplifyResult, AmplifyRow, amplify
 from seawall.sim._engine import Engine, SimClock
 from seawall.sim._hedge import HEDGE_PERCENTILES, HedgeResult, HedgeRow, hedge

@@ -6,11 +6,11 @@ import contextlib
 import dataclasses
 from collections.abc import Callable
 
-from seawall import _validate
-from seawall._backoff import Backoff
-from seawall._budget import RetryBudget
-from seawall._clock import VirtualClock
-from seawall._retry import RetryPolicy
+from seawall._core import validate as _validate
+from seawall._core.clock import VirtualClock
+from seawall._strategies.backoff import Backoff
+from seawall._strategies.budget import RetryBudget
+from seawall._strategies.retry import RetryPolicy
 from seawall.sim._metrics import retry_hooks
 from seawall.sim._util import trial_rng
 

@@ -1,7 +1,8 @@
 """A heap-based discrete-event engine on virtual time.
 
 The engine only orders callbacks in time. Retry decisions are made by the real policy objects
-(:class:`~seawall.RetryState`, :class:`~seawall.Backoff`, budgets) that the scenarios drive, and
+(:class:`~seawall.lowlevel.RetryState`, :class:`~seawall.Backoff`, budgets) that the scenarios
+drive, and
 budgets read the engine's time through :class:`SimClock`.
 """
 

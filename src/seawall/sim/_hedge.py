@@ -15,9 +15,9 @@ import math
 import random
 from collections.abc import Callable, Sequence
 
-from seawall import _validate
-from seawall._hedge import Hedge, HedgeDelayPassed, HedgeHook
-from seawall._latency import LatencyTracker
+from seawall._core import validate as _validate
+from seawall._strategies.hedge import Hedge, HedgeDelayPassed, HedgeHook
+from seawall._strategies.latency import LatencyTracker
 from seawall.sim._engine import Engine, SimClock
 from seawall.sim._metrics import hedge_hooks
 from seawall.sim._util import trial_rng

@@ -86,7 +86,7 @@ def _quantile(text: str) -> float:
 
 
 def _hedge_args(p: argparse.ArgumentParser) -> None:
-    from seawall.sim._scenarios import count, positive, probability
+    from seawall.sim._args import count, positive, probability
 
     p.add_argument("--requests", type=count, default=2000, help="user requests (2000)")
     p.add_argument("--fanout", type=count, default=10, help="leaf calls per request (10)")

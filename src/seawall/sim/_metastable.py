@@ -7,11 +7,11 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 
-from seawall import _validate
-from seawall._backoff import Backoff
-from seawall._budget import RetryBudget
-from seawall._errors import Overloaded
-from seawall._retry import RetryPolicy, RetryState
+from seawall._core import validate as _validate
+from seawall._core.errors import Overloaded
+from seawall._strategies.backoff import Backoff
+from seawall._strategies.budget import RetryBudget
+from seawall._strategies.retry import RetryPolicy, RetryState
 from seawall.sim._engine import Engine, SimClock
 from seawall.sim._metrics import retry_hooks
 from seawall.sim._util import parallel_map, trial_rng

@@ -14,9 +14,9 @@ import math
 import random
 from collections.abc import Callable, Sequence
 
-from seawall import _validate
-from seawall._backoff import Backoff
-from seawall._retry import RetryPolicy, RetryState
+from seawall._core import validate as _validate
+from seawall._strategies.backoff import Backoff
+from seawall._strategies.retry import RetryPolicy, RetryState
 from seawall.sim._engine import Engine
 from seawall.sim._metrics import retry_hooks
 from seawall.sim._util import parallel_map, trial_rng

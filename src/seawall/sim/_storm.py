@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from seawall import _validate
-from seawall._backoff import JITTERS, Backoff
-from seawall._clock import VirtualClock
-from seawall._retry import RetryPolicy
+from seawall._core import validate as _validate
+from seawall._core.clock import VirtualClock
+from seawall._strategies.backoff import JITTERS, Backoff
+from seawall._strategies.retry import RetryPolicy
 from seawall.sim._metrics import retry_hooks
 from seawall.sim._util import trial_rng
 

@@ -7,12 +7,12 @@ import math
 import random
 from collections.abc import Callable, Sequence
 
-from seawall import _validate
-from seawall._backoff import Backoff
-from seawall._breaker import CircuitBreaker, Permit
-from seawall._budget import AdaptiveThrottle, Budget, RetryBudget, TokenBucket
-from seawall._errors import Overloaded
-from seawall._retry import RetryPolicy, RetryState
+from seawall._core import validate as _validate
+from seawall._core.errors import Overloaded
+from seawall._strategies.backoff import Backoff
+from seawall._strategies.breaker import CircuitBreaker, Permit
+from seawall._strategies.budget import AdaptiveThrottle, Budget, RetryBudget, TokenBucket
+from seawall._strategies.retry import RetryPolicy, RetryState
 from seawall.sim._engine import Engine, SimClock
 from seawall.sim._metrics import breaker_hooks, retry_hooks
 from seawall.sim._util import parallel_map, trial_rng

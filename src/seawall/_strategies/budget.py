@@ -28,8 +28,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final, Protocol, runtime_checkable
 
-from seawall._clock import Clock
-from seawall._errors import Overloaded
+from seawall._core.clock import Clock
+from seawall._core.errors import Overloaded
 
 __all__ = [
     "AdaptiveThrottle",

@@ -21,8 +21,8 @@ import math
 import threading
 from collections.abc import Iterator
 
-from seawall import _validate
-from seawall._clock import SYSTEM_CLOCK, Clock
+from seawall._core import validate as _validate
+from seawall._core.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["LatencyTracker"]
 

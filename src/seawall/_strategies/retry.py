@@ -19,14 +19,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from types import TracebackType
 from typing import Any, Final, Generic, Literal, NamedTuple, ParamSpec, TypeVar, overload
 
-from seawall import _validate
-from seawall._backoff import DEFAULT_BACKOFF, Backoff
-from seawall._budget import Budget, first_attempt_wrapper, success_is_noop
-from seawall._clock import SYSTEM_CLOCK, Clock, SystemClock
-from seawall._compat import timeout_at, with_timeout
-from seawall._deadline import _DEADLINE, Deadline
-from seawall._decorate import check_decoratable
-from seawall._errors import (
+from seawall._core import validate as _validate
+from seawall._core.clock import SYSTEM_CLOCK, Clock, SystemClock
+from seawall._core.compat import timeout_at, with_timeout
+from seawall._core.decorate import check_decoratable
+from seawall._core.errors import (
     _EXHAUSTED_MARK,
     _NEVER_RETRIED,
     _PERMANENT_MARK,
@@ -37,7 +34,10 @@ from seawall._errors import (
     mark_exhausted,
     retry_after_of,
 )
-from seawall._switch import SWITCH
+from seawall._core.switch import SWITCH
+from seawall._strategies.backoff import DEFAULT_BACKOFF, Backoff
+from seawall._strategies.budget import Budget, first_attempt_wrapper, success_is_noop
+from seawall._strategies.deadline import _DEADLINE, Deadline
 
 __all__ = [
     "AttemptRecord",

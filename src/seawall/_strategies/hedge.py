@@ -16,11 +16,11 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Literal, NamedTuple, ParamSpec, Protocol, TypeVar, runtime_checkable
 
-from seawall import _validate
-from seawall._budget import Budget
-from seawall._clock import SYSTEM_CLOCK, Clock
-from seawall._errors import Overloaded, is_permanent
-from seawall._switch import SWITCH
+from seawall._core import validate as _validate
+from seawall._core.clock import SYSTEM_CLOCK, Clock
+from seawall._core.errors import Overloaded, is_permanent
+from seawall._core.switch import SWITCH
+from seawall._strategies.budget import Budget
 
 __all__ = ["Hedge", "HedgeDelayPassed", "HedgeEvent", "HedgeHook", "QuantileSource", "hedge"]
 
@@ -149,7 +149,8 @@ class Hedge:
 
     Drivers other than :meth:`acall` (an event loop of their own, the simulator) make the same
     decisions through the sans-I/O methods :meth:`start_call`, :meth:`admit`,
-    :meth:`on_error` and :meth:`on_success`, as :class:`~seawall.RetryState` does for retries.
+    :meth:`on_error` and :meth:`on_success`, as :class:`~seawall.lowlevel.RetryState` does for
+    retries.
 
     Attributes:
         calls: calls made through this policy.
@@ -252,7 +253,7 @@ class Hedge:
         The returned view draws its extra attempts from the budget exactly as this policy does,
         but reports neither requests nor outcomes to it: the retry layer around it does, so
         nothing is counted twice (:class:`~seawall.Pipeline`, the HTTP transports and
-        :meth:`~seawall.PolicyRegistry.hedge` use it). The view shares this policy's latency
+        :meth:`~seawall.config.PolicyRegistry.hedge` use it). The view shares this policy's latency
         tracker, load-bound tokens and counters, and takes its settings as they are now. This
         policy is not changed: used on its own elsewhere, it still reports to its budget.
 

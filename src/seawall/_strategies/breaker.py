@@ -21,10 +21,10 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
-from seawall import _validate
-from seawall._clock import SYSTEM_CLOCK, Clock
-from seawall._decorate import check_decoratable
-from seawall._errors import DeadlineExceeded, Overloaded, is_permanent
+from seawall._core import validate as _validate
+from seawall._core.clock import SYSTEM_CLOCK, Clock
+from seawall._core.decorate import check_decoratable
+from seawall._core.errors import DeadlineExceeded, Overloaded, is_permanent
 
 __all__ = ["BreakerEvent", "BreakerState", "CircuitBreaker", "CircuitOpen"]
 

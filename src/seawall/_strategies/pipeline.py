@@ -20,14 +20,14 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar, overload
 
-from seawall import _validate
-from seawall._breaker import CircuitBreaker
-from seawall._clock import SYSTEM_CLOCK, Clock, SystemClock
-from seawall._compat import with_timeout
-from seawall._deadline import _DEADLINE, Deadline, deadline
-from seawall._decorate import check_decoratable
-from seawall._hedge import Hedge
-from seawall._retry import RetryPolicy
+from seawall._core import validate as _validate
+from seawall._core.clock import SYSTEM_CLOCK, Clock, SystemClock
+from seawall._core.compat import with_timeout
+from seawall._core.decorate import check_decoratable
+from seawall._strategies.breaker import CircuitBreaker
+from seawall._strategies.deadline import _DEADLINE, Deadline, deadline
+from seawall._strategies.hedge import Hedge
+from seawall._strategies.retry import RetryPolicy
 
 __all__ = ["Pipeline"]
 

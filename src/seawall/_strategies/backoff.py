@@ -8,7 +8,7 @@ import random
 from collections.abc import Iterator
 from typing import Literal
 
-from seawall import _validate
+from seawall._core import validate as _validate
 
 __all__ = ["JITTERS", "Backoff", "Jitter"]
 

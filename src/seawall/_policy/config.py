@@ -32,16 +32,16 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
 
-from seawall._backoff import DEFAULT_BACKOFF, Backoff
-from seawall._budget import RetryBudget
-from seawall._clock import Clock
-from seawall._hedge import Hedge, HedgeHook
-from seawall._latency import LatencyTracker
-from seawall._retry import Attempts, Hook, Outcome, RetryPolicy
-from seawall._switch import is_enabled, set_enabled
+from seawall._core.clock import Clock
+from seawall._core.switch import is_enabled, set_enabled
+from seawall._strategies.backoff import DEFAULT_BACKOFF, Backoff
+from seawall._strategies.budget import RetryBudget
+from seawall._strategies.hedge import Hedge, HedgeHook
+from seawall._strategies.latency import LatencyTracker
+from seawall._strategies.retry import Attempts, Hook, Outcome, RetryPolicy
 
 if TYPE_CHECKING:
-    from seawall._http import HttpRules
+    from seawall._policy.http import HttpRules
 
 __all__ = [
     "BudgetConfig",
@@ -215,7 +215,7 @@ class RouteConfig:
 
     def http_rules(self) -> HttpRules:
         """:class:`HttpRules` for the HTTP integrations, retrying this route's statuses."""
-        from seawall._http import HttpRules
+        from seawall._policy.http import HttpRules
 
         if self.retry_statuses is None:
             return HttpRules()

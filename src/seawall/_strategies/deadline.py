@@ -11,10 +11,10 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Final, NamedTuple, Protocol
 
-from seawall import _validate
-from seawall._clock import SYSTEM_CLOCK, Clock
-from seawall._compat import timeout_at
-from seawall._errors import DeadlineExceeded
+from seawall._core import validate as _validate
+from seawall._core.clock import SYSTEM_CLOCK, Clock
+from seawall._core.compat import timeout_at
+from seawall._core.errors import DeadlineExceeded
 
 __all__ = [
     "DEFAULT_TRANSIT_MARGIN",
@@ -313,7 +313,8 @@ def deadline_headers(
     """The headers that carry the time left to the next hop.
 
     Example:
-        ``httpx.get(url, headers=seawall.deadline_headers())`` inside ``with seawall.deadline(2):``
+        ``httpx.get(url, headers=seawall.propagation.deadline_headers())`` inside
+        ``with seawall.deadline(2):``
         sends ``grpc-timeout: 1995000u`` and ``x-request-deadline: 1995`` (or a little less).
 
     Args:
@@ -493,7 +494,8 @@ def deadline_from_headers(
 ) -> deadline:
     """A :func:`deadline` scope for a server handling a request, from its deadline headers.
 
-    ``with seawall.deadline_from_headers(request.headers, max_seconds=10):`` (or ``async with``,
+    ``with seawall.propagation.deadline_from_headers(request.headers, max_seconds=10):`` (or
+    ``async with``,
     which cancels the handler at the deadline) installs the client's deadline, clamped to the
     server's *max_seconds*; see :func:`timeout_from_headers` for how headers are read. Every
     policy and every :func:`deadline_headers` call inside then sees the time left.

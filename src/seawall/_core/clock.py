@@ -13,7 +13,7 @@ import selectors
 import time
 from typing import Any, Protocol, runtime_checkable
 
-from seawall import _validate
+from seawall._core import validate as _validate
 
 __all__ = ["Clock", "SystemClock", "VirtualClock", "VirtualEventLoop"]
 

@@ -2,8 +2,8 @@
 
 What is safe to retry (methods, statuses, overload signals), Retry-After parsing, idempotency
 keys, per-host budgets, and :class:`HttpCall`: the decisions for one logical HTTP request, driven
-by a :class:`~seawall.RetryPolicy`'s sans-I/O :class:`~seawall.RetryState`. The integrations only
-move bytes; every retry, wait and give-up is the policy's decision.
+by a :class:`~seawall.RetryPolicy`'s sans-I/O :class:`~seawall.lowlevel.RetryState`. The
+integrations only move bytes; every retry, wait and give-up is the policy's decision.
 """
 
 from __future__ import annotations
@@ -20,16 +20,35 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, MutableMapping
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import Final, NamedTuple, Protocol, runtime_checkable
 
-from seawall import _validate
-from seawall._budget import Budget
-from seawall._deadline import deadline_headers as encode_deadline_headers
-from seawall._errors import Overloaded, add_note, permanent
-from seawall._retry import RetryPolicy, RetryState
+from seawall._core import validate as _validate
+from seawall._core.errors import Overloaded, add_note, permanent
+from seawall._strategies.budget import Budget
+from seawall._strategies.deadline import deadline_headers as encode_deadline_headers
+from seawall._strategies.retry import RetryPolicy, RetryState
 
-if TYPE_CHECKING:
-    from seawall._config import PolicyHandle, RouteConfig
+
+class RouteRules(Protocol):
+    """What the HTTP rules read of a configured route (:class:`seawall.config.RouteConfig`)."""
+
+    def http_rules(self) -> HttpRules: ...
+
+
+@runtime_checkable
+class LivePolicy(Protocol):
+    """A policy that can change at runtime (:class:`seawall.config.PolicyHandle`): the HTTP
+    layer reads ``policy`` and ``route`` on each request and rebuilds when either changed.
+
+    Declared here so that this layer does not import the configuration layer above it.
+    """
+
+    @property
+    def policy(self) -> RetryPolicy: ...
+
+    @property
+    def route(self) -> RouteRules | None: ...
+
 
 __all__ = [
     "DEFAULT_RETRY_STATUSES",
@@ -152,7 +171,7 @@ def budget_for_host(host: str, factory: Callable[[], Budget] | None = None) -> B
             _HOST_BUDGETS.move_to_end(host)
             return budget
         if factory is None:
-            from seawall._budget import RetryBudget
+            from seawall._strategies.budget import RetryBudget
 
             budget = RetryBudget()
         else:
@@ -186,7 +205,7 @@ class RetryableResponse(Exception):
     def __init__(self, status: int, retry_after: float | None) -> None:
         super().__init__(f"HTTP {status}")
         self.status = status
-        # Read by the policy (seawall._errors.retry_after_of): server pushback replaces backoff.
+        # Read by the policy (retry_after_of): server pushback replaces the backoff.
         self.retry_after = retry_after
 
 
@@ -294,12 +313,13 @@ class PolicyCache:
 class Policies:
     """What a transport retries with now: a fixed policy, or the current one of a PolicyHandle.
 
-    With a :class:`~seawall.PolicyHandle`, a reload of its registry changes the live transport:
+    With a :class:`~seawall.config.PolicyHandle`, a reload of its registry changes the live
+    transport:
     the next request uses the new policy (attempts, backoff, timeouts, budget) and, unless
     *retry_statuses* were given, the route's statuses.
 
     Args:
-        policy: a :class:`~seawall.RetryPolicy`, a :class:`~seawall.PolicyHandle` or ``None``
+        policy: a :class:`~seawall.RetryPolicy`, a :class:`~seawall.config.PolicyHandle` or ``None``
             (``RetryPolicy()``).
         budget: ``PER_HOST``, a :class:`~seawall.Budget` or ``None`` (see the transports).
         retry_statuses: the statuses to retry; ``None``: the route's (when the handle's route
@@ -316,17 +336,16 @@ class Policies:
         retry_statuses: Collection[int] | None,
         **rules: object,
     ) -> None:
-        from seawall._config import PolicyHandle
-
         if policy is None:
             policy = RetryPolicy()
-        if isinstance(policy, PolicyHandle):
-            self._handle: PolicyHandle | None = policy
-        elif isinstance(policy, RetryPolicy):
-            self._handle = None
+        if isinstance(policy, RetryPolicy):
+            self._handle: LivePolicy | None = None
+        elif isinstance(policy, LivePolicy):
+            self._handle = policy
         else:
             raise TypeError(
-                f"policy must be a seawall.RetryPolicy or a seawall.PolicyHandle, got {policy!r}"
+                "policy must be a seawall.RetryPolicy or a seawall.config.PolicyHandle, "
+                f"got {policy!r}"
             )
         self._budget = check_budget(budget)
         self._rules = rules
@@ -338,7 +357,7 @@ class Policies:
         else:
             self._state = self._build(handle.policy, handle.route)
 
-    def _build(self, policy: RetryPolicy, route: RouteConfig | None) -> _Live:
+    def _build(self, policy: RetryPolicy, route: RouteRules | None) -> _Live:
         statuses = self._statuses
         if statuses is None:
             statuses = (
@@ -365,7 +384,7 @@ class Policies:
         return self._handle.policy if self._handle is not None else self._state.policy
 
     @property
-    def handle(self) -> PolicyHandle | None:
+    def handle(self) -> LivePolicy | None:
         """The handle followed, if any."""
         return self._handle
 
@@ -447,7 +466,7 @@ def read_within_attempt(content_length: str | None, limit: int) -> bool:
 
 class _Live(NamedTuple):
     policy: RetryPolicy
-    route: RouteConfig | None
+    route: RouteRules | None
     cache: PolicyCache
     rules: HttpRules
 
@@ -512,7 +531,7 @@ class HttpCall:
         """The headers that tell the next hop how long it has (empty without a deadline)."""
         if not self.rules.deadline_headers or self.attempt_deadline == math.inf:
             return {}
-        # grpc-timeout and x-request-deadline, less the transit margin (seawall._deadline).
+        # grpc-timeout and x-request-deadline, less the transit margin (see propagation).
         return encode_deadline_headers(self.attempt_deadline - self.clock.now())
 
     def on_response(self, status: int, get_header: Callable[[str], str | None]) -> float | None:

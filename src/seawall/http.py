@@ -1,0 +1,34 @@
+"""The HTTP rules that every HTTP integration applies, independent of the client library.
+
+Which methods are idempotent, which statuses are retried, how ``Retry-After`` and the
+"overloaded" headers are read, the ``Idempotency-Key``, and the per-host budgets. The
+integrations (:mod:`seawall.httpx`, :mod:`seawall.requests`) take these as arguments.
+"""
+
+from seawall._policy.http import (
+    DEFAULT_RETRY_STATUSES,
+    IDEMPOTENCY_KEY_HEADER,
+    IDEMPOTENT_METHODS,
+    OVERLOADED_HEADERS,
+    PER_HOST,
+    HttpRules,
+    LivePolicy,
+    budget_for_host,
+    is_overloaded,
+    new_idempotency_key,
+    parse_retry_after,
+)
+
+__all__ = [
+    "DEFAULT_RETRY_STATUSES",
+    "IDEMPOTENCY_KEY_HEADER",
+    "IDEMPOTENT_METHODS",
+    "OVERLOADED_HEADERS",
+    "PER_HOST",
+    "HttpRules",
+    "LivePolicy",
+    "budget_for_host",
+    "is_overloaded",
+    "new_idempotency_key",
+    "parse_retry_after",
+]

@@ -1,0 +1,33 @@
+"""The sans-I/O core, for those who write their own driver (an event loop, a simulator, a
+task queue, a durable orchestrator).
+
+:class:`RetryState` makes the decisions of one logical call: given an attempt's outcome and the
+time now, retry after a delay or give up, and why. The synchronous and asynchronous drivers in
+:class:`seawall.RetryPolicy`, the HTTP integrations and the simulator all drive it; nothing here
+does I/O or sleeps.
+"""
+
+from seawall._strategies.breaker import BreakerEvent, BreakerState, Permit
+from seawall._strategies.hedge import HedgeDelayPassed, HedgeEvent, HedgeHook, QuantileSource
+from seawall._strategies.retry import (
+    Attempt,
+    AttemptRecord,
+    Attempts,
+    GiveUpReason,
+    RetryState,
+)
+
+__all__ = [
+    "Attempt",
+    "AttemptRecord",
+    "Attempts",
+    "BreakerEvent",
+    "BreakerState",
+    "GiveUpReason",
+    "HedgeDelayPassed",
+    "HedgeEvent",
+    "HedgeHook",
+    "Permit",
+    "QuantileSource",
+    "RetryState",
+]
