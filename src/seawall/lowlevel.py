@@ -7,9 +7,12 @@ time now, retry after a delay or give up, and why. The synchronous and asynchron
 does I/O or sleeps.
 """
 
+from seawall._core.errors import error_summary
+from seawall._core.switch import one_attempt
 from seawall._strategies.breaker import BreakerEvent, BreakerState, Permit
 from seawall._strategies.hedge import HedgeDelayPassed, HedgeEvent, HedgeHook, QuantileSource
 from seawall._strategies.retry import (
+    SNAPSHOT_VERSION,
     Attempt,
     AttemptRecord,
     Attempts,
@@ -30,4 +33,7 @@ __all__ = [
     "Permit",
     "QuantileSource",
     "RetryState",
+    "SNAPSHOT_VERSION",
+    "error_summary",
+    "one_attempt",
 ]

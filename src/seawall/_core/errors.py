@@ -14,6 +14,7 @@ __all__ = [
     "RetryAfter",
     "is_permanent",
     "permanent",
+    "error_summary",
     "retry_after_of",
 ]
 
@@ -130,3 +131,22 @@ def add_note(exc: BaseException, note: str) -> None:
             notes.append(note)
         except AttributeError:
             pass
+
+
+#: The longest error summary kept (in logs of durable state, a saga's last_error).
+SUMMARY_LIMIT = 500
+
+
+def error_summary(exc: BaseException, limit: int = SUMMARY_LIMIT) -> str:
+    """``"Type: message"`` for *exc* (``"Type"`` alone when the message is empty), at most
+    *limit* characters: what a durable log keeps of an error. Never raises, whatever the
+    exception's ``__str__`` does."""
+    name = type(exc).__qualname__
+    try:
+        message = str(exc)
+    except Exception:  # a broken __str__ must not lose the record
+        message = "<unprintable>"
+    text = f"{name}: {message}" if message else name
+    if len(text) > limit:
+        text = text[: max(0, limit - 3)] + "..."
+    return text

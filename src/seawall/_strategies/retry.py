@@ -15,7 +15,15 @@ import logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from types import TracebackType
 from typing import Any, Final, Generic, Literal, NamedTuple, ParamSpec, TypeVar, overload
 
@@ -27,14 +35,16 @@ from seawall._core.errors import (
     _EXHAUSTED_MARK,
     _NEVER_RETRIED,
     _PERMANENT_MARK,
+    SUMMARY_LIMIT,
     DeadlineExceeded,
     Overloaded,
     RetryAfter,
     add_note,
+    error_summary,
     mark_exhausted,
     retry_after_of,
 )
-from seawall._core.switch import SWITCH
+from seawall._core.switch import ONE_ATTEMPT, SWITCH
 from seawall._strategies.backoff import DEFAULT_BACKOFF, Backoff
 from seawall._strategies.budget import Budget, first_attempt_wrapper, success_is_noop
 from seawall._strategies.deadline import _DEADLINE, Deadline
@@ -63,7 +73,13 @@ GiveUpReason = Literal[
     "deadline",  # the next wait (plus min_attempt_time) would cross the deadline
     "budget",  # the shared budget refused the retry
     "disabled",  # the kill switch is off, globally or for this policy's name
+    "delegated",  # inside seawall.lowlevel.one_attempt(): an enclosing layer owns the retries
 ]
+
+_GIVE_UP_REASONS: Final = frozenset(GiveUpReason.__args__)  # type: ignore[attr-defined]
+
+#: The version of :meth:`RetryState.snapshot`'s format; :meth:`RetryState.restore` refuses newer.
+SNAPSHOT_VERSION: Final = 1
 
 logger = logging.getLogger("seawall")
 
@@ -202,6 +218,8 @@ class RetryState:
         "attempts",
         "deadline",
         "history",
+        "last_error",
+        "next_retry",
         "policy",
         "reason",
         "started",
@@ -218,6 +236,11 @@ class RetryState:
         self.history: list[AttemptRecord] | None = None
         self._previous_delay: float | None = None
         self._attempt_started = now
+        #: The latest attempt's error (an ``Exception``, or a summary string after
+        #: :meth:`restore`); ``None`` before any failure.
+        self.last_error: BaseException | str | None = None
+        #: When the next attempt is due, on the policy's clock (``None``: none scheduled).
+        self.next_retry: float | None = None
 
     def begin_attempt(self, now: float) -> float:
         """Count an attempt starting at *now*; return its absolute deadline.
@@ -238,6 +261,7 @@ class RetryState:
             raise error
         self.attempts += 1
         self._attempt_started = now
+        self.next_retry = None
         if p.attempt_timeout is not None and now + p.attempt_timeout < self.deadline:
             return now + p.attempt_timeout
         return self.deadline
@@ -282,6 +306,7 @@ class RetryState:
                 asks the policy's ``retry_on``.
         """
         p = self.policy
+        self.last_error = error
         # The checks of is_permanent() and is_exhausted(), inlined: this runs on every failure,
         # and in the simulator on every simulated attempt.
         if isinstance(error, _NEVER_RETRIED) or getattr(error, _PERMANENT_MARK, False) is True:
@@ -351,6 +376,8 @@ class RetryState:
             return self._give_up("attempts_exhausted", error, now, mark=attempts > 1)
         if not SWITCH.enabled or (p.name is not None and p.name in SWITCH.disabled_names):
             return self._give_up("disabled", error, now)
+        if ONE_ATTEMPT.get():
+            return self._give_up("delegated", error, now)
         if wanted is not None:
             # Server pushback replaces the backoff delay, but an untrusted value is clamped.
             delay = min(wanted, p.max_retry_after)
@@ -371,6 +398,7 @@ class RetryState:
             start = self._attempt_started
             history.append(AttemptRecord(attempts, start, now - start, error, delay))
         self.total_delay += delay
+        self.next_retry = now + delay
         if p._hooks:
             self._emit("retry", error, delay, now, None)
         return delay
@@ -415,6 +443,112 @@ class RetryState:
                 now - self._attempt_started,
             )
             _run_hooks(hooks, event)
+
+    # -- persistence: a durable driver stores this and continues elsewhere, later ----------
+
+    def snapshot(
+        self, *, now: float | None = None, wall_now: float | None = None
+    ) -> dict[str, Any]:
+        """The state as JSON-compatible data, with times on the wall clock (seconds since the
+        epoch, UTC), for a durable driver to store and :meth:`restore` in another process.
+
+        Args:
+            now: the policy clock's reading (default: read it).
+            wall_now: the wall clock's reading at the same moment (default: ``time.time()``).
+
+        Returns:
+            ``{"version", "attempts", "total_delay", "previous_delay", "started_at",
+            "deadline_at", "next_retry_at", "last_error", "reason"}``: ``deadline_at`` and
+            ``next_retry_at`` are ``None`` when there is none; ``last_error`` is
+            ``"Type: message"`` (at most 500 characters) or ``None``.
+        """
+        if now is None:
+            now = self.policy._now()
+        if wall_now is None:
+            wall_now = time.time()
+        offset = wall_now - now
+        error = self.last_error
+        return {
+            "version": SNAPSHOT_VERSION,
+            "attempts": self.attempts,
+            "total_delay": self.total_delay,
+            "previous_delay": self._previous_delay,
+            "started_at": self.started + offset,
+            "deadline_at": None if self.deadline == math.inf else self.deadline + offset,
+            "next_retry_at": None if self.next_retry is None else self.next_retry + offset,
+            "last_error": error_summary(error) if isinstance(error, BaseException) else error,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def restore(
+        cls,
+        policy: RetryPolicy,
+        data: Mapping[str, Any],
+        *,
+        now: float | None = None,
+        wall_now: float | None = None,
+    ) -> RetryState:
+        """Continue a call from a :meth:`snapshot` (the budget's ``on_request`` is not called
+        again: it is the same logical call).
+
+        The data is untrusted (a database row, maybe written by a newer version): a newer
+        format is refused, and every field is checked.
+
+        Raises:
+            ValueError: *data* is not a snapshot this version can read.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a retry state snapshot must be a mapping, got {data!r}")
+        version = data.get("version")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ValueError(f"snapshot version must be an int >= 1, got {version!r}")
+        if version > SNAPSHOT_VERSION:
+            raise ValueError(
+                f"snapshot version {version} is newer than this seawall reads "
+                f"({SNAPSHOT_VERSION}); upgrade seawall"
+            )
+        if now is None:
+            now = policy._now()
+        if wall_now is None:
+            wall_now = time.time()
+        offset = wall_now - now
+
+        def number(key: str, *, optional: bool) -> float | None:
+            value = data.get(key)
+            if value is None and optional:
+                return None
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"snapshot field {key} must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"snapshot field {key} must be finite, got {value!r}")
+            return float(value)
+
+        attempts = data.get("attempts")
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
+            raise ValueError(f"snapshot field attempts must be an int >= 0, got {attempts!r}")
+        started_at = number("started_at", optional=False)
+        assert started_at is not None
+        deadline_at = number("deadline_at", optional=True)
+        next_retry_at = number("next_retry_at", optional=True)
+        total_delay = number("total_delay", optional=False)
+        previous_delay = number("previous_delay", optional=True)
+        error = data.get("last_error")
+        if error is not None and not isinstance(error, str):
+            raise ValueError(f"snapshot field last_error must be a str or None, got {error!r}")
+        reason = data.get("reason")
+        if reason is not None and reason not in _GIVE_UP_REASONS:
+            raise ValueError(f"snapshot field reason is not a known reason, got {reason!r}")
+        state = cls(
+            policy, started_at - offset, math.inf if deadline_at is None else deadline_at - offset
+        )
+        state.attempts = attempts
+        state.total_delay = max(0.0, total_delay or 0.0)
+        state._previous_delay = None if previous_delay is None else max(0.0, previous_delay)
+        state.next_retry = None if next_retry_at is None else next_retry_at - offset
+        state.last_error = None if error is None else error[:SUMMARY_LIMIT]
+        state.reason = reason
+        return state
 
     def outcome(self, value: Any, error: BaseException | None) -> Outcome[Any]:
         return Outcome(
