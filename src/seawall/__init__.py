@@ -9,7 +9,8 @@ The top level holds what most code needs. The rest lives in named modules:
 (deadline headers and intake), :mod:`seawall.config` (policy files and the registry),
 :mod:`seawall.http` (the HTTP rules), and the integrations :mod:`seawall.httpx`,
 :mod:`seawall.requests`, :mod:`seawall.server`, :mod:`seawall.instrumentation`,
-:mod:`seawall.testing` and :mod:`seawall.sim`. Every name, and every one of those modules, is
+:mod:`seawall.testing`, and the systems :mod:`seawall.saga` (durable sagas) and
+:mod:`seawall.sim`. Every name, and every one of those modules, is
 loaded on first use (PEP 562), so ``import seawall`` costs next to nothing.
 """
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # what the names below resolve to, for type checkers and edit
         lowlevel,
         propagation,
         requests,
+        saga,
         server,
         sim,
         testing,
@@ -119,6 +121,7 @@ _MODULES = frozenset(
         "lowlevel",
         "propagation",
         "requests",
+        "saga",
         "server",
         "sim",
         "testing",
@@ -240,6 +243,7 @@ __all__ = [
     "remaining",
     "requests",
     "retry",
+    "saga",
     "server",
     "set_enabled",
     "sim",

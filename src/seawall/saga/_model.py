@@ -1,0 +1,355 @@
+"""What a saga is made of (steps, contexts) and what the log says about a run (records)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import inspect
+import math
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final, Literal
+
+from seawall._strategies.backoff import Backoff
+from seawall._strategies.retry import RetryPolicy
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "HistoryEntry",
+    "OnExhausted",
+    "Run",
+    "Saga",
+    "SagaEvent",
+    "SchemaVersionError",
+    "Status",
+    "Step",
+    "StepContext",
+    "StepRecord",
+    "WorkerLost",
+    "check_json",
+    "utc",
+]
+
+
+class Status(str, enum.Enum):
+    """The status of a run or of a step; the values are the upper-case names.
+
+    Steps are PENDING, RUNNING, RETRYING, SUCCEEDED, FAILED, COMPENSATING or COMPENSATED. Runs
+    are RUNNING, RETRYING, SUCCEEDED, COMPENSATING, COMPENSATED, FAILED or NEEDS_ATTENTION.
+    """
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    RETRYING = "RETRYING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    COMPENSATING = "COMPENSATING"
+    COMPENSATED = "COMPENSATED"
+    NEEDS_ATTENTION = "NEEDS_ATTENTION"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def final(self) -> bool:
+        """Whether a run in this status is over (nothing will run for it again by itself)."""
+        return self in _FINAL
+
+
+_FINAL: Final = frozenset({Status.SUCCEEDED, Status.COMPENSATED, Status.FAILED})
+
+#: What a step does when its policy gives up: compensate the finished steps (the default),
+#: stop the run as FAILED without compensating, or park it (NEEDS_ATTENTION) for a person.
+OnExhausted = Literal["compensate", "fail", "park"]
+_ON_EXHAUSTED: Final = ("compensate", "fail", "park")
+
+#: The policy of a step that names none: five attempts, 1 s doubling to at most 60 s, full
+#: jitter; transient errors (ConnectionError, TimeoutError) only. Its hooks are silent: the
+#: orchestrator logs every attempt itself.
+DEFAULT_POLICY: Final = RetryPolicy(
+    max_attempts=5, backoff=Backoff(base=1.0, multiplier=2.0, cap=60.0), hooks=()
+)
+
+
+class SchemaVersionError(ValueError):
+    """The store was created by a newer seawall (its schema version is newer than this one's)."""
+
+
+class WorkerLost(TimeoutError):
+    """The worker that ran an attempt stopped before recording its outcome (its lease expired).
+
+    The outcome is unknown, so the attempt counts as failed with this error: a
+    :class:`TimeoutError`, retried by policies that retry timeouts (the default), with the same
+    idempotency key.
+    """
+
+
+def utc(timestamp: float | None) -> datetime.datetime | None:
+    """Seconds since the epoch as an aware UTC datetime (``None`` stays ``None``)."""
+    if timestamp is None:
+        return None
+    return datetime.datetime.fromtimestamp(timestamp, tz=datetime.timezone.utc)
+
+
+def check_json(value: object, what: str) -> None:
+    """Raise ``TypeError`` naming *what* (and where inside it) unless *value* is plain JSON.
+
+    Plain JSON: ``None``, ``bool``, ``int``, finite ``float``, ``str``, lists (tuples) of plain
+    JSON, and dicts with ``str`` keys. Nothing is converted silently (a set, bytes, a datetime,
+    NaN, an ``int`` key: each is refused), so what a step reads back is what was written.
+    """
+    stack: list[tuple[object, str]] = [(value, what)]
+    while stack:
+        item, where = stack.pop()
+        if item is None or isinstance(item, (bool, int, str)):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise TypeError(f"{where} is {item!r}, which JSON cannot hold")
+            continue
+        if isinstance(item, (list, tuple)):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
+            continue
+        if isinstance(item, dict):
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    raise TypeError(f"{where} has the key {k!r}: JSON object keys are strings")
+                stack.append((v, f"{where}[{k!r}]"))
+            continue
+        raise TypeError(f"{where} is a {type(item).__name__}, not JSON ({item!r:.80})")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepContext:
+    """What an action or a compensation receives.
+
+    Attributes:
+        run_id: the run.
+        step: the step's name.
+        attempt: this attempt's number, from 1 (of the action, or of the compensation).
+        input: the run's input (JSON data).
+        results: the results of the steps that finished before this one, by name (for a
+            compensation: its own step's result too).
+        idempotency_key: the same for every attempt of this step of this run, across restarts
+            and workers (``"<run_id>:<step>"``; a compensation's ends in ``":compensate"``).
+            Send it downstream so that a repeated attempt is recognised there.
+        compensating: ``True`` in a compensation.
+    """
+
+    run_id: str
+    step: str
+    attempt: int
+    input: Any
+    results: Mapping[str, Any]
+    idempotency_key: str
+    compensating: bool = False
+
+
+Action = Callable[[StepContext], Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Step:
+    """One step of a saga: an action, an optional compensation, and the policy that retries them.
+
+    Args:
+        name: unique within its saga; part of the idempotency key.
+        action: ``fn(ctx) -> result`` (``def`` or ``async def``); the result must be JSON data.
+        compensate: ``fn(ctx)`` that undoes a finished action, retried by the same policy.
+        policy: the :class:`~seawall.RetryPolicy` the orchestrator applies (classification,
+            backoff, ``attempt_timeout``, ``timeout`` as the step's total time, budget,
+            Retry-After); :data:`DEFAULT_POLICY` when ``None``. Its ``clock`` is not used: the
+            orchestrator's is.
+        on_exhausted: when the policy gives up on the action: ``"compensate"`` the finished
+            steps (default), ``"fail"`` the run without compensating, or ``"park"`` it as
+            NEEDS_ATTENTION for a person (``retry_now`` or ``compensate`` then).
+    """
+
+    name: str
+    action: Action
+    compensate: Action | None = None
+    policy: RetryPolicy | None = None
+    on_exhausted: OnExhausted = "compensate"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or not self.name.isprintable():
+            raise ValueError(f"name must be a non-empty printable str, got {self.name!r}")
+        if not callable(self.action):
+            raise TypeError(f"action must be callable, got {self.action!r}")
+        if self.compensate is not None and not callable(self.compensate):
+            raise TypeError(f"compensate must be callable or None, got {self.compensate!r}")
+        for fn in (self.action, self.compensate):
+            if fn is not None and (
+                inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)
+            ):
+                raise TypeError(f"step {self.name!r}: {fn!r} is a generator function")
+        if self.policy is not None and not isinstance(self.policy, RetryPolicy):
+            raise TypeError(f"policy must be a seawall.RetryPolicy or None, got {self.policy!r}")
+        if self.on_exhausted not in _ON_EXHAUSTED:
+            raise ValueError(
+                f"on_exhausted must be one of {', '.join(_ON_EXHAUSTED)}, got {self.on_exhausted!r}"
+            )
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return self.policy if self.policy is not None else DEFAULT_POLICY
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Saga:
+    """A named sequence of steps, run in order; finished ones are compensated in reverse.
+
+    Args:
+        name: how runs name their saga in the log (``orch.start(name, input)``).
+        steps: at least one :class:`Step`, with distinct names.
+    """
+
+    name: str
+    steps: Sequence[Step]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or not self.name.isprintable():
+            raise ValueError(f"name must be a non-empty printable str, got {self.name!r}")
+        if isinstance(self.steps, (str, bytes)) or not isinstance(self.steps, Iterable):
+            raise TypeError(f"steps must be a sequence of saga.Step, got {self.steps!r}")
+        steps = tuple(self.steps)
+        if not steps:
+            raise ValueError(f"saga {self.name!r}: steps must not be empty")
+        seen: set[str] = set()
+        for step in steps:
+            if not isinstance(step, Step):
+                raise TypeError(f"steps must be saga.Step objects, got {step!r}")
+            if step.name in seen:
+                raise ValueError(f"saga {self.name!r}: duplicate step name {step.name!r}")
+            seen.add(step.name)
+        object.__setattr__(self, "steps", steps)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One step of a run, as the log has it.
+
+    Attributes:
+        name: the step's name.
+        status: PENDING, RUNNING, RETRYING, SUCCEEDED, FAILED, COMPENSATING or COMPENSATED.
+        attempt_count: attempts of the action so far.
+        next_retry_at: when the next attempt (of the action, or of its compensation) is due, as
+            an aware UTC datetime; ``None`` when none is scheduled.
+        last_error: the latest error, ``"Type: message"`` (at most 500 characters), or ``None``.
+        result: the action's result (JSON data), ``None`` until it succeeded.
+        compensation_attempt_count: attempts of the compensation so far.
+        idempotency_key: the key every attempt of the action received.
+        started_at: when the first attempt started (``None`` before).
+        finished_at: when the action succeeded or failed for good, or the compensation ended.
+    """
+
+    name: str
+    status: Status
+    attempt_count: int
+    next_retry_at: datetime.datetime | None
+    last_error: str | None
+    result: Any
+    compensation_attempt_count: int = 0
+    idempotency_key: str = ""
+    started_at: datetime.datetime | None = None
+    finished_at: datetime.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Run:
+    """One run of a saga, as the log has it (a snapshot; read it again for news).
+
+    Attributes:
+        run_id: the run's id.
+        saga: the saga's name.
+        status: RUNNING, RETRYING, SUCCEEDED, COMPENSATING, COMPENSATED, FAILED or
+            NEEDS_ATTENTION.
+        input: the run's input.
+        steps: one :class:`StepRecord` per step, in order.
+        created_at: when the run was started.
+        updated_at: when its log last changed.
+        reason: why the run stopped or needs attention (e.g. ``"step 'charge' gave up:
+            not_retryable"``), else ``None``.
+    """
+
+    run_id: str
+    saga: str
+    status: Status
+    input: Any
+    steps: tuple[StepRecord, ...]
+    created_at: datetime.datetime
+    updated_at: datetime.datetime
+    reason: str | None = None
+
+    def step(self, name: str) -> StepRecord:
+        """The record of the step called *name*."""
+        for record in self.steps:
+            if record.name == name:
+                return record
+        raise KeyError(name)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One line of a run's append-only history (every attempt, wait and compensation).
+
+    Attributes:
+        at: when (aware UTC datetime).
+        event: ``"started"``, ``"attempt"`` (one began), ``"success"``, ``"failure"`` (with
+            ``delay`` when a retry was scheduled: that wait), ``"lost"`` (a worker stopped during
+            the attempt), ``"hold"`` (the budget refused a retry, or the dependency is
+            overloaded: the wait is pushed out), ``"give_up"``, ``"status"`` (the run entered
+            ``detail["status"]``) or ``"operator"`` (``detail["operation"]``).
+        step: the step's name (``None`` for the run's own events).
+        phase: ``"action"`` or ``"compensation"`` (``None`` for the run's own events).
+        attempt: the attempt's number, from 1.
+        delay: the wait scheduled after a failure, in seconds.
+        error: ``"Type: message"``.
+        detail: more, as JSON data (``next_retry_at``, ``reason``, ``duration``, ...).
+    """
+
+    at: datetime.datetime
+    event: str
+    step: str | None = None
+    phase: str | None = None
+    attempt: int | None = None
+    delay: float | None = None
+    error: str | None = None
+    detail: Mapping[str, Any] = dataclasses.field(
+        default_factory=lambda: types.MappingProxyType({})
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SagaEvent:
+    """What an orchestrator hook receives, once per attempt outcome and per run status change.
+
+    Attributes:
+        kind: ``"attempt"`` (an attempt ended: ``error`` is ``None`` on success; ``delay`` is the
+            wait before the next one, ``None`` when none follows), ``"hold"`` (a retry was pushed
+            out by the budget or an overloaded dependency) or ``"run"`` (the run entered
+            ``status``).
+        saga: the saga's name.
+        run_id: the run.
+        step: the step's name (``None`` for ``"run"``).
+        phase: ``"action"`` or ``"compensation"`` (``None`` for ``"run"``).
+        attempt: the attempt's number, from 1.
+        error: the exception, or its ``"Type: message"`` summary, or ``None``.
+        delay: seconds until the next attempt, or ``None``.
+        reason: why the policy gave up (a ``GiveUpReason``), if it did.
+        status: the run's status after the event.
+        duration: the attempt's seconds (for ``"run"`` events of final statuses: the run's).
+    """
+
+    kind: Literal["attempt", "hold", "run"]
+    saga: str
+    run_id: str
+    step: str | None
+    phase: str | None
+    attempt: int
+    error: BaseException | str | None
+    delay: float | None
+    reason: str | None
+    status: Status
+    duration: float

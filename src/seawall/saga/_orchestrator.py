@@ -1,0 +1,1322 @@
+"""The orchestrator: a durable driver over :class:`seawall.lowlevel.RetryState`.
+
+For each step, the step's :class:`~seawall.RetryPolicy` decides (through the sans-I/O core):
+whether an error is retried, after which delay, whether the step's time or the budget allows
+it. The orchestrator stores each decision, then acts on it: an attempt starts only once the log
+says it started, and a wait is a ``next_retry_at`` in the log, which any worker picks up when it
+is due. The retry state itself travels in the step's row (``RetryState.snapshot`` /
+``restore``), so a restart, a deploy or another worker continues the same backoff.
+
+Times in the log are wall-clock seconds since the epoch: ``time.time()`` with the system
+clock, or a :class:`~seawall.VirtualClock`'s ``now()`` (read as seconds since the epoch). The
+retry states run on that same timeline, so their deadlines and retry times need no conversion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import inspect
+import json
+import logging
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
+
+from seawall._core import validate as _validate
+from seawall._core.clock import SYSTEM_CLOCK, Clock, SystemClock, VirtualClock, VirtualEventLoop
+from seawall._core.errors import (
+    DeadlineExceeded,
+    Overloaded,
+    RetryAfter,
+    error_summary,
+    permanent,
+)
+from seawall._core.switch import one_attempt
+from seawall._strategies.deadline import Deadline, deadline
+from seawall._strategies.retry import RetryState
+from seawall.saga._model import (
+    HistoryEntry,
+    Run,
+    Saga,
+    SagaEvent,
+    Status,
+    StepContext,
+    StepRecord,
+    WorkerLost,
+    check_json,
+    utc,
+)
+from seawall.saga._store import Loaded, RunRow, StepRow, Store, open_store
+
+__all__ = ["Hook", "Orchestrator", "apply_operation", "logging_hook", "to_run"]
+
+logger = logging.getLogger("seawall.saga")
+
+Hook = Callable[[SagaEvent], None]
+
+S = Status
+_ACTIVE: Final = frozenset({S.RUNNING.value, S.RETRYING.value, S.COMPENSATING.value})
+_SETTLED: Final = frozenset(
+    {S.SUCCEEDED.value, S.COMPENSATED.value, S.FAILED.value, S.NEEDS_ATTENTION.value}
+)
+#: The shortest wait before asking a refusing budget again (seconds).
+MIN_HOLD: Final = 0.05
+#: The shortest idle wait of a worker that found due work it could not claim (seconds).
+MIN_IDLE: Final = 0.01
+_MAX_RUN_ID = 200
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def logging_hook(event: SagaEvent) -> None:
+    """The default hook: one line per attempt (attempt, delay, error) and per run outcome, to
+    the ``seawall.saga`` logger."""
+    if event.kind == "run":
+        level = logging.WARNING if event.status is S.NEEDS_ATTENTION else logging.INFO
+        if logger.isEnabledFor(level):
+            logger.log(
+                level,
+                "saga %s run %s: %s%s",
+                event.saga,
+                event.run_id,
+                event.status.value,
+                f" ({event.reason})" if event.reason else "",
+                extra={"seawall_saga": event.saga, "seawall_run": event.run_id},
+            )
+        return
+    what = "compensation of step" if event.phase == "compensation" else "step"
+    error = event.error
+    shown = error_summary(error) if isinstance(error, BaseException) else error
+    if event.kind == "hold":
+        message = "held back (%s): next attempt in %.3f s"
+        args: tuple[Any, ...] = (event.reason, event.delay or 0.0)
+        level = logging.INFO
+    elif error is None:
+        message, args, level = "succeeded in %.3f s", (event.duration,), logging.INFO
+    elif event.delay is not None:
+        message, args, level = "failed: %s; retry in %.3f s", (shown, event.delay), logging.INFO
+    else:
+        message, args = "failed: %s; gave up (%s)", (shown, event.reason)
+        level = logging.WARNING
+    if logger.isEnabledFor(level):
+        logger.log(
+            level,
+            "saga %s run %s %s %s attempt %d " + message,
+            event.saga,
+            event.run_id,
+            what,
+            event.step,
+            event.attempt,
+            *args,
+            extra={
+                "seawall_saga": event.saga,
+                "seawall_run": event.run_id,
+                "seawall_step": event.step,
+                "seawall_attempt": event.attempt,
+                "seawall_delay": event.delay,
+                "seawall_error": shown,
+            },
+        )
+
+
+class _Recorded(Exception):
+    """An earlier attempt's error, known only by its summary (after a restart)."""
+
+
+@dataclasses.dataclass(slots=True)
+class _Pending:
+    """An attempt the log says has started: run it, then record its outcome."""
+
+    index: int
+    phase: str  # "action" | "compensation"
+    state: RetryState
+    deadline: float  # wall clock; inf for none
+    fn: Callable[[StepContext], Any]
+    ctx: StepContext
+    started: float
+    is_async: bool
+
+
+class _Work:
+    __slots__ = ("events", "loaded", "lost", "pending", "saga", "token")
+
+    def __init__(self, loaded: Loaded, saga: Saga) -> None:
+        self.loaded = loaded
+        self.saga = saga
+        self.token = loaded.run.token
+        self.pending: _Pending | None = None
+        self.lost = False
+        self.events: list[SagaEvent] = []
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - a callable object's async __call__
+    )
+
+
+# -- operations: row changes that need no saga definition (the CLI makes them too) ------------
+
+OPERATIONS: Final = ("retry_now", "compensate", "cancel")
+
+
+def apply_operation(loaded: Loaded, operation: str, now: float) -> None:
+    """Apply an operator's *operation* to a run in memory (the caller saves it).
+
+    Raises:
+        ValueError: the operation does not apply to the run's status.
+    """
+    run = loaded.run
+    status = run.status
+    if status in (S.SUCCEEDED.value, S.COMPENSATED.value, S.FAILED.value):
+        raise ValueError(f"run {run.run_id!r} is {status}: {operation} does not apply to it")
+
+    def note(**detail: Any) -> None:
+        loaded.history.append(
+            (run.run_id, now, None, None, "operator", None, None, None, _dumps(detail))
+        )
+
+    def touch(step: StepRow) -> None:
+        step.updated_at = now
+        step.dirty = True
+
+    if operation == "retry_now":
+        note(operation="retry_now")
+        compensating = (
+            any(s.status == S.COMPENSATING.value for s in loaded.steps)
+            or status == S.COMPENSATING.value
+        )
+        for step in loaded.steps:
+            if step.running:
+                continue  # a lost attempt: the next worker records it and retries
+            if step.status == S.COMPENSATING.value:
+                if status == S.NEEDS_ATTENTION.value:
+                    step.retry_state = None  # a new try of the compensation: a fresh state
+                step.next_retry_at = now
+                touch(step)
+            elif compensating:
+                continue
+            elif step.status in (S.RETRYING.value, S.PENDING.value) and step.next_retry_at:
+                step.next_retry_at = now
+                step.retry_state = _without_holds(step.retry_state)
+                touch(step)
+            elif step.status == S.FAILED.value and status == S.NEEDS_ATTENTION.value:
+                # A parked step: a new try of its action, with a fresh retry state.
+                step.status = S.RETRYING.value
+                step.retry_state = None
+                step.next_retry_at = now
+                step.finished_at = None
+                touch(step)
+        if status == S.NEEDS_ATTENTION.value:
+            run.status = S.COMPENSATING.value if compensating else S.RETRYING.value
+            run.reason = None
+        run.due_at = now
+    elif operation == "compensate":
+        note(operation="compensate")
+        for step in loaded.steps:
+            if step.running or step.status in (S.RETRYING.value, S.RUNNING.value):
+                step.status = S.FAILED.value
+                step.running = False
+                step.next_retry_at = None
+                step.finished_at = now
+                touch(step)
+            elif step.status == S.PENDING.value and step.next_retry_at is not None:
+                step.next_retry_at = None
+                touch(step)
+            elif step.status == S.COMPENSATING.value and not step.running:
+                step.retry_state = None
+                step.next_retry_at = now
+                touch(step)
+        run.status = S.COMPENSATING.value
+        run.reason = "compensation requested by an operator"
+        run.due_at = now
+    elif operation == "cancel":
+        note(operation="cancel")
+        for step in loaded.steps:
+            if step.running or step.status in (S.RETRYING.value, S.RUNNING.value):
+                step.status = S.FAILED.value
+                step.running = False
+                step.next_retry_at = None
+                step.finished_at = now
+                touch(step)
+            elif step.next_retry_at is not None:
+                step.next_retry_at = None
+                touch(step)
+        run.status = S.FAILED.value
+        run.reason = "cancelled by an operator"
+        run.due_at = None
+        loaded.history.append(
+            (run.run_id, now, None, None, "status", None, None, None, _dumps({"status": "FAILED"}))
+        )
+    else:
+        raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
+    run.updated_at = now
+
+
+def _without_holds(text: str | None) -> str | None:
+    if text is None:
+        return None
+    data = json.loads(text)
+    if isinstance(data, dict) and data.get("holds"):
+        data["holds"] = 0
+        return _dumps(data)
+    return text
+
+
+def operate(store: Store, run_id: str, operation: str, now: float) -> str:
+    """Apply *operation* to *run_id* in *store*: at once when no worker holds the run, else as
+    a request its worker applies after the attempt it is running. Returns ``"applied"`` or
+    ``"requested"``.
+
+    Raises:
+        KeyError: no such run.
+        ValueError: the operation does not apply to the run's status.
+    """
+    if operation not in OPERATIONS:
+        raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
+    with store.transaction():
+        loaded = store.lock(run_id)
+        if loaded is None:
+            raise KeyError(f"no run {run_id!r} in {store.redacted()}")
+        run = loaded.run
+        held = run.lease_owner is not None and run.due_at is not None and run.due_at > now
+        if held and run.status in _ACTIVE:
+            store.request(run_id, operation)
+            return "requested"
+        token = run.token
+        apply_operation(loaded, operation, now)
+        run.token = token + 1  # fences out a worker whose lease expired
+        run.lease_owner = None
+        if store.save(loaded, token) is not None:  # pragma: no cover - the row is locked
+            raise RuntimeError(f"run {run_id!r} changed while locked")
+    return "applied"
+
+
+# -- reading the log ----------------------------------------------------------------------------
+
+
+def to_run(loaded: Loaded) -> Run:
+    """The public :class:`Run` for rows read from a store."""
+    run = loaded.run
+    steps = tuple(
+        StepRecord(
+            name=s.name,
+            status=Status(s.status),
+            attempt_count=int(s.attempt_count),
+            next_retry_at=utc(s.next_retry_at),
+            last_error=s.last_error,
+            result=None if s.result is None else json.loads(s.result),
+            compensation_attempt_count=int(s.compensation_attempt_count),
+            idempotency_key=s.idempotency_key,
+            started_at=utc(s.started_at),
+            finished_at=utc(s.finished_at),
+        )
+        for s in loaded.steps
+    )
+    created = utc(run.created_at)
+    updated = utc(run.updated_at)
+    assert created is not None and updated is not None
+    return Run(
+        run_id=run.run_id,
+        saga=run.saga,
+        status=Status(run.status),
+        input=json.loads(run.input),
+        steps=steps,
+        created_at=created,
+        updated_at=updated,
+        reason=run.reason,
+    )
+
+
+def to_history(rows: Iterable[Sequence[Any]]) -> tuple[HistoryEntry, ...]:
+    entries = []
+    for _run_id, at, step, phase, event, attempt, delay, error, detail in rows:
+        at_utc = utc(at)
+        assert at_utc is not None
+        entries.append(
+            HistoryEntry(
+                at=at_utc,
+                event=event,
+                step=step,
+                phase=phase,
+                attempt=attempt,
+                delay=delay,
+                error=error,
+                detail=json.loads(detail) if detail else {},
+            )
+        )
+    return tuple(entries)
+
+
+# -- the orchestrator ---------------------------------------------------------------------------
+
+
+class _Heartbeat:
+    """Renews the leases of the runs whose attempts are running, every third of the lease."""
+
+    def __init__(self, orch: Orchestrator) -> None:
+        self._orch = orch
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._store: Store | None = None
+
+    def hold(self, leases: dict[str, int]) -> None:
+        with self._lock:
+            self._held = dict(leases)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="seawall-saga-lease", daemon=True
+                )
+                self._thread.start()
+
+    def release(self) -> None:
+        with self._lock:
+            self._held = {}
+
+    def _loop(self) -> None:
+        orch = self._orch
+        while not self._stop.wait(orch.lease / 3.0):
+            with self._lock:
+                leases = list(self._held.items())
+            if not leases:
+                continue
+            try:
+                if self._store is None:
+                    self._store = orch._store.clone()
+                self._store.renew(leases, orch._wall() + orch.lease)
+            except Exception:  # the next tick tries again; the lease may lapse meanwhile
+                logger.exception("seawall saga: renewing leases failed")
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        if self._store is not None:
+            self._store.close()
+
+
+class Orchestrator:
+    """Runs sagas from a durable log; every process that runs steps creates one.
+
+    Args:
+        url: the store: ``"sqlite:///path.db"`` (the default kind, embedded) or
+            ``"postgresql://user@host/db"`` (extra ``postgres``; many workers, many machines).
+            The library creates and migrates its tables, and refuses a store of a newer schema.
+        sagas: the sagas this process runs (runs of other sagas in the store are left alone).
+        lease: seconds a claimed run stays claimed by its worker, on the orchestrator's clock
+            (renewed while an attempt runs); after a crash, the run waits this long at most.
+        clock: the system clock (default; the log holds ``time.time()``), or a
+            :class:`~seawall.VirtualClock` whose ``now()`` is read as seconds since the epoch.
+        batch: runs claimed together: their log writes share commits.
+        hooks: callables receiving a :class:`~seawall.saga.SagaEvent` after each attempt and
+            run status change is in the log; ``None`` means the logging hook.
+        poll: longest idle wait of :meth:`work` between looks at the store (seconds).
+        worker_id: how leases name this worker (default: host, pid and a random suffix).
+
+    Raises:
+        TypeError, ValueError: a parameter is invalid, the store's scheme is unknown, or two
+            sagas share a name.
+        SchemaVersionError: the store was written by a newer seawall.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        sagas: Sequence[Saga],
+        *,
+        lease: float = 30.0,
+        clock: Clock | None = None,
+        batch: int = 32,
+        hooks: Sequence[Hook] | None = None,
+        poll: float = 1.0,
+        worker_id: str | None = None,
+    ) -> None:
+        if isinstance(sagas, Saga) or not isinstance(sagas, Iterable):
+            raise TypeError(f"sagas must be a sequence of saga.Saga, got {sagas!r}")
+        known: dict[str, Saga] = {}
+        for s in sagas:
+            if not isinstance(s, Saga):
+                raise TypeError(f"sagas must be saga.Saga objects, got {s!r}")
+            if s.name in known:
+                raise ValueError(f"sagas: two sagas are named {s.name!r}")
+            known[s.name] = s
+        self.lease = _validate.seconds("lease", lease, zero=False, finite=True)
+        self.poll = _validate.seconds("poll", poll, zero=False, finite=True)
+        self.batch = _validate.count("batch", batch, minimum=1)
+        if clock is not None and not isinstance(clock, Clock):
+            raise TypeError(f"clock must implement seawall.Clock, got {clock!r}")
+        self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        self._wall: Callable[[], float] = (
+            time.time if type(self.clock) is SystemClock else self.clock.now
+        )
+        if hooks is None:
+            self._hooks: tuple[Hook, ...] = (logging_hook,)
+        else:
+            if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):
+                raise TypeError(f"hooks must be a sequence of callables, got {hooks!r}")
+            for h in hooks:
+                if not callable(h):
+                    raise TypeError(f"hooks must be callables, got {h!r}")
+            self._hooks = tuple(hooks)
+        if worker_id is None:
+            worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        elif not isinstance(worker_id, str) or not worker_id:
+            raise TypeError(f"worker_id must be a non-empty str or None, got {worker_id!r}")
+        self.worker_id = worker_id
+        self.sagas: dict[str, Saga] = known
+        self._saga_names = tuple(known)
+        self._store = open_store(url)
+        self._heartbeat = _Heartbeat(self)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        """The store (its ``commits`` counts transactions committed through it)."""
+        return self._store
+
+    def close(self) -> None:
+        """Close the store's connections (runs in progress are taken over once their leases
+        expire)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._heartbeat.close()
+        if self._loop is not None:
+            self._loop.close()
+        self._store.close()
+
+    def __enter__(self) -> Orchestrator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<saga.Orchestrator {self._store.redacted()} sagas={list(self.sagas)}>"
+
+    # -- starting and reading -----------------------------------------------------------------
+
+    def start(self, name: str, input: Any = None, run_id: str | None = None) -> str:
+        """Start a run of the saga *name*; durable when this returns.
+
+        Args:
+            name: a saga given to this orchestrator.
+            input: the run's input, JSON data (steps read it as ``ctx.input``).
+            run_id: the run's id (default: a random one). Starting again with the same id,
+                saga and input returns the id without starting a second run.
+
+        Returns:
+            The run's id.
+
+        Raises:
+            ValueError: unknown saga, or *run_id* names a run of another saga or input.
+            TypeError: *input* is not JSON data, or *run_id* is not a str.
+        """
+        saga = self.sagas.get(name) if isinstance(name, str) else None
+        if saga is None:
+            raise ValueError(
+                f"name: unknown saga {name!r}; this orchestrator runs: "
+                f"{', '.join(map(repr, self.sagas)) or 'none'}"
+            )
+        check_json(input, "input")
+        text = _dumps(input)
+        if run_id is None:
+            run_id = uuid.uuid4().hex
+        elif not isinstance(run_id, str):
+            raise TypeError(f"run_id must be a str or None, got {run_id!r}")
+        elif not run_id or len(run_id) > _MAX_RUN_ID or not run_id.isprintable():
+            raise ValueError(
+                f"run_id must be 1 to {_MAX_RUN_ID} printable characters, got {run_id!r}"
+            )
+        now = self._wall()
+        run = RunRow((run_id, name, S.RUNNING.value, text, None, now, now, now, None, 0, None))
+        steps = [
+            StepRow(
+                (
+                    run_id,
+                    i,
+                    step.name,
+                    S.PENDING.value,
+                    0,
+                    0,
+                    0,
+                    None,
+                    None,
+                    None,
+                    None,
+                    f"{run_id}:{step.name}",
+                    None,
+                    None,
+                    now,
+                )
+            )
+            for i, step in enumerate(saga.steps)
+        ]
+        loaded = Loaded(run, steps)
+        loaded.history.append(
+            (run_id, now, None, None, "started", None, None, None, _dumps({"saga": name}))
+        )
+        existing = self._store.insert(loaded)
+        if existing is not None:
+            if existing.saga != name or json.loads(existing.input) != json.loads(text):
+                raise ValueError(
+                    f"run_id {run_id!r} is already a run of saga {existing.saga!r} with "
+                    "another saga or input"
+                )
+            return run_id
+        self._emit(
+            [SagaEvent("run", name, run_id, None, None, 0, None, None, None, S.RUNNING, 0.0)]
+        )
+        return run_id
+
+    def get(self, run_id: str) -> Run:
+        """The run as the log has it now.
+
+        Raises:
+            KeyError: no such run.
+        """
+        loaded = self._store.load(run_id)
+        if loaded is None:
+            raise KeyError(f"no run {run_id!r} in {self._store.redacted()}")
+        return to_run(loaded)
+
+    def history(self, run_id: str) -> tuple[HistoryEntry, ...]:
+        """The run's append-only history: every attempt, wait, compensation and operation."""
+        return to_history(self._store.history(run_id))
+
+    def runs(
+        self, status: Status | str | None = None, *, saga: str | None = None, limit: int = 100
+    ) -> list[Run]:
+        """The latest runs (most recently changed first), optionally of one status or saga."""
+        _validate.count("limit", limit, minimum=1)
+        value = None if status is None else Status(status).value
+        return [to_run(item) for item in self._store.runs(value, saga, limit)]
+
+    # -- operations ---------------------------------------------------------------------------
+
+    def retry_now(self, run_id: str) -> Run:
+        """Make the run's waiting attempt due now; for a NEEDS_ATTENTION run, try the step (or
+        compensation) that gave up again, with a fresh retry state."""
+        return self._operate(run_id, "retry_now")
+
+    def compensate(self, run_id: str) -> Run:
+        """Stop the run's steps and compensate the finished ones, in reverse order."""
+        return self._operate(run_id, "compensate")
+
+    def cancel(self, run_id: str) -> Run:
+        """Stop the run where it is: no step or compensation runs for it again (FAILED)."""
+        return self._operate(run_id, "cancel")
+
+    def _operate(self, run_id: str, operation: str) -> Run:
+        operate(self._store, run_id, operation, self._wall())
+        return self.get(run_id)
+
+    # -- running ------------------------------------------------------------------------------
+
+    def run_due(self) -> int:
+        """Run every attempt (of a step or a compensation) due now, until none is due.
+
+        Returns:
+            How many attempts ran.
+        """
+        ran = 0
+        while True:
+            claimed, count = self._round(None)
+            ran += count
+            if not claimed:
+                return ran
+
+    def run_until_settled(self, run_id: str) -> Run:
+        """Drive one run until it is SUCCEEDED, COMPENSATED, FAILED or NEEDS_ATTENTION,
+        sleeping on the orchestrator's clock between attempts.
+
+        Raises:
+            KeyError: no such run.
+            ValueError: the run's saga is not one of this orchestrator's.
+        """
+        while True:
+            loaded = self._store.load(run_id)
+            if loaded is None:
+                raise KeyError(f"no run {run_id!r} in {self._store.redacted()}")
+            run = loaded.run
+            if run.status in _SETTLED:
+                return to_run(loaded)
+            if run.saga not in self.sagas:
+                raise ValueError(f"run {run_id!r} is of saga {run.saga!r}, unknown here")
+            claimed, _ = self._round(run_id)
+            if claimed:
+                continue
+            due = run.due_at if run.due_at is not None else self._wall() + self.poll
+            wait = due - self._wall()
+            if type(self.clock) is SystemClock:
+                wait = min(wait, self.poll)  # another process may change the run meanwhile
+            if wait > 0:
+                self.clock.sleep(wait)
+
+    def work(self, stop: threading.Event | None = None) -> int:
+        """A worker loop: claim due work, run it, until *stop* is set; returns attempts run.
+
+        Between claims it waits on *stop* (system clock) or sleeps on the virtual clock, until
+        the next due time, at most ``poll`` seconds.
+        """
+        if stop is not None and not callable(getattr(stop, "is_set", None)):
+            raise TypeError(f"stop must be a threading.Event or None, got {stop!r}")
+        ran = 0
+        while stop is None or not stop.is_set():
+            claimed, count = self._round(None)
+            ran += count
+            if claimed:
+                continue
+            due = self._next_due()
+            wait = self.poll if due is None else min(self.poll, due - self._wall())
+            # Due but not claimed: other workers hold those rows for a moment.
+            wait = max(wait, MIN_IDLE)
+            if stop is not None and type(self.clock) is SystemClock:
+                stop.wait(wait)
+            else:
+                self.clock.sleep(wait)
+        return ran
+
+    def _next_due(self) -> float | None:
+        return self._store.next_due(self._saga_names)
+
+    # -- one round: claim, then run and record until every claimed run is released ------------
+
+    def _round(self, run_id: str | None) -> tuple[int, int]:
+        store = self._store
+        works: list[_Work] = []
+        now = self._wall()
+        with store.transaction():
+            for loaded in store.claim(now, 1 if run_id else self.batch, self._saga_names, run_id):
+                work = _Work(loaded, self.sagas[loaded.run.saga])
+                loaded.run.token = work.token + 1
+                loaded.run.lease_owner = self.worker_id
+                self._advance(work, now)
+                self._save(work)
+                works.append(work)
+        self._emit([e for w in works for e in w.events])
+        for w in works:
+            w.events = []
+        ran = 0
+        pending = [w for w in works if w.pending is not None and not w.lost]
+        while pending:
+            self._heartbeat.hold({w.loaded.run.run_id: w.loaded.run.token for w in pending})
+            try:
+                outcomes = self._execute([w.pending for w in pending])  # type: ignore[misc]
+            finally:
+                self._heartbeat.release()
+            ran += len(pending)
+            now = self._wall()
+            with store.transaction():
+                asked = store.requested([w.loaded.run.run_id for w in pending])
+                for w, outcome in zip(pending, outcomes, strict=True):
+                    w.loaded.run.requested = asked.get(w.loaded.run.run_id)
+                    self._record(w, outcome, now)
+                    self._advance(w, now)
+                    self._save(w)
+            self._emit([e for w in pending for e in w.events])
+            for w in pending:
+                w.events = []
+            pending = [w for w in pending if w.pending is not None and not w.lost]
+        return len(works), ran
+
+    def _save(self, w: _Work) -> None:
+        """Write the run (in the open transaction); apply an operator's request first if one
+        arrived while the attempt ran."""
+        loaded, run = w.loaded, w.loaded.run
+        for _ in range(3):
+            answer = self._store.save(loaded, w.token)
+            if answer is None:
+                w.token = run.token
+                return
+            if answer == "lost":
+                w.lost = True
+                w.pending = None
+                logger.warning(
+                    "saga %s run %s: the lease was lost (another worker holds the run); "
+                    "this worker's outcome is not recorded",
+                    run.saga,
+                    run.run_id,
+                )
+                return
+            # A request that arrived between the check and the write: the attempt just planned
+            # stays in the history, and the operation applies on top (_advance applies it).
+            self._advance(w, self._wall())
+        raise RuntimeError(f"run {run.run_id!r}: could not save")  # pragma: no cover
+
+    # -- deciding what runs next ---------------------------------------------------------------
+
+    def _advance(self, w: _Work, now: float) -> None:
+        """Decide the run's next move at *now*: start an attempt (its start is logged in the
+        open transaction, and ``w.pending`` is set), or leave a wait in the log, or finish."""
+        loaded, run = w.loaded, w.loaded.run
+        w.pending = None
+        if run.requested:
+            with contextlib.suppress(ValueError):
+                apply_operation(loaded, run.requested, now)
+        for _ in range(4 * len(loaded.steps) + 8):
+            status = run.status
+            if status in (S.RUNNING.value, S.RETRYING.value):
+                index = next(
+                    (i for i, s in enumerate(loaded.steps) if s.status != S.SUCCEEDED.value), None
+                )
+                if index is None:
+                    self._finish(w, S.SUCCEEDED, now, None)
+                    return
+                if loaded.steps[index].status == S.FAILED.value:
+                    # Only an operation leaves a failed step in a going run: compensate.
+                    self._exhausted(w, index, "not_retryable", now)
+                    continue
+                if self._step(w, index, "action", now):
+                    return
+            elif status == S.COMPENSATING.value:
+                index = self._compensation_index(w)
+                if index is None:
+                    self._finish(w, S.COMPENSATED, now, run.reason)
+                    return
+                if self._step(w, index, "compensation", now):
+                    return
+            else:
+                run.due_at = None
+                run.lease_owner = None
+                return
+        raise RuntimeError(f"run {run.run_id!r}: no progress")  # pragma: no cover
+
+    def _compensation_index(self, w: _Work) -> int | None:
+        steps = w.saga.steps
+        for i in range(len(w.loaded.steps) - 1, -1, -1):
+            row = w.loaded.steps[i]
+            if row.status == S.COMPENSATING.value:
+                return i
+            if row.status == S.SUCCEEDED.value and steps[i].compensate is not None:
+                return i
+        return None
+
+    def _step(self, w: _Work, index: int, phase: str, now: float) -> bool:
+        """Start (or wait for, or give up on) the attempt of step *index* due in *phase*;
+        ``True`` once the run's next move is decided, ``False`` to look again."""
+        loaded, run = w.loaded, w.loaded.run
+        row = loaded.steps[index]
+        step = w.saga.steps[index]
+        policy = step.retry_policy
+        comp = phase == "compensation"
+        if row.running:
+            self._lost(w, index, phase, now)
+            return False
+        if comp and row.status == S.SUCCEEDED.value:
+            row.status = S.COMPENSATING.value
+            row.retry_state = None
+            row.next_retry_at = None
+            row.dirty = True
+        if row.next_retry_at is not None and row.next_retry_at > now:
+            run.status = S.COMPENSATING.value if comp else S.RETRYING.value
+            self._release(w, row.next_retry_at, now)
+            return True
+        data = json.loads(row.retry_state) if row.retry_state else None
+        holds = int(data.get("holds", 0)) if isinstance(data, dict) else 0
+        error: BaseException = _Recorded(row.last_error or "an earlier attempt failed")
+        try:
+            if data is not None:
+                state = RetryState.restore(policy, data["retry"], now=now, wall_now=now)
+            else:
+                state = policy.new_state(now)
+        except Overloaded as exc:  # an adaptive throttle refused the call before it started
+            self._hold(w, index, phase, None, exc, holds, now)
+            return True
+        except (ValueError, KeyError, TypeError) as exc:  # a row this version cannot continue
+            self._give_up(w, index, phase, "not_retryable", error_summary(exc), now)
+            return False
+        if holds:
+            budget = policy.budget
+            if budget is not None and not budget.allow_retry(error):
+                self._hold(w, index, phase, state, error, holds, now)
+                return True
+            state.reason = None
+        try:
+            attempt_deadline = state.begin_attempt(now)
+        except DeadlineExceeded as exc:
+            self._give_up(w, index, phase, "deadline", error_summary(exc), now)
+            return False
+        if comp:
+            row.compensation_attempt_count += 1
+            attempt = row.compensation_attempt_count
+            fn = step.compensate
+            key = f"{row.idempotency_key}:compensate"
+        else:
+            row.attempt_count += 1
+            attempt = row.attempt_count
+            fn = step.action
+            key = row.idempotency_key
+            row.status = S.RUNNING.value
+            if row.started_at is None:
+                row.started_at = now
+        assert fn is not None
+        row.running = True
+        row.next_retry_at = None
+        row.retry_state = _dumps({"retry": state.snapshot(now=now, wall_now=now), "holds": 0})
+        row.updated_at = now
+        row.dirty = True
+        loaded.history.append(
+            (run.run_id, now, row.name, phase, "attempt", attempt, None, None, None)
+        )
+        run.status = S.COMPENSATING.value if comp else S.RUNNING.value
+        run.updated_at = now
+        run.due_at = now + self.lease
+        run.lease_owner = self.worker_id
+        results = {
+            s.name: json.loads(s.result)
+            for s in loaded.steps[: index + 1 if comp else index]
+            if s.result is not None
+        }
+        ctx = StepContext(
+            run_id=run.run_id,
+            step=row.name,
+            attempt=attempt,
+            input=json.loads(run.input),
+            results=results,
+            idempotency_key=key,
+            compensating=comp,
+        )
+        w.pending = _Pending(index, phase, state, attempt_deadline, fn, ctx, now, _is_async(fn))
+        return True
+
+    def _release(self, w: _Work, due_at: float | None, now: float) -> None:
+        run = w.loaded.run
+        run.due_at = due_at
+        run.lease_owner = None
+        run.updated_at = now
+
+    def _lost(self, w: _Work, index: int, phase: str, now: float) -> None:
+        """The attempt the log says is running has no worker any more (the lease expired)."""
+        row = w.loaded.steps[index]
+        attempt = row.compensation_attempt_count if phase == "compensation" else row.attempt_count
+        policy = w.saga.steps[index].retry_policy
+        exc = WorkerLost(
+            f"the worker running attempt {attempt} stopped before recording its outcome"
+        )
+        w.loaded.history.append(
+            (w.loaded.run.run_id, now, row.name, phase, "lost", attempt, None, None, None)
+        )
+        row.running = False
+        row.dirty = True
+        try:
+            data = json.loads(row.retry_state) if row.retry_state else None
+            if not isinstance(data, dict):
+                raise ValueError("no retry state")
+            state = RetryState.restore(policy, data["retry"], now=now, wall_now=now)
+        except (ValueError, KeyError, TypeError) as err:
+            self._give_up(w, index, phase, "not_retryable", error_summary(err), now)
+            return
+        self._failure(w, index, phase, state, exc, attempt, 0.0, now)
+
+    # -- recording outcomes ---------------------------------------------------------------------
+
+    def _record(self, w: _Work, outcome: tuple[bool, Any, float], now: float) -> None:
+        pending = w.pending
+        assert pending is not None
+        w.pending = None
+        ok, value, duration = outcome
+        loaded, run = w.loaded, w.loaded.run
+        row = loaded.steps[pending.index]
+        comp = pending.phase == "compensation"
+        attempt = pending.ctx.attempt
+        if ok and not comp:
+            try:
+                check_json(value, f"the result of step {row.name!r}")
+            except TypeError as err:
+                ok, value = False, permanent(err)
+        if not ok:
+            self._failure(
+                w, pending.index, pending.phase, pending.state, value, attempt, duration, now
+            )
+            return
+        pending.state.on_success(now)
+        row.running = False
+        row.next_retry_at = None
+        row.retry_state = None
+        row.finished_at = now
+        row.updated_at = now
+        row.dirty = True
+        if comp:
+            row.status = S.COMPENSATED.value
+        else:
+            row.status = S.SUCCEEDED.value
+            row.result = _dumps(value)
+        loaded.history.append(
+            (
+                run.run_id,
+                now,
+                row.name,
+                pending.phase,
+                "success",
+                attempt,
+                None,
+                None,
+                _dumps({"duration": round(duration, 6)}),
+            )
+        )
+        run.updated_at = now
+        run.due_at = now
+        w.events.append(
+            SagaEvent(
+                "attempt",
+                run.saga,
+                run.run_id,
+                row.name,
+                pending.phase,
+                attempt,
+                None,
+                None,
+                None,
+                Status(run.status),
+                duration,
+            )
+        )
+
+    def _failure(
+        self,
+        w: _Work,
+        index: int,
+        phase: str,
+        state: RetryState,
+        exc: BaseException,
+        attempt: int,
+        duration: float,
+        now: float,
+    ) -> None:
+        """An attempt failed with *exc*: the core decides (retry after a delay, or give up)."""
+        loaded, run = w.loaded, w.loaded.run
+        row = loaded.steps[index]
+        comp = phase == "compensation"
+        policy = w.saga.steps[index].retry_policy
+        decided: BaseException = exc
+        if isinstance(exc, Overloaded):
+            # "Overloaded; don't retry" tells the layer above not to retry at once. This layer
+            # keeps the run and moves its next attempt out: by the callee's hint, else by the
+            # backoff; the core then applies max_retry_after, attempts, deadline and budget.
+            hint = exc.retry_after_hint
+            wait = hint if isinstance(hint, (int, float)) and hint >= 0 else None
+            if wait is None or not math.isfinite(wait):
+                wait = policy.backoff.compute(max(0, state.attempts - 1), policy.rng)
+            decided = RetryAfter(wait, str(exc))
+        delay = state.on_error(decided, now)
+        state.last_error = exc
+        summary = error_summary(exc)
+        row.running = False
+        row.last_error = summary
+        row.updated_at = now
+        row.dirty = True
+        run.updated_at = now
+        if delay is None and state.reason == "budget":
+            self._hold(w, index, phase, state, exc, 0, now, attempt=attempt, duration=duration)
+            return
+        if delay is None:
+            reason = state.reason or "not_retryable"
+            loaded.history.append(
+                (run.run_id, now, row.name, phase, "failure", attempt, None, summary, None)
+            )
+            self._event(w, "attempt", row.name, phase, attempt, exc, None, reason, duration)
+            self._give_up(w, index, phase, reason, summary, now)
+            return
+        at = now + delay
+        row.next_retry_at = at
+        row.retry_state = _dumps({"retry": state.snapshot(now=now, wall_now=now), "holds": 0})
+        if not comp:
+            row.status = S.RETRYING.value
+        run.status = S.COMPENSATING.value if comp else S.RETRYING.value
+        run.due_at = at
+        loaded.history.append(
+            (
+                run.run_id,
+                now,
+                row.name,
+                phase,
+                "failure",
+                attempt,
+                delay,
+                summary,
+                _dumps({"next_retry_at": at}),
+            )
+        )
+        self._event(w, "attempt", row.name, phase, attempt, exc, delay, None, duration)
+
+    def _hold(
+        self,
+        w: _Work,
+        index: int,
+        phase: str,
+        state: RetryState | None,
+        exc: BaseException,
+        holds: int,
+        now: float,
+        *,
+        attempt: int | None = None,
+        duration: float = 0.0,
+    ) -> None:
+        """The budget refused a retry (or a throttle the call): wait, and ask it again then.
+
+        The wait grows with the policy's backoff, so the runs held back by one sick dependency
+        spread out instead of asking together; a hold that would cross the step's deadline
+        gives up (reason ``"budget"``) as the core would.
+        """
+        loaded, run = w.loaded, w.loaded.run
+        row = loaded.steps[index]
+        policy = w.saga.steps[index].retry_policy
+        comp = phase == "compensation"
+        holds += 1
+        attempts = state.attempts if state is not None else 0
+        delay = max(MIN_HOLD, policy.backoff.compute(max(0, attempts - 1) + holds, policy.rng))
+        reason = "budget" if state is not None and state.reason == "budget" else "overloaded"
+        summary = error_summary(exc) if not isinstance(exc, _Recorded) else row.last_error
+        if attempt is not None:
+            loaded.history.append(
+                (run.run_id, now, row.name, phase, "failure", attempt, None, summary, None)
+            )
+            self._event(w, "attempt", row.name, phase, attempt, exc, None, reason, duration)
+        if state is not None and now + delay + policy.min_attempt_time >= state.deadline:
+            self._give_up(w, index, phase, "budget", summary, now)
+            return
+        at = now + delay
+        row.running = False
+        row.next_retry_at = at
+        row.last_error = summary
+        if state is not None:
+            row.retry_state = _dumps(
+                {"retry": state.snapshot(now=now, wall_now=now), "holds": holds}
+            )
+        if not comp and row.status != S.PENDING.value:
+            row.status = S.RETRYING.value
+        row.updated_at = now
+        row.dirty = True
+        run.status = S.COMPENSATING.value if comp else S.RETRYING.value
+        loaded.history.append(
+            (
+                run.run_id,
+                now,
+                row.name,
+                phase,
+                "hold",
+                attempt,
+                delay,
+                summary,
+                _dumps({"next_retry_at": at, "reason": reason}),
+            )
+        )
+        self._release(w, at, now)
+        self._event(w, "hold", row.name, phase, attempt or 0, exc, delay, reason, 0.0)
+
+    def _give_up(
+        self, w: _Work, index: int, phase: str, reason: str, summary: str | None, now: float
+    ) -> None:
+        loaded, run = w.loaded, w.loaded.run
+        row = loaded.steps[index]
+        row.running = False
+        row.next_retry_at = None
+        row.updated_at = now
+        row.dirty = True
+        if summary is not None:
+            row.last_error = summary
+        loaded.history.append(
+            (
+                run.run_id,
+                now,
+                row.name,
+                phase,
+                "give_up",
+                None,
+                None,
+                summary,
+                _dumps({"reason": reason}),
+            )
+        )
+        if phase == "compensation":
+            # The step stays COMPENSATING, with its error: a person decides (retry_now, or
+            # repair by hand and cancel).
+            self._finish(
+                w,
+                S.NEEDS_ATTENTION,
+                now,
+                f"the compensation of step {row.name!r} gave up ({reason}): {summary}",
+            )
+            return
+        row.status = S.FAILED.value
+        row.finished_at = now
+        self._exhausted(w, index, reason, now)
+
+    def _exhausted(self, w: _Work, index: int, reason: str, now: float) -> None:
+        run = w.loaded.run
+        row = w.loaded.steps[index]
+        why = f"step {row.name!r} gave up ({reason}): {row.last_error}"
+        on_exhausted = w.saga.steps[index].on_exhausted
+        if on_exhausted == "park":
+            self._finish(w, S.NEEDS_ATTENTION, now, why)
+        elif on_exhausted == "fail":
+            self._finish(w, S.FAILED, now, why)
+        else:
+            run.status = S.COMPENSATING.value
+            run.reason = why
+            run.due_at = now
+            w.loaded.history.append(
+                (
+                    run.run_id,
+                    now,
+                    None,
+                    None,
+                    "status",
+                    None,
+                    None,
+                    None,
+                    _dumps({"status": "COMPENSATING"}),
+                )
+            )
+            self._event(w, "run", None, None, 0, None, None, reason, 0.0)
+
+    def _finish(self, w: _Work, status: Status, now: float, reason: str | None) -> None:
+        run = w.loaded.run
+        run.status = status.value
+        run.reason = reason
+        run.updated_at = now
+        self._release(w, None, now)
+        w.loaded.history.append(
+            (
+                run.run_id,
+                now,
+                None,
+                None,
+                "status",
+                None,
+                None,
+                None,
+                _dumps({"status": status.value}),
+            )
+        )
+        self._event(w, "run", None, None, 0, None, None, reason, now - run.created_at)
+
+    def _event(
+        self,
+        w: _Work,
+        kind: Any,
+        step: str | None,
+        phase: str | None,
+        attempt: int,
+        error: BaseException | str | None,
+        delay: float | None,
+        reason: str | None,
+        duration: float,
+    ) -> None:
+        if self._hooks:
+            run = w.loaded.run
+            w.events.append(
+                SagaEvent(
+                    kind,
+                    run.saga,
+                    run.run_id,
+                    step,
+                    phase,
+                    attempt,
+                    error,
+                    delay,
+                    reason,
+                    Status(run.status),
+                    duration,
+                )
+            )
+
+    def _emit(self, events: list[SagaEvent]) -> None:
+        for event in events:
+            for hook in self._hooks:
+                try:
+                    hook(event)
+                except Exception:
+                    logger.exception("seawall saga hook %r failed on a %s event", hook, event.kind)
+
+    # -- running attempts ------------------------------------------------------------------------
+
+    def _execute(self, pending: list[_Pending]) -> list[tuple[bool, Any, float]]:
+        """Run the attempts: synchronous ones in turn, asynchronous ones together."""
+        outcomes: list[tuple[bool, Any, float]] = [(False, None, 0.0)] * len(pending)
+        later = []
+        for k, p in enumerate(pending):
+            if p.is_async:
+                later.append(k)
+            else:
+                outcomes[k] = self._call(p)
+        if later:
+            results = self._run_async([self._acall(pending[k]) for k in later])
+            for k, outcome in zip(later, results, strict=True):
+                outcomes[k] = outcome
+        return outcomes
+
+    def _call(self, p: _Pending) -> tuple[bool, Any, float]:
+        clock, wall = self.clock, self._wall
+        started = wall()
+        try:
+            with one_attempt():
+                if p.deadline == math.inf:
+                    value = p.fn(p.ctx)
+                else:
+                    at = Deadline(clock.now() + (p.deadline - started), clock)
+                    with deadline(at=at):
+                        value = p.fn(p.ctx)
+                if inspect.isawaitable(value):
+                    close = getattr(value, "close", None)
+                    if close is not None:
+                        close()
+                    raise permanent(
+                        TypeError(
+                            f"step {p.ctx.step!r}: {p.fn!r} returned an awaitable; "
+                            "declare it `async def`"
+                        )
+                    )
+        except Exception as exc:
+            return False, exc, wall() - started
+        return True, value, wall() - started
+
+    async def _acall(self, p: _Pending) -> tuple[bool, Any, float]:
+        clock, wall = self.clock, self._wall
+        started = wall()
+        try:
+            with one_attempt():
+                if p.deadline == math.inf:
+                    value = await p.fn(p.ctx)
+                else:
+                    at = Deadline(clock.now() + (p.deadline - started), clock)
+                    async with deadline(at=at):
+                        value = await p.fn(p.ctx)
+        except Exception as exc:
+            return False, exc, wall() - started
+        return True, value, wall() - started
+
+    def _run_async(self, coros: list[Any]) -> list[tuple[bool, Any, float]]:
+        async def together() -> list[tuple[bool, Any, float]]:
+            return list(await asyncio.gather(*coros))
+
+        loop = self._loop
+        if loop is None:
+            if isinstance(self.clock, VirtualClock):
+                loop = VirtualEventLoop(self.clock)
+            else:
+                loop = asyncio.new_event_loop()
+            self._loop = loop
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return loop.run_until_complete(together())
+        # Called from inside a running loop (an async application): run ours in a thread.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(loop.run_until_complete, together()).result()

@@ -1,0 +1,617 @@
+"""The durable log: runs, steps and history in SQL, with leases; SQLite here, PostgreSQL in
+:mod:`seawall.saga._postgres`.
+
+Every change to a run is one transaction that rewrites the run's row, the step rows that
+changed, and appends to its history. A worker holds a run through a lease: ``lease_owner`` and
+a ``lease_token`` that every claim increments. Each write of a run is conditional on the token
+the writer holds (a fencing token), so a worker whose lease expired and was taken over cannot
+overwrite the new holder's record. ``due_at`` is the one scheduling column: when the run next
+has work (a step to start, a retry wait's end, a compensation) or, while it is leased, when the
+lease expires; final and parked runs have none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+from seawall.saga._model import SchemaVersionError
+
+__all__ = ["SCHEMA_VERSION", "HistoryRow", "Loaded", "RunRow", "StepRow", "Store", "open_store"]
+
+#: The version of the tables this seawall writes; a store of a newer version is refused.
+SCHEMA_VERSION: Final = 1
+
+RUN_COLUMNS: Final = (
+    "run_id, saga, status, input, reason, created_at, updated_at, due_at, lease_owner, "
+    "lease_token, requested"
+)
+STEP_COLUMNS: Final = (
+    "run_id, position, name, status, running, attempt_count, compensation_attempt_count, "
+    "next_retry_at, last_error, result, retry_state, idempotency_key, started_at, finished_at, "
+    "updated_at"
+)
+HISTORY_COLUMNS: Final = "run_id, at, step, phase, event, attempt, delay, error, detail"
+
+
+class RunRow:
+    """A run's row in memory (mutable while a worker holds it)."""
+
+    __slots__ = (
+        "created_at",
+        "due_at",
+        "input",
+        "lease_owner",
+        "reason",
+        "requested",
+        "run_id",
+        "saga",
+        "status",
+        "token",
+        "updated_at",
+    )
+
+    def __init__(self, row: Sequence[Any]) -> None:
+        (
+            self.run_id,
+            self.saga,
+            self.status,
+            self.input,
+            self.reason,
+            self.created_at,
+            self.updated_at,
+            self.due_at,
+            self.lease_owner,
+            self.token,
+            self.requested,
+        ) = row
+
+
+class StepRow:
+    """A step's row in memory; ``dirty`` once changed and not yet written."""
+
+    __slots__ = (
+        "attempt_count",
+        "compensation_attempt_count",
+        "dirty",
+        "finished_at",
+        "idempotency_key",
+        "last_error",
+        "name",
+        "next_retry_at",
+        "position",
+        "result",
+        "retry_state",
+        "run_id",
+        "running",
+        "started_at",
+        "status",
+        "updated_at",
+    )
+
+    def __init__(self, row: Sequence[Any]) -> None:
+        (
+            self.run_id,
+            self.position,
+            self.name,
+            self.status,
+            running,
+            self.attempt_count,
+            self.compensation_attempt_count,
+            self.next_retry_at,
+            self.last_error,
+            self.result,
+            self.retry_state,
+            self.idempotency_key,
+            self.started_at,
+            self.finished_at,
+            self.updated_at,
+        ) = row
+        self.running = bool(running)
+        self.dirty = False
+
+    def values(self) -> tuple[Any, ...]:
+        return (
+            self.run_id,
+            self.position,
+            self.name,
+            self.status,
+            int(self.running),
+            self.attempt_count,
+            self.compensation_attempt_count,
+            self.next_retry_at,
+            self.last_error,
+            self.result,
+            self.retry_state,
+            self.idempotency_key,
+            self.started_at,
+            self.finished_at,
+            self.updated_at,
+        )
+
+
+#: One history line: run_id, at, step, phase, event, attempt, delay, error, detail (JSON text).
+HistoryRow = tuple[
+    str, float, str | None, str | None, str, int | None, float | None, str | None, str | None
+]
+
+
+class Loaded:
+    """A run with its steps, and the history lines to append when it is saved."""
+
+    __slots__ = ("history", "run", "steps")
+
+    def __init__(self, run: RunRow, steps: list[StepRow]) -> None:
+        self.run = run
+        self.steps = steps
+        self.history: list[HistoryRow] = []
+
+
+_UPDATE_RUN: Final = (
+    "UPDATE seawall_saga_runs SET status = ?, reason = ?, updated_at = ?, due_at = ?, "
+    "lease_owner = ?, lease_token = ?, requested = NULL "
+    "WHERE run_id = ? AND lease_token = ? AND COALESCE(requested, '') = ?"
+)
+_UPDATE_STEP: Final = (
+    "UPDATE seawall_saga_steps SET status = ?, running = ?, attempt_count = ?, "
+    "compensation_attempt_count = ?, next_retry_at = ?, last_error = ?, result = ?, "
+    "retry_state = ?, started_at = ?, finished_at = ?, updated_at = ? "
+    "WHERE run_id = ? AND position = ?"
+)
+_INSERT_HISTORY: Final = (
+    f"INSERT INTO seawall_saga_history ({HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+class Store:
+    """The SQL shared by both stores, with SQLite as the base dialect (``?`` placeholders).
+
+    Not thread-safe: one connection; an orchestrator uses it from one thread, and opens a second
+    store for the thread that renews its leases.
+    """
+
+    scheme: str = "sqlite"
+    #: Appended to the claim query: PostgreSQL skips rows other workers hold locked.
+    lock_clause: str = ""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        #: Transactions committed through this store (for benchmarks: commits per run).
+        self.commits = 0
+
+    # -- the dialect --------------------------------------------------------------------------
+
+    def q(self, sql: str) -> str:
+        """*sql* in this store's placeholder style."""
+        return sql
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        raise NotImplementedError
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        raise NotImplementedError
+
+    def transaction(self) -> contextlib.AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def clone(self) -> Store:
+        """Another connection to the same store (for another thread)."""
+        return open_store(self.url)
+
+    # -- the log ------------------------------------------------------------------------------
+
+    def insert(self, loaded: Loaded) -> RunRow | None:
+        """Write a new run; ``None`` if it was written, else the existing run of that id."""
+        run = loaded.run
+        with self.transaction():
+            cur = self.execute(
+                f"INSERT INTO seawall_saga_runs ({RUN_COLUMNS}) VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+                (
+                    run.run_id,
+                    run.saga,
+                    run.status,
+                    run.input,
+                    run.reason,
+                    run.created_at,
+                    run.updated_at,
+                    run.due_at,
+                    run.lease_owner,
+                    run.token,
+                    run.requested,
+                ),
+            )
+            if cur.rowcount != 1:
+                rows = self.execute(
+                    f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs WHERE run_id = ?", (run.run_id,)
+                ).fetchall()
+                return RunRow(rows[0])
+            self.executemany(
+                f"INSERT INTO seawall_saga_steps ({STEP_COLUMNS}) VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [s.values() for s in loaded.steps],
+            )
+            if loaded.history:
+                self.executemany(_INSERT_HISTORY, loaded.history)
+                loaded.history = []
+        return None
+
+    def _steps(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:
+        found: dict[str, list[StepRow]] = {r: [] for r in run_ids}
+        if not run_ids:
+            return found
+        marks = ", ".join("?" * len(run_ids))
+        rows = self.execute(
+            f"SELECT {STEP_COLUMNS} FROM seawall_saga_steps WHERE run_id IN ({marks}) "
+            "ORDER BY run_id, position",
+            tuple(run_ids),
+        ).fetchall()
+        for row in rows:
+            found[row[0]].append(StepRow(row))
+        return found
+
+    def _with_steps(self, rows: Sequence[Sequence[Any]]) -> list[Loaded]:
+        runs = [RunRow(r) for r in rows]
+        steps = self._steps([r.run_id for r in runs])
+        return [Loaded(r, steps[r.run_id]) for r in runs]
+
+    def claim(
+        self, now: float, limit: int, sagas: Sequence[str], run_id: str | None = None
+    ) -> list[Loaded]:
+        """Inside a transaction: lock and load up to *limit* runs of *sagas* due at *now* (or
+        just *run_id*, if due). The caller saves them with a new token in the same
+        transaction."""
+        if not sagas:
+            return []
+        marks = ", ".join("?" * len(sagas))
+        if run_id is None:
+            rows = self.execute(
+                f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs WHERE due_at <= ? "
+                f"AND saga IN ({marks}) ORDER BY due_at LIMIT ?{self.lock_clause}",
+                (now, *sagas, limit),
+            ).fetchall()
+        else:
+            rows = self.execute(
+                f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs WHERE run_id = ? AND due_at <= ? "
+                f"AND saga IN ({marks}){self.lock_clause}",
+                (run_id, now, *sagas),
+            ).fetchall()
+        return self._with_steps(rows)
+
+    def requested(self, run_ids: Sequence[str]) -> dict[str, str]:
+        """Inside a transaction: the operations requested for these runs, by run id."""
+        if not run_ids:
+            return {}
+        marks = ", ".join("?" * len(run_ids))
+        rows = self.execute(
+            f"SELECT run_id, requested FROM seawall_saga_runs WHERE run_id IN ({marks}) "
+            "AND requested IS NOT NULL",
+            tuple(run_ids),
+        ).fetchall()
+        return {r[0]: r[1] for r in rows}
+
+    def lock(self, run_id: str) -> Loaded | None:
+        """Inside a transaction: lock and load one run, whoever holds it."""
+        lock = " FOR UPDATE" if self.lock_clause else ""
+        rows = self.execute(
+            f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs WHERE run_id = ?{lock}", (run_id,)
+        ).fetchall()
+        loaded = self._with_steps(rows)
+        return loaded[0] if loaded else None
+
+    def save(self, loaded: Loaded, token: int) -> str | None:
+        """Inside a transaction: write *loaded* as holder of the lease *token* (the run row's
+        ``token`` becomes its new token). Returns ``None`` when written; ``"lost"`` when another
+        worker holds the run now; else the operation an operator requested meanwhile (nothing
+        is written then: apply it and save again)."""
+        run = loaded.run
+        cur = self.execute(
+            _UPDATE_RUN,
+            (
+                run.status,
+                run.reason,
+                run.updated_at,
+                run.due_at,
+                run.lease_owner,
+                run.token,
+                run.run_id,
+                token,
+                run.requested or "",
+            ),
+        )
+        if cur.rowcount != 1:
+            rows = self.execute(
+                "SELECT lease_token, requested FROM seawall_saga_runs WHERE run_id = ?",
+                (run.run_id,),
+            ).fetchall()
+            if not rows or rows[0][0] != token or not rows[0][1]:
+                return "lost"
+            run.requested = rows[0][1]
+            return str(rows[0][1])
+        run.requested = None
+        dirty = [s for s in loaded.steps if s.dirty]
+        if dirty:
+            self.executemany(
+                _UPDATE_STEP,
+                [
+                    (
+                        s.status,
+                        int(s.running),
+                        s.attempt_count,
+                        s.compensation_attempt_count,
+                        s.next_retry_at,
+                        s.last_error,
+                        s.result,
+                        s.retry_state,
+                        s.started_at,
+                        s.finished_at,
+                        s.updated_at,
+                        s.run_id,
+                        s.position,
+                    )
+                    for s in dirty
+                ],
+            )
+            for s in dirty:
+                s.dirty = False
+        if loaded.history:
+            self.executemany(_INSERT_HISTORY, loaded.history)
+            loaded.history = []
+        return None
+
+    def request(self, run_id: str, operation: str) -> None:
+        """Inside a transaction: ask the worker holding *run_id* to apply *operation*."""
+        self.execute(
+            "UPDATE seawall_saga_runs SET requested = ? WHERE run_id = ?", (operation, run_id)
+        )
+
+    def renew(self, leases: Sequence[tuple[str, int]], due_at: float) -> None:
+        """Extend the leases held (run id, token) to *due_at*."""
+        with self.transaction():
+            self.executemany(
+                "UPDATE seawall_saga_runs SET due_at = ? WHERE run_id = ? AND lease_token = ?",
+                [(due_at, run_id, token) for run_id, token in leases],
+            )
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def load(self, run_id: str) -> Loaded | None:
+        rows = self.execute(
+            f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs WHERE run_id = ?", (run_id,)
+        ).fetchall()
+        loaded = self._with_steps(rows)
+        return loaded[0] if loaded else None
+
+    def runs(self, status: str | None, saga: str | None, limit: int) -> list[Loaded]:
+        where, params = [], []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if saga is not None:
+            where.append("saga = ?")
+            params.append(saga)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = self.execute(
+            f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs{clause} "
+            "ORDER BY updated_at DESC, run_id LIMIT ?",
+            (*params, limit),
+        ).fetchall()
+        return self._with_steps(rows)
+
+    def history(self, run_id: str) -> list[Sequence[Any]]:
+        return list(
+            self.execute(
+                f"SELECT {HISTORY_COLUMNS} FROM seawall_saga_history WHERE run_id = ? ORDER BY id",
+                (run_id,),
+            ).fetchall()
+        )
+
+    def next_due(self, sagas: Sequence[str]) -> float | None:
+        """The earliest due time of a run of *sagas* (``None`` if none has work)."""
+        if not sagas:
+            return None
+        marks = ", ".join("?" * len(sagas))
+        rows = self.execute(
+            "SELECT MIN(due_at) FROM seawall_saga_runs WHERE due_at IS NOT NULL "
+            f"AND saga IN ({marks})",
+            tuple(sagas),
+        ).fetchall()
+        value = rows[0][0] if rows else None
+        return None if value is None else float(value)
+
+    # -- the schema ---------------------------------------------------------------------------
+
+    def ddl(self) -> list[str]:
+        """The statements that create schema version 1 (types in this dialect)."""
+        real, serial, big = self.types()
+        return [
+            "CREATE TABLE IF NOT EXISTS seawall_saga_schema (version INTEGER NOT NULL)",
+            f"""CREATE TABLE IF NOT EXISTS seawall_saga_runs (
+                run_id TEXT PRIMARY KEY,
+                saga TEXT NOT NULL,
+                status TEXT NOT NULL,
+                input TEXT NOT NULL,
+                reason TEXT,
+                created_at {real} NOT NULL,
+                updated_at {real} NOT NULL,
+                due_at {real},
+                lease_owner TEXT,
+                lease_token {big} NOT NULL DEFAULT 0,
+                requested TEXT)""",
+            "CREATE INDEX IF NOT EXISTS seawall_saga_runs_due ON seawall_saga_runs (due_at) "
+            "WHERE due_at IS NOT NULL",
+            "CREATE INDEX IF NOT EXISTS seawall_saga_runs_updated ON seawall_saga_runs "
+            "(updated_at)",
+            f"""CREATE TABLE IF NOT EXISTS seawall_saga_steps (
+                run_id TEXT NOT NULL,
+                position INTEGER NOT NULL,
+                name TEXT NOT NULL,
+                status TEXT NOT NULL,
+                running INTEGER NOT NULL DEFAULT 0,
+                attempt_count INTEGER NOT NULL DEFAULT 0,
+                compensation_attempt_count INTEGER NOT NULL DEFAULT 0,
+                next_retry_at {real},
+                last_error TEXT,
+                result TEXT,
+                retry_state TEXT,
+                idempotency_key TEXT NOT NULL,
+                started_at {real},
+                finished_at {real},
+                updated_at {real} NOT NULL,
+                PRIMARY KEY (run_id, position))""",
+            f"""CREATE TABLE IF NOT EXISTS seawall_saga_history (
+                id {serial},
+                run_id TEXT NOT NULL,
+                at {real} NOT NULL,
+                step TEXT,
+                phase TEXT,
+                event TEXT NOT NULL,
+                attempt INTEGER,
+                delay {real},
+                error TEXT,
+                detail TEXT)""",
+            "CREATE INDEX IF NOT EXISTS seawall_saga_history_run ON seawall_saga_history "
+            "(run_id, id)",
+        ]
+
+    def types(self) -> tuple[str, str, str]:
+        """(float, auto-increment primary key, 64-bit int) column types."""
+        return "REAL", "INTEGER PRIMARY KEY AUTOINCREMENT", "INTEGER"
+
+    def has_schema_table(self) -> bool:
+        raise NotImplementedError
+
+    def migration_lock(self) -> None:
+        """Inside the migration's transaction: keep other processes from migrating at once."""
+
+    def migrate(self) -> None:
+        """Create the tables, or bring them to :data:`SCHEMA_VERSION`; refuse a newer one.
+
+        Raises:
+            SchemaVersionError: the store's schema is newer than this seawall's (nothing is
+                written).
+        """
+        with self.transaction():
+            self.migration_lock()
+            version = 0
+            if self.has_schema_table():
+                rows = self.execute("SELECT MAX(version) FROM seawall_saga_schema").fetchall()
+                version = int(rows[0][0] or 0) if rows else 0
+            if version > SCHEMA_VERSION:
+                raise SchemaVersionError(
+                    f"the saga store {self.redacted()} has schema version {version}, newer than "
+                    f"this seawall's ({SCHEMA_VERSION}); upgrade seawall"
+                )
+            if version == SCHEMA_VERSION:
+                return
+            # Version 1 is the first: every later version appends its own statements here.
+            for statement in self.ddl():
+                self.execute(statement)
+            self.execute("DELETE FROM seawall_saga_schema")
+            self.execute("INSERT INTO seawall_saga_schema (version) VALUES (?)", (SCHEMA_VERSION,))
+
+    def redacted(self) -> str:
+        """The URL without a password, for messages."""
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.password is None:
+            return self.url
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.redacted()}>"
+
+
+class SQLiteStore(Store):
+    """SQLite in WAL mode with ``synchronous=FULL``: every commit reaches the disk (fsync of
+    the write-ahead log) before it returns, so a step recorded as done stays done across a
+    power loss, not only a process crash (``NORMAL`` would lose the last commits then, and a
+    finished step could run again). Writers take the lock at ``BEGIN IMMEDIATE`` and wait up to
+    ``busy_timeout`` for each other; readers never wait."""
+
+    def __init__(self, url: str, path: str) -> None:
+        super().__init__(url)
+        self.path = path
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise ValueError(f"url: the directory of the SQLite file does not exist: {directory}")
+        self._conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=60.0
+        )
+        self._lock = threading.Lock()
+        try:
+            self._conn.execute("PRAGMA busy_timeout = 60000")
+            self.migrate()
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = FULL")
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._conn.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._conn.executemany(sql, rows)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+            self.commits += 1
+
+    def has_schema_table(self) -> bool:
+        rows = self.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'seawall_saga_schema'"
+        ).fetchall()
+        return bool(rows)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def open_store(url: str) -> Store:
+    """The store for *url*: ``sqlite:///relative.db``, ``sqlite:////absolute/path.db``, or
+    ``postgresql://user@host:port/dbname`` (extra ``postgres``).
+
+    Raises:
+        TypeError: *url* is not a str.
+        ValueError: the scheme is unknown, or the URL is malformed.
+        SchemaVersionError: the store was written by a newer seawall.
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a str such as 'sqlite:///saga.db', got {url!r}")
+    scheme, sep, rest = url.partition("://")
+    scheme = scheme.lower()
+    if not sep:
+        raise ValueError(f"url must start with a scheme (sqlite:/// or postgresql://), got {url!r}")
+    if scheme == "sqlite":
+        if not rest.startswith("/") or rest == "/":
+            raise ValueError(f"url: a SQLite URL is sqlite:///path/to/file.db, got {url!r}")
+        path = rest[1:]
+        if path == ":memory:" or path.startswith("file:"):
+            raise ValueError(
+                f"url: the saga store must be a file that every worker opens, got {url!r}"
+            )
+        return SQLiteStore(url, path)
+    if scheme in ("postgresql", "postgres"):
+        from seawall.saga._postgres import PostgresStore
+
+        return PostgresStore(url)
+    raise ValueError(
+        f"url: unknown store scheme {scheme!r} in {url!r}; use sqlite:/// or postgresql://"
+    )
