@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench compat clean
+.PHONY: demo test lint typecheck unit bench compat clean postgresql
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,15 @@ lint: $(VENV)/.dev-installed
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy
 
-unit: $(VENV)/.dev-installed
+# The saga tests start a throwaway PostgreSQL cluster (tests/saga/conftest.py): install Debian's
+# server once when it is missing (CI runs as root on a fresh machine).
+postgresql:
+	@if ! command -v pg_ctl >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then \
+	  echo "installing postgresql"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql; \
+	fi
+
+unit: $(VENV)/.dev-installed postgresql
 	$(BIN)/pytest
 
 test: lint typecheck unit

@@ -18,6 +18,7 @@ from seawall.instrumentation._core import (
     Metric,
     MetricsHook,
     Recorder,
+    SagaRecorder,
 )
 
 __all__ = [
@@ -32,5 +33,6 @@ __all__ = [
     "MetricsHook",
     "Recorder",
     "RetryEvent",
+    "SagaRecorder",
     "logging_hook",
 ]

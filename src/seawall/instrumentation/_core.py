@@ -29,6 +29,7 @@ __all__ = [
     "Metric",
     "MetricsHook",
     "Recorder",
+    "SagaRecorder",
 ]
 
 #: Outcomes of one attempt: it returned an accepted value, or it failed (error or bad result).
@@ -106,6 +107,13 @@ METRICS: Final = (
         "Requests a server rejected without doing their work.",
     ),
     Metric(
+        "saga_runs",
+        "counter",
+        ("saga", "status"),
+        "{run}",
+        "Saga runs that reached a status: SUCCEEDED, COMPENSATED, FAILED or NEEDS_ATTENTION.",
+    ),
+    Metric(
         "attempt_duration_seconds",
         "histogram",
         ("policy", "outcome"),
@@ -163,6 +171,15 @@ class Recorder(Protocol):
 
     def shed(self, server: str, reason: str) -> None:
         """A server rejected a request without doing its work; *reason* from ``SHED_REASONS``."""
+
+
+class SagaRecorder(Recorder, Protocol):
+    """A :class:`Recorder` that also counts saga runs (the in-memory, Prometheus and
+    OpenTelemetry recorders are). :class:`seawall.saga.MetricsHook` calls :meth:`saga_run` when
+    the recorder has it; the step attempts go through the :class:`Recorder` methods."""
+
+    def saga_run(self, saga: str, status: str) -> None:
+        """A run of *saga* reached *status* (a final one, or ``"NEEDS_ATTENTION"``)."""
 
 
 class _Names:
@@ -298,6 +315,9 @@ class Counters:
 
     def shed(self, server: str, reason: str) -> None:
         self._add(("sheds", self._names(server), reason))
+
+    def saga_run(self, saga: str, status: str) -> None:
+        self._add(("saga_runs", self._names(saga), status))
 
     def get(self, metric: str, *labels: str) -> float:
         """The value of one series (0 if never recorded), e.g. ``get("retries", "users")``."""

@@ -82,5 +82,8 @@ class OpenTelemetryRecorder:
     def shed(self, server: str, reason: str) -> None:
         self._instruments["sheds"].add(1, self._attributes("sheds", server, reason))
 
+    def saga_run(self, saga: str, status: str) -> None:
+        self._instruments["saga_runs"].add(1, self._attributes("saga_runs", saga, status))
+
     def __repr__(self) -> str:
         return "OpenTelemetryRecorder()"

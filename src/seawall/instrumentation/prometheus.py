@@ -27,7 +27,7 @@ class PrometheusRecorder:
     Registers ``seawall_attempts_total``, ``seawall_retries_total``,
     ``seawall_budget_refusals_total``, ``seawall_give_ups_total``,
     ``seawall_breaker_transitions_total``, ``seawall_hedges_total``, ``seawall_hedge_wins_total``,
-    ``seawall_sheds_total`` and the histogram ``seawall_attempt_duration_seconds`` (see
+    ``seawall_sheds_total``, ``seawall_saga_runs_total`` and the histogram ``seawall_attempt_duration_seconds`` (see
     ``docs/observability.md``).
 
     Args:
@@ -100,6 +100,9 @@ class PrometheusRecorder:
 
     def shed(self, server: str, reason: str) -> None:
         self._child("sheds", server, reason).inc()
+
+    def saga_run(self, saga: str, status: str) -> None:
+        self._child("saga_runs", saga, status).inc()
 
     def __repr__(self) -> str:
         return f"PrometheusRecorder(registry={self.registry!r})"

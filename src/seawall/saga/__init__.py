@@ -14,6 +14,7 @@ Example:
     >>> order = saga.Saga("order", [saga.Step("reserve", lambda ctx: {"ok": True})])
 """
 
+from seawall.saga._metrics import MetricsHook
 from seawall.saga._model import (
     DEFAULT_POLICY,
     HistoryEntry,
@@ -36,6 +37,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "HistoryEntry",
     "Hook",
+    "MetricsHook",
     "OnExhausted",
     "Orchestrator",
     "Run",

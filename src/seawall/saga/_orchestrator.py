@@ -1070,9 +1070,10 @@ class Orchestrator:
     ) -> None:
         """The budget refused a retry (or a throttle the call): wait, and ask it again then.
 
-        The wait grows with the policy's backoff, so the runs held back by one sick dependency
-        spread out instead of asking together; a hold that would cross the step's deadline
-        gives up (reason ``"budget"``) as the core would.
+        The wait grows with the policy's backoff (one step further per hold), so the runs held
+        back by one sick dependency wait longer instead of asking together. A hold that would
+        cross the step's deadline, or the hold after ``max_attempts`` in a row, gives up
+        (reason ``"budget"``, or ``"overloaded"`` for a throttle).
         """
         loaded, run = w.loaded, w.loaded.run
         row = loaded.steps[index]
@@ -1088,8 +1089,12 @@ class Orchestrator:
                 (run.run_id, now, row.name, phase, "failure", attempt, None, summary, None)
             )
             self._event(w, "attempt", row.name, phase, attempt, exc, None, reason, duration)
-        if state is not None and now + delay + policy.min_attempt_time >= state.deadline:
-            self._give_up(w, index, phase, "budget", summary, now)
+        # The core's rule for any wait (never wait across the deadline), and a bound of its own:
+        # a retry refused max_attempts times in a row gives up as the core did at the first.
+        if holds > policy.max_attempts or (
+            state is not None and now + delay + policy.min_attempt_time >= state.deadline
+        ):
+            self._give_up(w, index, phase, reason, summary, now)
             return
         at = now + delay
         row.running = False
@@ -1310,6 +1315,10 @@ class Orchestrator:
         if loop is None:
             if isinstance(self.clock, VirtualClock):
                 loop = VirtualEventLoop(self.clock)
+                # Epoch-sized readings: asyncio adds its clock resolution to the time to find
+                # due timers, and 1e-9 vanishes next to 1.7e9 (one ulp there is 2.4e-7), so a
+                # timer due exactly now would never run. A microsecond is enough.
+                loop._clock_resolution = max(getattr(loop, "_clock_resolution", 0.0), 1e-6)
             else:
                 loop = asyncio.new_event_loop()
             self._loop = loop

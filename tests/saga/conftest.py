@@ -1,0 +1,129 @@
+"""Fixtures: SQLite files in tmp_path, and a throwaway PostgreSQL cluster on a loopback port.
+
+The cluster is started once per session as the user ``postgres`` (initdb into a temporary
+directory owned by that user, then ``pg_ctl start``) and stopped at the end; each test gets a
+database of its own. Without a PostgreSQL server the PostgreSQL tests are skipped, except under
+``CI=true``, where they fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pathlib
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def _pg_bin() -> pathlib.Path | None:
+    found = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
+        key=lambda p: int(pathlib.Path(p).parts[-3]) if pathlib.Path(p).parts[-3].isdigit() else 0,
+    )
+    if found:
+        return pathlib.Path(found[-1]).parent
+    which = shutil.which("pg_ctl")
+    return pathlib.Path(which).parent if which else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Cluster:
+    def __init__(self) -> None:
+        bindir = _pg_bin()
+        if bindir is None:
+            raise RuntimeError("PostgreSQL is not installed (no pg_ctl; `make test` installs it)")
+        self.bindir = bindir
+        self.root = pathlib.Path(tempfile.mkdtemp(prefix="seawall-pg-"))
+        self.data = self.root / "data"
+        self.port = _free_port()
+        self.as_root = os.geteuid() == 0
+        if self.as_root:
+            entry = pwd.getpwnam("postgres")
+            os.chown(self.root, entry.pw_uid, entry.pw_gid)
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
+            # A test cluster: nothing here survives a power loss anyway, and the suite commits
+            # a lot. The worker processes' crashes the tests cause are not the server's.
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+            "-c max_connections=200"
+        )
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-o", options,
+            "-w", "-t", "60", "start",
+        )  # fmt: skip
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, tool: str, *args: str) -> None:
+        command = [str(self.bindir / tool), *args]
+        if self.as_root:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        done = subprocess.run(command, capture_output=True, text=True, cwd=self.root, check=False)
+        if done.returncode != 0:
+            log = self.root / "log"
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise RuntimeError(f"{tool} failed: {done.stdout}{done.stderr}{tail}")
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """The URL of the session's PostgreSQL cluster (database ``postgres``)."""
+    try:
+        cluster = _Cluster()
+    except Exception as err:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"PostgreSQL could not start: {err}")
+        pytest.skip(f"PostgreSQL could not start: {err}")
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_url(postgres_server: str) -> Iterator[str]:
+    """A fresh, empty database on the session's cluster."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = postgres_server.rsplit("/", 1)[0] + f"/{name}"
+    yield url
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: pathlib.Path) -> str:
+    return f"sqlite:///{tmp_path}/saga.db"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
+    """Each store in turn."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/saga.db"
+    return str(request.getfixturevalue("pg_url"))
