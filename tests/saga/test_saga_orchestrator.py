@@ -1,4 +1,4 @@
-"""The orchestrator on virtual time, against both stores: retries, waits, compensation, operations."""
+"""The orchestrator on virtual time, on both stores: retries, waits, compensation, operations."""
 
 from __future__ import annotations
 

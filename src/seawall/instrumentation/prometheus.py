@@ -27,8 +27,8 @@ class PrometheusRecorder:
     Registers ``seawall_attempts_total``, ``seawall_retries_total``,
     ``seawall_budget_refusals_total``, ``seawall_give_ups_total``,
     ``seawall_breaker_transitions_total``, ``seawall_hedges_total``, ``seawall_hedge_wins_total``,
-    ``seawall_sheds_total``, ``seawall_saga_runs_total`` and the histogram ``seawall_attempt_duration_seconds`` (see
-    ``docs/observability.md``).
+    ``seawall_sheds_total``, ``seawall_saga_runs_total`` and the histogram
+    ``seawall_attempt_duration_seconds`` (see ``docs/observability.md``).
 
     Args:
         registry: where to register; the default process-wide registry if ``None``. Create one

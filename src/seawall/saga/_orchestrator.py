@@ -607,6 +607,10 @@ class Orchestrator:
         value = None if status is None else Status(status).value
         return [to_run(item) for item in self._store.runs(value, saga, limit)]
 
+    def counts(self) -> dict[Status, int]:
+        """How many runs the store holds in each status (of every saga)."""
+        return {Status(k): v for k, v in self._store.counts().items()}
+
     # -- operations ---------------------------------------------------------------------------
 
     def retry_now(self, run_id: str) -> Run:

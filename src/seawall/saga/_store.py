@@ -406,6 +406,12 @@ class Store:
         ).fetchall()
         return self._with_steps(rows)
 
+    def counts(self) -> dict[str, int]:
+        rows = self.execute(
+            "SELECT status, COUNT(*) FROM seawall_saga_runs GROUP BY status"
+        ).fetchall()
+        return {str(r[0]): int(r[1]) for r in rows}
+
     def history(self, run_id: str) -> list[Sequence[Any]]:
         return list(
             self.execute(

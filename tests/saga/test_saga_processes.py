@@ -1,0 +1,162 @@
+"""Real processes on real databases: workers killed with SIGKILL inside a step and inside a wait,
+four workers on PostgreSQL, two on one SQLite file (the worker is saga_worker.py)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import saga_worker
+
+from seawall import saga
+
+WORKER = pathlib.Path(saga_worker.__file__)
+
+
+def spawn(url: str, sidelog: pathlib.Path, scenario: str, expected: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), url, str(sidelog), scenario, str(expected)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def finish(proc: subprocess.Popen[bytes], timeout: float = 100.0) -> None:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out.decode(errors="replace")
+
+
+def lines(sidelog: pathlib.Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in sidelog.read_text().splitlines()]
+
+
+def definition(scenario: str, tmp_path: pathlib.Path) -> saga.Saga:
+    return saga_worker.build(scenario, str(tmp_path / "unused.log"), str(tmp_path / "unused"))[0]
+
+
+def check_exactly_once(orch: saga.Orchestrator, log: list[dict[str, Any]], expected: int) -> None:
+    """No run lost, no step finished twice, every compensation exactly once."""
+    finished = collections.Counter(
+        (e["run"], e["step"], e["phase"]) for e in log if e["event"] == "ok"
+    )
+    runs = orch.runs(limit=expected + 10)
+    assert len(runs) == expected
+    for run in runs:
+        assert run.status in (saga.Status.SUCCEEDED, saga.Status.COMPENSATED), run
+        for step in run.steps:
+            done = finished[(run.run_id, step.name, "action")]
+            undone = finished[(run.run_id, step.name, "compensation")]
+            if step.status in (saga.Status.SUCCEEDED, saga.Status.COMPENSATED):
+                assert done == 1, (run.run_id, step)
+            else:
+                assert done == 0, (run.run_id, step)
+            assert undone == (1 if step.status is saga.Status.COMPENSATED else 0), (
+                run.run_id,
+                step,
+            )
+    keys = {(e["run"], e["step"], e["phase"]): set() for e in log}  # type: dict[Any, set[str]]
+    for e in log:
+        keys[(e["run"], e["step"], e["phase"])].add(e["key"])
+    assert all(len(k) == 1 for k in keys.values())  # one idempotency key per step, across workers
+
+
+def test_a_worker_killed_inside_a_step_is_taken_over_with_the_same_idempotency_key(
+    sqlite_url: str, tmp_path: pathlib.Path
+) -> None:
+    sidelog = tmp_path / "side.log"
+    with saga.Orchestrator(sqlite_url, [definition("crash_in_step", tmp_path)], hooks=()) as orch:
+        for i in range(3):
+            orch.start("crashy", {"i": i}, run_id=f"r{i}")
+        first = spawn(sqlite_url, sidelog, "crash_in_step", 3)
+        marker = pathlib.Path(str(sidelog) + ".marker")
+        wait_for(marker.exists, 30.0, "the worker to block inside step b")
+        assert orch.get("r0").step("b").status is saga.Status.RUNNING
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=10)
+        killed_at = time.time()
+        second = spawn(sqlite_url, sidelog, "crash_in_step", 3)
+        finish(second)
+        log = lines(sidelog)
+        check_exactly_once(orch, log, 3)
+        b = [e for e in log if e["run"] == "r0" and e["step"] == "b"]
+        assert [(e["attempt"], e["event"]) for e in b] == [(1, "begin"), (2, "begin"), (2, "ok")]
+        assert b[0]["pid"] != b[1]["pid"]
+        assert b[0]["key"] == b[1]["key"] == "r0:b"
+        # The second worker waited for the lease (1 s) to expire before taking over.
+        assert b[1]["at"] >= killed_at
+        run = orch.get("r0")
+        assert run.status is saga.Status.SUCCEEDED
+        assert run.step("b").attempt_count == 2
+        assert run.step("a").attempt_count == 1  # recorded as done: never ran again
+        events = [(h.event, h.step) for h in orch.history("r0")]
+        assert ("lost", "b") in events
+
+
+def test_a_worker_killed_inside_a_wait_keeps_the_backoff(
+    sqlite_url: str, tmp_path: pathlib.Path
+) -> None:
+    sidelog = tmp_path / "side.log"
+    with saga.Orchestrator(sqlite_url, [definition("crash_in_wait", tmp_path)], hooks=()) as orch:
+        orch.start("waity", {}, run_id="w")
+        first = spawn(sqlite_url, sidelog, "crash_in_wait", 1)
+        wait_for(lambda: orch.get("w").step("b").status is saga.Status.RETRYING, 30.0, "a wait")
+        due = orch.get("w").step("b").next_retry_at
+        assert due is not None
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=10)
+        assert due.timestamp() - time.time() > 1.0  # killed well inside the 3 s wait
+        second = spawn(sqlite_url, sidelog, "crash_in_wait", 1)
+        finish(second)
+        log = lines(sidelog)
+        check_exactly_once(orch, log, 1)
+        b = [e for e in log if e["step"] == "b" and e["event"] == "begin"]
+        assert [e["attempt"] for e in b] == [1, 2]
+        # The restart did not reset the backoff: attempt 2 began at the logged next_retry_at.
+        assert b[1]["at"] >= due.timestamp()
+        assert b[1]["pid"] != b[0]["pid"]
+        assert orch.get("w").status is saga.Status.SUCCEEDED
+
+
+def run_fleet(url: str, tmp_path: pathlib.Path, workers: int, runs: int) -> None:
+    sidelog = tmp_path / "side.log"
+    with saga.Orchestrator(url, [definition("mixed", tmp_path)], hooks=()) as orch:
+        for i in range(runs):
+            orch.start("mixed", {"i": i}, run_id=f"m{i:04d}")
+        procs = [spawn(url, sidelog, "mixed", runs) for _ in range(workers)]
+        for proc in procs:
+            finish(proc)
+        log = lines(sidelog)
+        check_exactly_once(orch, log, runs)
+        counts = orch.counts()
+        assert counts.get(saga.Status.COMPENSATED, 0) > 0  # the permanent failures compensated
+        assert counts.get(saga.Status.SUCCEEDED, 0) > runs // 2
+        assert any(e["attempt"] > 1 for e in log)  # transient failures were retried
+        assert len({e["pid"] for e in log}) == workers  # every worker took part
+
+
+def test_four_workers_on_postgresql_run_1000_sagas_exactly_once(
+    pg_url: str, tmp_path: pathlib.Path
+) -> None:
+    run_fleet(pg_url, tmp_path, workers=4, runs=1000)
+
+
+def test_two_processes_share_one_sqlite_file(sqlite_url: str, tmp_path: pathlib.Path) -> None:
+    run_fleet(sqlite_url, tmp_path, workers=2, runs=200)
