@@ -1,8 +1,10 @@
-"""The ``seawall`` command: run the simulator's scenarios, or the whole demo.
+"""The ``seawall`` command: run the simulator's scenarios, the whole demo, or operate sagas.
 
 ``seawall demo`` runs every scenario in a short version, prints tables, and writes PNG plots and
-a JSON summary to ``./seawall-report/``. ``seawall sim NAME`` runs one scenario with its own
-options (``seawall sim NAME --help``). Needs the ``sim`` extra: ``pip install seawall[sim]``.
+a JSON summary to ``./seawall-report/``; it ends with a saga run's log. ``seawall sim NAME`` runs
+one scenario with its own options (``seawall sim NAME --help``). Both need the ``sim`` extra:
+``pip install seawall[sim]``. ``seawall saga list / show / retry / compensate / cancel --store
+URL`` reads and operates a saga log (no extra needed).
 """
 
 from __future__ import annotations
@@ -51,6 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--workers", type=count, default=_default_workers(), help="processes to use (CPUs)"
     )
+
+    from seawall.saga._cli import add_arguments as add_saga_arguments
+
+    saga = commands.add_parser(
+        "saga",
+        help="list, show, retry, compensate or cancel saga runs in a store (--store URL)",
+        description="Read and operate a saga log. `seawall saga COMMAND --help` for each.",
+    )
+    add_saga_arguments(saga)
 
     sim = commands.add_parser(
         "sim",
@@ -183,6 +194,16 @@ def _run_demo(args: argparse.Namespace) -> int:
             with open(table, "w", encoding="utf-8") as f:
                 f.write(occ_markdown(result) + "\n")
             written.append(table)
+    from seawall.saga._demo import demo as saga_demo
+
+    t0 = time.monotonic()
+    tables, saga_summary = saga_demo(args.seed)
+    out.rule("[bold]saga[/bold]: retries owned by a durable orchestrator (the log per step)")
+    for title, text in tables:
+        out.print(f"{title}:", markup=False)
+        out.print(text, markup=False, soft_wrap=True)
+        out.print()
+    summary["saga"] = {"seconds": round(time.monotonic() - t0, 3), "run": saga_summary}
     path = os.path.join(directory, "summary.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)
@@ -196,21 +217,27 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``seawall`` command; returns the exit status."""
-    try:
-        import matplotlib  # noqa: F401
-        import rich  # noqa: F401
-    except ImportError as err:
-        sys.stderr.write(
-            f"seawall: the simulator needs the 'sim' extra ({err.name} is missing): "
-            "pip install 'seawall[sim]'\n"
-        )
-        return 1
+    words = list(sys.argv[1:] if argv is None else argv)
+    if not words or words[0] != "saga":
+        try:
+            import matplotlib  # noqa: F401
+            import rich  # noqa: F401
+        except ImportError as err:
+            sys.stderr.write(
+                f"seawall: the simulator needs the 'sim' extra ({err.name} is missing): "
+                "pip install 'seawall[sim]'\n"
+            )
+            return 1
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args = parser.parse_args(words)
         try:
             if args.command == "demo":
                 return _run_demo(args)
+            if args.command == "saga":
+                from seawall.saga._cli import main as saga_main
+
+                return saga_main(args)
             return _run_sim(args)
         except (ValueError, TypeError) as err:
             # Parameters the option types could not check alone (e.g. --cap below --base).

@@ -145,3 +145,9 @@ def test_demo_writes_plots_and_json(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert meta["naive"]["recovered_at"][0] is None
     assert meta["budget"]["recovered_at"][0] is not None
     assert (out_dir / "occ.md").read_text().startswith("| N |")
+    # The saga's log: a step retrying, then a permanent failure compensated.
+    assert "attemptCount" in printed and "nextRetryAt" in printed and "lastError" in printed
+    run = summary["saga"]["run"]
+    assert run["status"] == "COMPENSATED"
+    assert [s["status"] for s in run["steps"]] == ["COMPENSATED", "COMPENSATED", "FAILED"]
+    assert run["steps"][1]["attemptCount"] == 3
