@@ -45,7 +45,9 @@ def _free_port() -> int:
 
 
 class _Cluster:
-    def __init__(self) -> None:
+    """A PostgreSQL server in a temporary directory; *durable* keeps fsync on (benchmarks)."""
+
+    def __init__(self, durable: bool = False) -> None:
         bindir = _pg_bin()
         if bindir is None:
             raise RuntimeError("PostgreSQL is not installed (no pg_ctl; `make test` installs it)")
@@ -58,13 +60,12 @@ class _Cluster:
             entry = pwd.getpwnam("postgres")
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
-        options = (
-            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
+        options += "-c max_connections=200"
+        if not durable:
             # A test cluster: nothing here survives a power loss anyway, and the suite commits
             # a lot. The worker processes' crashes the tests cause are not the server's.
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-            "-c max_connections=200"
-        )
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         self._run(
             "pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-o", options,
             "-w", "-t", "60", "start",

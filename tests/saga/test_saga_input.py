@@ -55,7 +55,7 @@ def test_unknown_saga_and_non_json_input_write_nothing(store_url: str) -> None:
             orch.start("two", {})
         with pytest.raises(TypeError, match=r"input\['when'\] is a set"):
             orch.start("one", {"when": {1}})
-        with pytest.raises(TypeError, match="NaN|nan"):
+        with pytest.raises(TypeError, match=r"NaN|nan"):
             orch.start("one", [float("nan")])
         with pytest.raises(TypeError, match="keys are strings"):
             orch.start("one", {1: "x"})
