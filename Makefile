@@ -46,6 +46,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/budget_overhead.py
 	$(BIN)/python benchmarks/pipeline_overhead.py
+	$(BIN)/python benchmarks/saga.py
 
 clean:
 	rm -rf $(VENV) .venv-3.* .mypy_cache .pytest_cache .ruff_cache seawall-report

@@ -36,7 +36,9 @@ HERE = pathlib.Path(__file__).resolve().parent
 # -- the workflow, for each contender (run inside worker processes) ------------------------------
 
 
-def seawall_worker(url: str, share: range, total: int, rate: float, go: str, out: str) -> None:
+def seawall_worker(
+    url: str, share: range, total: int, rate: float, go: str, out: str, batched: bool = False
+) -> None:
     import seawall
     from seawall import saga
 
@@ -55,8 +57,13 @@ def seawall_worker(url: str, share: range, total: int, rate: float, go: str, out
     while not os.path.exists(go):
         time.sleep(0.001)
     t0 = time.time()
-    for i in share:
-        orch.start("bench", {"i": i}, run_id=f"r{i}")
+    if batched:  # 64 starts per commit
+        for lo in range(share.start, share.stop, 64):
+            chunk = range(lo, min(lo + 64, share.stop))
+            orch.start_many("bench", [{"i": i} for i in chunk], [f"r{i}" for i in chunk])
+    else:  # one commit per start
+        for i in share:
+            orch.start("bench", {"i": i}, run_id=f"r{i}")
 
     def watch() -> None:
         while watcher.counts().get(saga.Status.SUCCEEDED, 0) < total:
@@ -175,18 +182,30 @@ def prepare(contender: str, url: str) -> None:
     subprocess.run([sys.executable, __file__, "--prepare", contender, url], check=True)
 
 
-def measure(contender: str, kind: str, base: str | None, workers: int, runs: int, rate: float) -> dict[str, Any]:
+def measure(
+    contender: str, kind: str, base: str | None, workers: int, runs: int, rate: float
+) -> dict[str, Any]:
     url = fresh_url(kind, base, contender)
-    prepare(contender, url)
+    prepare("dbos" if contender == "dbos" else "seawall", url)
     work = pathlib.Path(tempfile.mkdtemp(prefix="saga-bench-"))
     go = str(work / "go")
     per = runs // workers
     procs = []
     for k in range(workers):
         procs.append(
-            spawn("--worker", contender, url, str(k * per), str((k + 1) * per), str(runs), str(rate), go, str(work / f"out{k}"))
+            spawn(
+                "--worker",
+                contender,
+                url,
+                str(k * per),
+                str((k + 1) * per),
+                str(runs),
+                str(rate),
+                go,
+                str(work / f"out{k}"),
+            )
         )
-    time.sleep(2.0 if contender == "dbos" else 1.0)  # imports and launch, outside the timing
+    time.sleep(2.5 if contender == "dbos" else 1.5)  # imports and launch, outside the timing
     pathlib.Path(go).touch()
     for proc in procs:
         _, err = proc.communicate(timeout=600)
@@ -261,28 +280,40 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-postgres", action="store_true")
     args = parser.parse_args()
-    print(f"machine: {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}")
+    print(
+        f"machine: {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}"
+    )
     print(versions())
-    print(f"SQLite {__import__('sqlite3').sqlite_version}: {sqlite_commit_rate():.0f} commits/s (WAL, synchronous=FULL)")
+    print(
+        f"SQLite {__import__('sqlite3').sqlite_version}: {sqlite_commit_rate():.0f} commits/s (WAL, synchronous=FULL)"
+    )
     server = None if args.no_postgres else start_postgres()
     kinds = [("sqlite", None)] + ([("postgresql", server[1])] if server else [])
     try:
         print(f"\n{args.runs} runs of a 3-step saga; runs/s, best of {args.repeats}")
-        print("| store | workers | failures | seawall runs/s | DBOS runs/s | ratio | seawall commits/run |")
-        print("|---|---|---|---|---|---|---|")
+        print(
+            "| store | workers | failures | seawall runs/s: start | start_many | DBOS runs/s "
+            "| ratio: start | start_many | seawall commits/run: start | start_many |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for kind, base in kinds:
             for workers in (1, 4):
                 for rate in (0.0, 0.1):
                     best: dict[str, dict[str, Any]] = {}
                     for _ in range(args.repeats):
-                        for contender in ("seawall", "dbos"):  # interleaved
+                        for contender in ("seawall", "seawall_many", "dbos"):  # interleaved
                             r = measure(contender, kind, base, workers, args.runs, rate)
-                            if contender not in best or r["runs_per_s"] > best[contender]["runs_per_s"]:
+                            if (
+                                contender not in best
+                                or r["runs_per_s"] > best[contender]["runs_per_s"]
+                            ):
                                 best[contender] = r
-                    s, d = best["seawall"], best["dbos"]
+                    s, m, d = best["seawall"], best["seawall_many"], best["dbos"]
                     print(
-                        f"| {kind} | {workers} | {rate:.0%} | {s['runs_per_s']:.0f} | {d['runs_per_s']:.0f} "
-                        f"| {s['runs_per_s'] / d['runs_per_s']:.1f}x | {s['commits_per_run']:.2f} |",
+                        f"| {kind} | {workers} | {rate:.0%} | {s['runs_per_s']:.0f} | {m['runs_per_s']:.0f} "
+                        f"| {d['runs_per_s']:.0f} | {s['runs_per_s'] / d['runs_per_s']:.1f}x "
+                        f"| {m['runs_per_s'] / d['runs_per_s']:.1f}x | {s['commits_per_run']:.2f} "
+                        f"| {m['commits_per_run']:.2f} |",
                         flush=True,
                     )
         print("\ntime from SIGKILL inside a step to its next attempt in a restarted process (s)")
@@ -300,8 +331,13 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         contender, url, lo, hi, total, rate, go, out = sys.argv[2:]
-        fn = seawall_worker if contender == "seawall" else dbos_worker
-        fn(url, range(int(lo), int(hi)), int(total), float(rate), go, out)
+        share = range(int(lo), int(hi))
+        if contender == "dbos":
+            dbos_worker(url, share, int(total), float(rate), go, out)
+        else:
+            seawall_worker(
+                url, share, int(total), float(rate), go, out, contender == "seawall_many"
+            )
     elif len(sys.argv) > 1 and sys.argv[1] == "--crash":
         contender, url, marker = sys.argv[2:]
         (seawall_crash if contender == "seawall" else dbos_crash)(url, marker)

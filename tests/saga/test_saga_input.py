@@ -153,3 +153,20 @@ def test_a_corrupt_retry_state_in_a_row_gives_up_instead_of_crashing(sqlite_url:
     assert run.status is saga.Status.COMPENSATED
     assert "newer" in (run.steps[0].last_error or "")
     assert calls == [1]
+
+
+def test_start_many_is_one_commit_and_all_or_nothing(store_url: str) -> None:
+    with saga.Orchestrator(store_url, [ONE], hooks=()) as orch:
+        commits = orch.store.commits
+        ids = orch.start_many("one", [{"i": i} for i in range(20)])
+        assert orch.store.commits == commits + 1
+        assert len(set(ids)) == 20 and count_runs(orch) == 20
+        with pytest.raises(TypeError, match=r"inputs\[2\] is a bytes"):
+            orch.start_many("one", [{}, {}, b"x"])
+        with pytest.raises(ValueError, match="another saga or input"):
+            orch.start_many("one", [{"new": 1}, {"other": 2}], run_ids=["fresh", ids[0]])
+        with pytest.raises(ValueError, match="twice"):
+            orch.start_many("one", [{}, {}], run_ids=["x", "x"])
+        assert count_runs(orch) == 20  # "fresh" was rolled back with the rest
+        assert orch.start_many("one", [{"i": 0}], run_ids=[ids[0]]) == [ids[0]]
+        assert orch.run_due() == 20

@@ -510,3 +510,17 @@ def test_history_is_append_only_json(sqlite_url: str, clock: seawall.VirtualCloc
     assert [r[0] for r in rows] == sorted(r[0] for r in rows)
     assert all(r[2] is None or isinstance(json.loads(r[2]), dict) for r in rows)
     assert [r[1] for r in rows].count("attempt") == 4  # reserve, charge x2, undo reserve
+
+
+async def test_async_actions_run_when_the_orchestrator_is_called_inside_a_running_loop(
+    sqlite_url: str, clock: seawall.VirtualClock
+) -> None:
+    async def step(ctx: saga.StepContext) -> int:
+        await asyncio.sleep(1.0)
+        return ctx.attempt
+
+    s = saga.Saga("aio", [saga.Step("a", step), saga.Step("b", step)])
+    with saga.Orchestrator(sqlite_url, [s], clock=clock, hooks=()) as orch:
+        run = orch.run_until_settled(orch.start("aio", {}))
+    assert run.status is saga.Status.SUCCEEDED
+    assert [st.result for st in run.steps] == [1, 1]

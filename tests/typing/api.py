@@ -103,3 +103,30 @@ piped: int = through_pipeline(1)
 async def hedged() -> None:
     first: int = await seawall.hedge(_aget, 1, delay=0.05)
     del first
+
+
+# -- sagas ----------------------------------------------------------------------------------------
+from seawall import saga  # noqa: E402
+
+
+def _reserve(ctx: saga.StepContext) -> dict[str, int]:
+    key: str = ctx.idempotency_key
+    del key
+    return {"attempt": ctx.attempt}
+
+
+async def _undo(ctx: saga.StepContext) -> None:
+    return None
+
+
+order = saga.Saga("order", [saga.Step("reserve", _reserve, compensate=_undo, policy=policy)])
+
+
+def _drive(orch: saga.Orchestrator) -> None:
+    run_id: str = orch.start("order", {"order_id": 42})
+    ran: int = orch.run_due()
+    run: saga.Run = orch.run_until_settled(run_id)
+    record: saga.StepRecord = run.steps[0]
+    status: saga.Status = record.status
+    history: tuple[saga.HistoryEntry, ...] = orch.history(run_id)
+    del ran, status, history

@@ -527,14 +527,63 @@ class Orchestrator:
             ValueError: unknown saga, or *run_id* names a run of another saga or input.
             TypeError: *input* is not JSON data, or *run_id* is not a str.
         """
+        return self.start_many(name, [input], None if run_id is None else [run_id])[0]
+
+    def start_many(
+        self, name: str, inputs: Sequence[Any], run_ids: Sequence[str] | None = None
+    ) -> list[str]:
+        """Start several runs of the saga *name* in one transaction (one commit); durable when
+        this returns. Like :meth:`start` for each, and all or nothing: when one input is not
+        JSON or one run id is taken by another saga or input, no run is started.
+
+        Returns:
+            The runs' ids, in order.
+        """
         saga = self.sagas.get(name) if isinstance(name, str) else None
         if saga is None:
             raise ValueError(
                 f"name: unknown saga {name!r}; this orchestrator runs: "
                 f"{', '.join(map(repr, self.sagas)) or 'none'}"
             )
-        check_json(input, "input")
-        text = _dumps(input)
+        if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
+            raise TypeError(f"inputs must be a sequence of JSON inputs, got {inputs!r}")
+        if run_ids is not None and (
+            isinstance(run_ids, (str, bytes))
+            or not isinstance(run_ids, Sequence)
+            or len(run_ids) != len(inputs)
+        ):
+            raise ValueError("run_ids must be None or a sequence as long as inputs")
+        now = self._wall()
+        items: list[Loaded] = []
+        for k, value in enumerate(inputs):
+            what = "input" if len(inputs) == 1 else f"inputs[{k}]"
+            check_json(value, what)
+            run_id = None if run_ids is None else run_ids[k]
+            items.append(self._new_run(saga, _dumps(value), run_id, now))
+        ids = [item.run.run_id for item in items]
+        if len(set(ids)) != len(ids):
+            raise ValueError("run_ids: the same run id is given twice")
+        texts = [item.run.input for item in items]
+        with self._store.transaction():
+            found = [self._store.insert(item) for item in items]
+            for existing, run_id, text in zip(found, ids, texts, strict=True):
+                if existing is not None and (
+                    existing.saga != name or json.loads(existing.input) != json.loads(text)
+                ):
+                    raise ValueError(  # rolls back the whole transaction: nothing is written
+                        f"run_id {run_id!r} is already a run of saga {existing.saga!r} with "
+                        "another saga or input"
+                    )
+        self._emit(
+            [
+                SagaEvent("run", name, run_id, None, None, 0, None, None, None, S.RUNNING, 0.0)
+                for run_id, existing in zip(ids, found, strict=True)
+                if existing is None
+            ]
+        )
+        return ids
+
+    def _new_run(self, saga: Saga, text: str, run_id: str | None, now: float) -> Loaded:
         if run_id is None:
             run_id = uuid.uuid4().hex
         elif not isinstance(run_id, str):
@@ -543,7 +592,7 @@ class Orchestrator:
             raise ValueError(
                 f"run_id must be 1 to {_MAX_RUN_ID} printable characters, got {run_id!r}"
             )
-        now = self._wall()
+        name = saga.name
         run = RunRow((run_id, name, S.RUNNING.value, text, None, now, now, now, None, 0, None))
         steps = [
             StepRow(
@@ -571,18 +620,7 @@ class Orchestrator:
         loaded.history.append(
             (run_id, now, None, None, "started", None, None, None, _dumps({"saga": name}))
         )
-        existing = self._store.insert(loaded)
-        if existing is not None:
-            if existing.saga != name or json.loads(existing.input) != json.loads(text):
-                raise ValueError(
-                    f"run_id {run_id!r} is already a run of saga {existing.saga!r} with "
-                    "another saga or input"
-                )
-            return run_id
-        self._emit(
-            [SagaEvent("run", name, run_id, None, None, 0, None, None, None, S.RUNNING, 0.0)]
-        )
-        return run_id
+        return loaded
 
     def get(self, run_id: str) -> Run:
         """The run as the log has it now.

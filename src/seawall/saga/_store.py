@@ -209,39 +209,39 @@ class Store:
     # -- the log ------------------------------------------------------------------------------
 
     def insert(self, loaded: Loaded) -> RunRow | None:
-        """Write a new run; ``None`` if it was written, else the existing run of that id."""
+        """Inside a transaction: write a new run; ``None`` if it was written, else the existing
+        run of that id (nothing of it is written then)."""
         run = loaded.run
-        with self.transaction():
-            cur = self.execute(
-                f"INSERT INTO seawall_saga_runs ({RUN_COLUMNS}) VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
-                (
-                    run.run_id,
-                    run.saga,
-                    run.status,
-                    run.input,
-                    run.reason,
-                    run.created_at,
-                    run.updated_at,
-                    run.due_at,
-                    run.lease_owner,
-                    run.token,
-                    run.requested,
-                ),
-            )
-            if cur.rowcount != 1:
-                rows = self.execute(
-                    f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs WHERE run_id = ?", (run.run_id,)
-                ).fetchall()
-                return RunRow(rows[0])
-            self.executemany(
-                f"INSERT INTO seawall_saga_steps ({STEP_COLUMNS}) VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [s.values() for s in loaded.steps],
-            )
-            if loaded.history:
-                self.executemany(_INSERT_HISTORY, loaded.history)
-                loaded.history = []
+        cur = self.execute(
+            f"INSERT INTO seawall_saga_runs ({RUN_COLUMNS}) VALUES "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+            (
+                run.run_id,
+                run.saga,
+                run.status,
+                run.input,
+                run.reason,
+                run.created_at,
+                run.updated_at,
+                run.due_at,
+                run.lease_owner,
+                run.token,
+                run.requested,
+            ),
+        )
+        if cur.rowcount != 1:
+            rows = self.execute(
+                f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs WHERE run_id = ?", (run.run_id,)
+            ).fetchall()
+            return RunRow(rows[0])
+        self.executemany(
+            f"INSERT INTO seawall_saga_steps ({STEP_COLUMNS}) VALUES "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [s.values() for s in loaded.steps],
+        )
+        if loaded.history:
+            self.executemany(_INSERT_HISTORY, loaded.history)
+            loaded.history = []
         return None
 
     def _steps(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:
