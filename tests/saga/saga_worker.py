@@ -74,9 +74,9 @@ def build(scenario: str, sidelog: str, marker: str) -> tuple[saga.Saga, float]:
         return saga.Saga("crashy", [step("a", ok), step("b", block_once), step("c", ok)]), 1.0
 
     if scenario == "crash_in_wait":
-        # Step b fails once, then waits 3 s (a row) before its second attempt.
+        # Step b fails once, then waits 4 s (a row) before its second attempt.
         waiting = seawall.RetryPolicy(
-            max_attempts=3, backoff=seawall.Backoff.constant(3.0), hooks=()
+            max_attempts=3, backoff=seawall.Backoff.constant(4.0), hooks=()
         )
 
         def fail_once(ctx: saga.StepContext) -> None:
@@ -113,8 +113,13 @@ def main() -> int:
     definition, lease = build(scenario, sidelog, marker)
     random.seed(os.getpid())
     stop = threading.Event()
-    with saga.Orchestrator(url, [definition], lease=lease, poll=0.05, hooks=()) as orch:
+    batch = 8 if scenario == "mixed" else 32  # small batches: every worker gets a share
+    with saga.Orchestrator(
+        url, [definition], lease=lease, poll=0.02, batch=batch, hooks=()
+    ) as orch:
         watcher = saga.Orchestrator(url, [definition], hooks=())
+        with open(f"{sidelog}.ready.{os.getpid()}", "w"):
+            pass
 
         def watch() -> None:
             deadline = time.monotonic() + 100.0
