@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
 
 from seawall._core.clock import Clock
+from seawall._core.decorate import decorate
 from seawall._core.switch import is_enabled, set_enabled
 from seawall._strategies.backoff import DEFAULT_BACKOFF, Backoff
 from seawall._strategies.budget import RetryBudget
@@ -611,10 +612,12 @@ class PolicyHandle:
         return None if self._route is None else self._route.hedge
 
     def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self._policy.call(fn, *args, **kwargs)
+        result: T = self._policy._first(fn, args, kwargs)
+        return result
 
     async def acall(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self._policy.acall(fn, *args, **kwargs)
+        result: T = await self._policy._afirst(fn, args, kwargs)
+        return result
 
     def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T]:
         return self._policy.run(fn, *args, **kwargs)
@@ -627,6 +630,13 @@ class PolicyHandle:
     def attempts(self) -> Attempts:
         return self._policy.attempts()
 
+    # The current policy's own first-attempt paths, looked up at each call (a reload swaps it).
+    def _run(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        return self._policy._first(fn, args, kwargs)
+
+    async def _arun(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        return await self._policy._afirst(fn, args, kwargs)
+
     @overload
     def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]: ...
 
@@ -635,24 +645,7 @@ class PolicyHandle:
 
     def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
         """Decorate ``def`` or ``async def``: each call goes through the current policy."""
-        import functools
-        import inspect
-
-        if not callable(fn):
-            raise TypeError(f"can only decorate callables, got {fn!r}")
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                return await self._policy.acall(fn, *args, **kwargs)
-
-            return async_wrapper
-
-        @functools.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-            return self._policy.call(fn, *args, **kwargs)
-
-        return wrapper
+        return decorate(fn, "retry", self._run, self._arun)
 
     def __repr__(self) -> str:
         return f"<PolicyHandle {self.name!r} {self._policy!r}>"
@@ -687,18 +680,12 @@ class HedgeHandle:
 
     def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
         """Decorate an ``async def``: each call goes through the current hedge."""
-        import functools
-        import inspect
-
-        if not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"hedging needs an async def function, got {fn!r}")
         acall = self.acall
 
-        @functools.wraps(fn)
-        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        async def run(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
             return await acall(fn, *args, **kwargs)
 
-        return wrapper
+        return decorate(fn, "hedge", None, run)
 
     def __repr__(self) -> str:
         return f"<HedgeHandle {self.name!r} {self.policy!r}>"

@@ -22,6 +22,8 @@ __all__ = [
     "REQUEST_DEADLINE_HEADER",
     "Deadline",
     "DeadlineHeaderCounts",
+    "attempt_deadline",
+    "call_deadline",
     "current_deadline",
     "deadline",
     "deadline_from_headers",
@@ -31,6 +33,7 @@ __all__ = [
     "decode_request_deadline",
     "encode_grpc_timeout",
     "encode_request_deadline",
+    "install",
     "remaining",
     "timeout_from_headers",
 ]
@@ -79,6 +82,41 @@ def remaining() -> float:
     return math.inf if d is None else d.at - d.clock.now()
 
 
+# -- deadline composition: the one place where the ambient deadline, a call's timeout and an
+# attempt's timeout meet. Every strategy and driver uses these three functions.
+
+_new_deadline = tuple.__new__  # skips the named tuple's Python-level __new__: half the cost
+
+
+def call_deadline(now: float, timeout: float | None) -> float:
+    """A call's absolute deadline on the clock read as *now*: the earlier of the ambient
+    deadline (converted to this clock through its time left) and ``now + timeout``."""
+    ambient = _DEADLINE.get()
+    at = math.inf if ambient is None else now + (ambient.at - ambient.clock.now())
+    if timeout is not None and now + timeout < at:
+        return now + timeout
+    return at
+
+
+def attempt_deadline(now: float, call_at: float, attempt_timeout: float | None) -> float:
+    """An attempt's absolute deadline: the earlier of the call's and ``now + attempt_timeout``."""
+    if attempt_timeout is not None and now + attempt_timeout < call_at:
+        return now + attempt_timeout
+    return call_at
+
+
+def install(at: float, now: float, clock: Clock) -> contextvars.Token[Deadline | None] | None:
+    """Make *at* (on *clock*, which reads *now*) the ambient deadline if it is earlier than the
+    one in force: nested scopes keep the earlier deadline, and an inner one can only shorten
+    the time left. Returns the token to reset, or ``None`` when nothing was installed."""
+    if at == math.inf:
+        return None
+    outer = _DEADLINE.get()
+    if outer is not None and outer.at - outer.clock.now() <= at - now:
+        return None
+    return _DEADLINE.set(_new_deadline(Deadline, (at, clock)))
+
+
 class deadline:
     """Set an ambient deadline for the block: ``with deadline(2.0):`` or ``async with``.
 
@@ -125,11 +163,12 @@ class deadline:
         else:
             assert self._seconds is not None
             new = Deadline.after(self._seconds, self._clock)
-        outer = _DEADLINE.get()
-        if outer is not None and outer.remaining() <= new.remaining():
-            new = outer  # nested scopes keep the earlier deadline
+        self._token = install(new.at, new.clock.now(), new.clock)
+        if self._token is None:  # nested scopes keep the earlier deadline
+            outer = _DEADLINE.get()
+            if outer is not None:
+                new = outer
         self.deadline = new
-        self._token = _DEADLINE.set(new)
         return new
 
     def _exit(self) -> None:
