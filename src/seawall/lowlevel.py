@@ -7,9 +7,11 @@ time now, retry after a delay or give up, and why. The synchronous and asynchron
 does I/O or sleeps.
 """
 
+from seawall._core.classify import ErrorMatcher, RetryOn, Verdict, classify, compile_errors
 from seawall._core.errors import error_summary
 from seawall._core.switch import one_attempt
 from seawall._strategies.breaker import BreakerEvent, BreakerState, Permit
+from seawall._strategies.budget import FirstAttempt, answer_callback, first_attempt_callables
 from seawall._strategies.hedge import HedgeDelayPassed, HedgeEvent, HedgeHook, QuantileSource
 from seawall._strategies.retry import (
     SNAPSHOT_VERSION,
@@ -22,6 +24,11 @@ from seawall._strategies.retry import (
 
 __all__ = [
     "Attempt",
+    "ErrorMatcher",
+    "RetryOn",
+    "Verdict",
+    "classify",
+    "compile_errors",
     "AttemptRecord",
     "Attempts",
     "BreakerEvent",
@@ -34,6 +41,9 @@ __all__ = [
     "QuantileSource",
     "RetryState",
     "SNAPSHOT_VERSION",
+    "FirstAttempt",
+    "answer_callback",
     "error_summary",
+    "first_attempt_callables",
     "one_attempt",
 ]

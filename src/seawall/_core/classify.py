@@ -19,6 +19,7 @@ from seawall._core.errors import (
     Permanent,
     RetryAfter,
 )
+from seawall._core.public import public
 
 __all__ = ["ErrorMatcher", "RetryOn", "Verdict", "classify", "compile_errors"]
 
@@ -27,6 +28,7 @@ __all__ = ["ErrorMatcher", "RetryOn", "Verdict", "classify", "compile_errors"]
 RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
 
 
+@public("seawall.lowlevel")
 class Verdict(enum.IntEnum):
     """What an attempt's error means: whether to retry, and what a budget hears.
 
@@ -74,6 +76,7 @@ _HEARS: dict[Verdict, Literal["failure", "answer"] | None] = {
 _RETRY, _FAILED, _ANSWERED, _OVERLOADED, _EXHAUSTED, _NEUTRAL = Verdict
 
 
+@public("seawall.lowlevel")
 class ErrorMatcher(NamedTuple):
     """``retry_on`` (or ``failure_on``) compiled: exception classes, or a predicate.
 

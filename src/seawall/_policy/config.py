@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
 
 from seawall._core.clock import Clock
 from seawall._core.decorate import decorate
+from seawall._core.public import public
 from seawall._core.switch import is_enabled, set_enabled
 from seawall._strategies.backoff import DEFAULT_BACKOFF, Backoff
 from seawall._strategies.budget import RetryBudget
@@ -60,6 +61,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+@public("seawall.config")
 class ConfigError(ValueError):
     """A policy file or mapping is invalid.
 
@@ -90,6 +92,7 @@ STATUS_CONDITIONS: Final[Mapping[str, frozenset[int]]] = {
 }
 
 
+@public("seawall.config")
 @dataclasses.dataclass(frozen=True, slots=True)
 class BudgetConfig:
     """``budget = {percent, min, window}``: a :class:`~seawall.RetryBudget` per route.
@@ -111,6 +114,7 @@ class BudgetConfig:
         )
 
 
+@public("seawall.config")
 @dataclasses.dataclass(frozen=True, slots=True)
 class HedgeConfig:
     """``hedge = {delay, max_attempts, percentile, max_extra_percent}``: a route's hedging.
@@ -160,6 +164,7 @@ class HedgeConfig:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
+@public("seawall.config")
 @dataclasses.dataclass(frozen=True, slots=True)
 class RouteConfig:
     """One validated route policy (see the module docs for the fields).
@@ -578,6 +583,7 @@ def load_config(
 # -- live policies ------------------------------------------------------------------------------
 
 
+@public("seawall.config")
 class PolicyHandle:
     """A named, reloadable policy: every call uses the registry's current policy for the name.
 
@@ -651,6 +657,7 @@ class PolicyHandle:
         return f"<PolicyHandle {self.name!r} {self._policy!r}>"
 
 
+@public("seawall.config")
 class HedgeHandle:
     """A route's live hedging policy: every call uses the registry's current :class:`Hedge`.
 
@@ -691,6 +698,7 @@ class HedgeHandle:
         return f"<HedgeHandle {self.name!r} {self.policy!r}>"
 
 
+@public("seawall.config")
 class PolicyRegistry:
     """One place for every retry policy of an application: see, change, reload, switch off.
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import dataclasses
 import math
@@ -13,8 +12,8 @@ from typing import Any, Final, NamedTuple, Protocol
 
 from seawall._core import validate as _validate
 from seawall._core.clock import SYSTEM_CLOCK, Clock
-from seawall._core.compat import timeout_at
 from seawall._core.errors import DeadlineExceeded
+from seawall._core.public import public
 
 __all__ = [
     "DEFAULT_TRANSIT_MARGIN",
@@ -39,6 +38,7 @@ __all__ = [
 ]
 
 
+@public("seawall.propagation")
 class Deadline(NamedTuple):
     """An absolute point in time on a clock; ``at = math.inf`` means no deadline.
 
@@ -117,6 +117,7 @@ def install(at: float, now: float, clock: Clock) -> contextvars.Token[Deadline |
     return _DEADLINE.set(_new_deadline(Deadline, (at, clock)))
 
 
+@public("seawall")
 class deadline:
     """Set an ambient deadline for the block: ``with deadline(2.0):`` or ``async with``.
 
@@ -191,6 +192,10 @@ class deadline:
         new = self._enter()
         left = new.remaining()
         if math.isfinite(left):
+            import asyncio  # only async code reaches here: plain imports never load asyncio
+
+            from seawall._core.compat import timeout_at
+
             loop = asyncio.get_running_loop()
             self._timeout = timeout_at(loop.time() + max(0.0, left))
             await self._timeout.__aenter__()
@@ -390,6 +395,7 @@ def deadline_headers(
 # -- the server side: intake of untrusted headers -----------------------------------------------
 
 
+@public("seawall.propagation")
 @dataclasses.dataclass(frozen=True, slots=True)
 class DeadlineHeaderCounts:
     """Process-wide counts of deadline headers read by :func:`timeout_from_headers`.
@@ -428,6 +434,7 @@ def deadline_header_counts() -> DeadlineHeaderCounts:
         return DeadlineHeaderCounts(c.accepted, c.invalid, c.clamped)
 
 
+@public("seawall.propagation")
 class SupportsHeaderItems(Protocol):
     """Anything with ``items()`` giving ``(name, value)`` pairs: dicts and header containers."""
 

@@ -33,6 +33,7 @@ T = TypeVar("T")
 _ONE_TOKEN = 1.0 - 1e-9
 
 
+@public("seawall.lowlevel")
 @runtime_checkable
 class QuantileSource(Protocol):
     """What an adaptive hedge delay needs: a live latency distribution (a LatencyTracker)."""

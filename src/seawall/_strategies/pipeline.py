@@ -21,8 +21,8 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from seawall._core import validate as _validate
 from seawall._core.clock import SYSTEM_CLOCK, Clock, SystemClock
-from seawall._core.compat import with_timeout
 from seawall._core.decorate import decorate
+from seawall._core.public import public
 from seawall._strategies.breaker import CircuitBreaker
 from seawall._strategies.deadline import _DEADLINE, deadline, install
 from seawall._strategies.hedge import Hedge
@@ -38,6 +38,7 @@ _Sync = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 _Async = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Awaitable[Any]]
 
 
+@public("seawall")
 class Pipeline:
     """Strategies composed in the documented order, used like a policy.
 
@@ -244,6 +245,8 @@ def _async_attempt_timeout(inner: _Async | None, seconds: float, clock: Clock) -
         # plain TimeoutError (not DeadlineExceeded): one slow attempt is worth retrying.
         with deadline(seconds, clock=clock):
             aw = fn(*args, **kwargs) if inner is None else inner(fn, args, kwargs)
+            from seawall._core.compat import with_timeout
+
             return await with_timeout(aw, seconds)
 
     return layer

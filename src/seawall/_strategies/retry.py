@@ -88,6 +88,7 @@ class _Testing:
 TESTING: Final = _Testing()
 
 
+@public("seawall")
 class RetryEvent(NamedTuple):
     """What a hook receives. Immutable and cheap to create (a named tuple).
 
@@ -147,6 +148,7 @@ def logging_hook(event: RetryEvent) -> None:
         logger.log(level, "retry budget exhausted for %s", event.policy or "", extra=extra)
 
 
+@public("seawall.lowlevel")
 @dataclasses.dataclass(frozen=True, slots=True)
 class AttemptRecord:
     """One attempt in an :class:`Outcome`'s history.
@@ -166,6 +168,7 @@ class AttemptRecord:
     delay: float | None
 
 
+@public("seawall")
 @dataclasses.dataclass(frozen=True, slots=True)
 class Outcome(Generic[T]):
     """The result of :meth:`RetryPolicy.run`: what happened, without raising.
