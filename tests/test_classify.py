@@ -293,3 +293,24 @@ def test_overloaded_carries_its_pushback_as_retry_after() -> None:
     shed = seawall.Overloaded("shed", retry_after=2.5)
     assert shed.retry_after == 2.5
     assert shed.retry_after_hint == 2.5  # the former name
+
+
+def test_one_argument_order_for_every_kill_switch() -> None:
+    registry = seawall.config.PolicyRegistry()
+    registry.register("users", seawall.RetryPolicy())
+    registry.set_enabled(False, name="users")
+    assert not seawall.is_enabled("users")
+    with pytest.warns(DeprecationWarning, match="set_enabled"):
+        registry.set_enabled("users", True)  # type: ignore[arg-type]
+    assert seawall.is_enabled("users")
+
+
+def test_the_route_hedge_settings_have_one_name() -> None:
+    registry = seawall.config.PolicyRegistry(
+        {"routes": {"users": {"retry_policy": {"num_retries": 1}, "hedge": {"delay": 0.05}}}}
+    )
+    handle = registry.policy("users")
+    assert handle.hedge_config is not None
+    assert handle.hedge_config.delay == 0.05
+    with pytest.warns(DeprecationWarning, match="hedge_config"):
+        assert handle.hedge == handle.hedge_config

@@ -613,9 +613,20 @@ class PolicyHandle:
         return self._route
 
     @property
-    def hedge(self) -> HedgeConfig | None:
-        """The route's hedging settings, if configured."""
+    def hedge_config(self) -> HedgeConfig | None:
+        """The route's hedging settings, if configured (the live hedge itself is
+        :meth:`PolicyRegistry.hedge`)."""
         return None if self._route is None else self._route.hedge
+
+    @property
+    def hedge(self) -> HedgeConfig | None:
+        """The former name of :attr:`hedge_config`."""
+        import warnings
+
+        warnings.warn(
+            "PolicyHandle.hedge is now PolicyHandle.hedge_config", DeprecationWarning, stacklevel=2
+        )
+        return self.hedge_config
 
     def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         result: T = self._policy._first(fn, args, kwargs)
@@ -911,10 +922,27 @@ class PolicyRegistry:
     def __len__(self) -> int:
         return len(self._handles)
 
-    def set_enabled(self, name: str, enabled: bool) -> None:
-        """The per-name kill switch: ``False`` makes *name*'s policy try once, never retry."""
+    def set_enabled(self, enabled: bool | str, name: str | bool | None = None) -> None:
+        """The per-name kill switch: ``set_enabled(False, name="users")`` makes that policy
+        try once, never retry. The same order as :func:`seawall.set_enabled`; the former
+        ``set_enabled("users", False)`` still works, with a DeprecationWarning.
+
+        Raises:
+            KeyError: no policy has that name.
+        """
+        if isinstance(enabled, str):
+            import warnings
+
+            warnings.warn(
+                "PolicyRegistry.set_enabled(name, enabled) is now set_enabled(enabled, name=name)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            enabled, name = name, enabled  # type: ignore[assignment]
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {name!r}")
         self._handle(name)
-        set_enabled(enabled, name=name)
+        set_enabled(enabled, name=name)  # type: ignore[arg-type]
 
     def describe(self) -> dict[str, dict[str, Any]]:
         """Every policy's settings and kill-switch state, as plain data (for an admin page)."""
