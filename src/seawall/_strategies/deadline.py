@@ -192,12 +192,10 @@ class deadline:
         new = self._enter()
         left = new.remaining()
         if math.isfinite(left):
-            import asyncio  # only async code reaches here: plain imports never load asyncio
+            # Only async code reaches here: a plain import never loads asyncio.
+            from seawall._core.compat import timeout_after
 
-            from seawall._core.compat import timeout_at
-
-            loop = asyncio.get_running_loop()
-            self._timeout = timeout_at(loop.time() + max(0.0, left))
+            self._timeout = timeout_after(left)
             await self._timeout.__aenter__()
         return new
 

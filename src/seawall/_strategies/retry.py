@@ -950,12 +950,9 @@ class Attempt:
     async def __aenter__(self) -> Attempt:
         self.__enter__()
         if self._deadline != math.inf:
-            import asyncio
+            from seawall._core.compat import timeout_after
 
-            from seawall._core.compat import timeout_at
-
-            left = self._deadline - self._attempts._policy._clock.now()
-            self._timeout = timeout_at(asyncio.get_running_loop().time() + max(0.0, left))
+            self._timeout = timeout_after(self._deadline - self._attempts._policy._clock.now())
             await self._timeout.__aenter__()
         return self
 
