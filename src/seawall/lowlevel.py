@@ -10,7 +10,7 @@ does I/O or sleeps.
 from seawall._core.classify import ErrorMatcher, RetryOn, Verdict, classify, compile_errors
 from seawall._core.errors import error_summary
 from seawall._core.switch import one_attempt
-from seawall._strategies.breaker import BreakerEvent, BreakerState, Permit
+from seawall._strategies.breaker import BreakerEvent, BreakerState, Permit, StateHook
 from seawall._strategies.budget import FirstAttempt, answer_callback, first_attempt_callables
 from seawall._strategies.hedge import HedgeDelayPassed, HedgeEvent, HedgeHook, QuantileSource
 from seawall._strategies.retry import (
@@ -41,6 +41,7 @@ __all__ = [
     "QuantileSource",
     "RetryState",
     "SNAPSHOT_VERSION",
+    "StateHook",
     "FirstAttempt",
     "answer_callback",
     "error_summary",
