@@ -43,7 +43,6 @@ from seawall import (
     RetryEvent,
     RetryPolicy,
     RetryQuota,
-    Throttled,
     TokenBucket,
     VirtualClock,
 )
@@ -412,15 +411,10 @@ class Escaped(Exception):
 
 
 def known_run_escape(w: World, error: Exception) -> bool:
-    """The one known way out of ``run``/``arun``, let through until it is fixed.
-
-    The budget's ``on_request`` is called by ``new_state()``, outside the ``try`` that turns
-    errors into an ``Outcome``: when an ``AdaptiveThrottle`` rejects the call locally,
-    ``run`` and ``arun`` raise ``Throttled`` (as ``call`` does) instead of returning
-    ``Outcome(error=Throttled(...), attempts=0)``, while a ``DeadlineExceeded`` before the
-    first attempt does come back as an ``Outcome``.
-    """
-    return isinstance(error, Throttled) and w.attempts == 0
+    """No exception escapes ``run``/``arun``: a call the budget rejects locally comes back as
+    ``Outcome(error=Throttled(...), attempts=0)``, as a deadline passed before the first
+    attempt does."""
+    return False
 
 
 def check_outcome(w: World, out: seawall.Outcome[Any], sleeps: int, events: int) -> None:
@@ -518,13 +512,13 @@ def execute(name: str, scenario: Scenario, proxied: bool) -> list[CallTrace]:
 
 
 def elapsed_differs(params: Params, steps: tuple[Step, ...]) -> bool:
-    """The one known divergence, left out of the comparison until it is fixed.
+    """The one documented difference, left out of the comparison.
 
     On the first-attempt fast path (no timeout, no result check, no attempt-observing hook),
-    a first attempt that fails hands over to the retry loop, which starts its RetryState when
-    that attempt has ended: every event's ``elapsed`` then misses the first attempt's duration
-    (``policy.call``, ``acall``, both decorators, registry handles and pipelines), while the
-    block API, ``run`` and ``arun`` measure from the start of the call, as documented.
+    the first attempt is made without reading the clock, so every event's ``elapsed`` counts
+    from its end (``policy.call``, ``acall``, both decorators, registry handles and
+    pipelines), while the block API, ``run`` and ``arun`` measure from the start of the call.
+    ``RetryEvent.elapsed`` says so.
     """
     fast = params.timeout is None and not params.check_results and not params.observe_attempts
     return fast and bool(steps) and steps[0].took > 0

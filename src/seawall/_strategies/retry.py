@@ -101,7 +101,10 @@ class RetryEvent(NamedTuple):
         attempt: the number of the attempt that just failed, from 1.
         error: the exception of that attempt (``None`` for a retried bad result).
         delay: the wait before the next attempt (0 when giving up).
-        elapsed: seconds since the call started, waits included.
+        elapsed: seconds since the call started, waits included. A policy without timeouts,
+            result check or attempt-observing hooks makes its first attempt without reading the
+            clock (that is its fast path): there, ``elapsed`` counts from the end of the first
+            attempt. Hooks with ``observes_attempts = True`` get exact figures.
         reason: why the policy gave up (``give_up`` and ``budget_exhausted`` only).
         duration: seconds the attempt itself took (0 when a policy without attempt-observing
             hooks made its first attempt on the fast path).
@@ -761,7 +764,10 @@ class RetryPolicy:
 
     def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T]:
         """Like :meth:`call`, but return an :class:`Outcome` instead of raising ``Exception``s."""
-        state = self.new_state(self._now(), record=True)
+        try:
+            state = self.new_state(self._now(), record=True)
+        except Exception as exc:  # the budget rejected the call locally (Throttled)
+            return Outcome(None, exc, 0, 0.0, ())
         try:
             value = self._call_retrying(fn, args, kwargs, None, state)
         except Exception as exc:
@@ -830,7 +836,10 @@ class RetryPolicy:
         self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
     ) -> Outcome[T]:
         """The async twin of :meth:`run`."""
-        state = self.new_state(self._now(), record=True)
+        try:
+            state = self.new_state(self._now(), record=True)
+        except Exception as exc:  # the budget rejected the call locally (Throttled)
+            return Outcome(None, exc, 0, 0.0, ())
         try:
             value = await self._acall_retrying(fn, args, kwargs, None, state)
         except Exception as exc:
