@@ -16,13 +16,15 @@ loaded on first use (PEP 562), so ``import seawall`` costs next to nothing.
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from typing import TYPE_CHECKING, Any
-
 from seawall._version import __version__ as __version__
 
-if TYPE_CHECKING:  # what the names below resolve to, for type checkers and editors
+# Not `from typing import TYPE_CHECKING`: importing typing would cost more than the rest of
+# this module (type checkers know the name either way).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    # what the names below resolve to, for type checkers and editors
     from seawall import (
         config,
         http,
@@ -180,12 +182,16 @@ _MOVED: dict[str, str] = {
 
 
 def __getattr__(name: str) -> Any:
+    import importlib
+
     module = _NAMES.get(name)
     if module is not None:
         value = getattr(importlib.import_module(module), name)
     elif name in _MODULES:
         value = importlib.import_module(f"seawall.{name}")
     elif name in _MOVED:
+        import warnings
+
         home = _MOVED[name]
         warnings.warn(
             f"seawall.{name} moved to {home}.{name}; import it from there",

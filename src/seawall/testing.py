@@ -8,7 +8,8 @@ import threading
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
-from seawall._core.clock import VirtualClock, VirtualEventLoop
+from seawall._core.aio import VirtualEventLoop
+from seawall._core.clock import VirtualClock
 from seawall._strategies.retry import TESTING
 
 __all__ = ["VirtualClock", "VirtualEventLoop", "instant", "run"]

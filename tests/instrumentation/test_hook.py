@@ -110,7 +110,7 @@ def test_breaker_transitions_are_counted_by_state_entered() -> None:
         open_duration=5.0,
         open_jitter=0.0,
         clock=clock,
-        on_state_change=[MetricsHook(counters).breaker_hook],
+        hooks=[MetricsHook(counters).breaker_hook],
     )
     for _ in range(2):
         with pytest.raises(ConnectionError):
@@ -141,10 +141,10 @@ def test_only_hooks_that_ask_see_success_events_and_plain_policies_keep_the_fast
     plain = seawall.RetryPolicy(hooks=[lambda e: seen.append(e.kind)])
     assert plain.call(lambda: 1) == 1
     assert seen == []
-    assert plain._simple
+    assert plain._fast
     counters = Counters()
     observed = seawall.RetryPolicy(hooks=[lambda e: seen.append(e.kind), MetricsHook(counters)])
-    assert not observed._simple
+    assert not observed._fast
     assert observed.call(lambda: 1) == 1
     assert seen == []
     assert counters.get("attempts", "", "success") == 1

@@ -8,7 +8,7 @@ from collections.abc import Awaitable
 from types import TracebackType
 from typing import Any, TypeVar
 
-__all__ = ["timeout_at", "with_timeout"]
+__all__ = ["timeout_after", "timeout_at", "with_timeout"]
 
 T = TypeVar("T")
 
@@ -60,7 +60,12 @@ def timeout_at(when: float) -> Any:
     return _TimeoutAt(when)  # pragma: no cover - Python 3.10
 
 
+def timeout_after(seconds: float) -> Any:
+    """:func:`timeout_at` *seconds* from now on the running loop (a negative value: at once)."""
+    return timeout_at(asyncio.get_running_loop().time() + max(0.0, seconds))
+
+
 async def with_timeout(aw: Awaitable[T], seconds: float) -> T:
     """Await *aw*, cancelling it after *seconds* (raises the builtin :class:`TimeoutError`)."""
-    async with timeout_at(asyncio.get_running_loop().time() + max(0.0, seconds)):
+    async with timeout_after(seconds):
         return await aw

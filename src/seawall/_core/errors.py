@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 from typing import TypeVar
+
+from seawall._core.public import public
 
 __all__ = [
     "DeadlineExceeded",
@@ -27,10 +28,12 @@ _PERMANENT_MARK = "__seawall_permanent__"
 _EXHAUSTED_MARK = "__seawall_exhausted__"
 
 
+@public("seawall")
 class Permanent(Exception):
     """Base class for errors that no policy ever retries (bad input, auth, not found, ...)."""
 
 
+@public("seawall")
 class Overloaded(Exception):
     """ "Overloaded; don't retry": the callee shed this request.
 
@@ -44,9 +47,17 @@ class Overloaded(Exception):
 
     def __init__(self, message: str = "overloaded; don't retry", retry_after: float | None = None):
         super().__init__(message)
-        self.retry_after_hint = retry_after
+        #: The callee's suggested wait in seconds, or ``None`` (the one name seawall uses for
+        #: a server's pushback, as on :class:`RetryAfter` and :class:`~seawall.CircuitOpen`).
+        self.retry_after = retry_after
+
+    @property
+    def retry_after_hint(self) -> float | None:
+        """The former name of :attr:`retry_after`."""
+        return self.retry_after
 
 
+@public("seawall")
 class RetryAfter(Exception):
     """Ask the policy to wait *delay* seconds before the next attempt (server pushback).
 
@@ -63,6 +74,7 @@ class RetryAfter(Exception):
         self.retry_after = delay
 
 
+@public("seawall")
 class DeadlineExceeded(TimeoutError):
     """The deadline passed, or too little time was left to start an attempt.
 
@@ -81,20 +93,23 @@ def permanent(exc: E) -> E:
     return exc
 
 
-_NEVER_RETRIED: tuple[type[BaseException], ...] = (
-    Permanent,
-    Overloaded,
-    DeadlineExceeded,
-    asyncio.CancelledError,
-    KeyboardInterrupt,
-    SystemExit,
-    GeneratorExit,
-)
+_NEVER_RETRIED: tuple[type[BaseException], ...] = (Permanent, Overloaded, DeadlineExceeded)
 
 
 def is_permanent(exc: BaseException) -> bool:
-    """Whether *exc* is never retried, whatever a policy's ``retry_on`` says."""
-    return isinstance(exc, _NEVER_RETRIED) or getattr(exc, _PERMANENT_MARK, False) is True
+    """Whether *exc* is never retried, whatever a policy's ``retry_on`` says.
+
+    ``Permanent``, ``permanent()``-marked errors, ``Overloaded``, ``DeadlineExceeded``, and
+    anything that is not an ``Exception``: cancellation (``asyncio.CancelledError``, trio's
+    ``Cancelled``), ``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit``. (A
+    ``DeadlineExceeded`` from a deadline tighter than the retrying call's own is still retried
+    as a slow attempt; see :func:`seawall.lowlevel.classify`.)
+    """
+    return (
+        not isinstance(exc, Exception)
+        or isinstance(exc, _NEVER_RETRIED)
+        or getattr(exc, _PERMANENT_MARK, False) is True
+    )
 
 
 def mark_exhausted(exc: BaseException) -> None:

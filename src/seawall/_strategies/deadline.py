@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import dataclasses
 import math
@@ -13,8 +12,8 @@ from typing import Any, Final, NamedTuple, Protocol
 
 from seawall._core import validate as _validate
 from seawall._core.clock import SYSTEM_CLOCK, Clock
-from seawall._core.compat import timeout_at
 from seawall._core.errors import DeadlineExceeded
+from seawall._core.public import public
 
 __all__ = [
     "DEFAULT_TRANSIT_MARGIN",
@@ -22,6 +21,8 @@ __all__ = [
     "REQUEST_DEADLINE_HEADER",
     "Deadline",
     "DeadlineHeaderCounts",
+    "attempt_deadline",
+    "call_deadline",
     "current_deadline",
     "deadline",
     "deadline_from_headers",
@@ -31,11 +32,13 @@ __all__ = [
     "decode_request_deadline",
     "encode_grpc_timeout",
     "encode_request_deadline",
+    "install",
     "remaining",
     "timeout_from_headers",
 ]
 
 
+@public("seawall.propagation")
 class Deadline(NamedTuple):
     """An absolute point in time on a clock; ``at = math.inf`` means no deadline.
 
@@ -79,6 +82,42 @@ def remaining() -> float:
     return math.inf if d is None else d.at - d.clock.now()
 
 
+# -- deadline composition: the one place where the ambient deadline, a call's timeout and an
+# attempt's timeout meet. Every strategy and driver uses these three functions.
+
+_new_deadline = tuple.__new__  # skips the named tuple's Python-level __new__: half the cost
+
+
+def call_deadline(now: float, timeout: float | None) -> float:
+    """A call's absolute deadline on the clock read as *now*: the earlier of the ambient
+    deadline (converted to this clock through its time left) and ``now + timeout``."""
+    ambient = _DEADLINE.get()
+    at = math.inf if ambient is None else now + (ambient.at - ambient.clock.now())
+    if timeout is not None and now + timeout < at:
+        return now + timeout
+    return at
+
+
+def attempt_deadline(now: float, call_at: float, attempt_timeout: float | None) -> float:
+    """An attempt's absolute deadline: the earlier of the call's and ``now + attempt_timeout``."""
+    if attempt_timeout is not None and now + attempt_timeout < call_at:
+        return now + attempt_timeout
+    return call_at
+
+
+def install(at: float, now: float, clock: Clock) -> contextvars.Token[Deadline | None] | None:
+    """Make *at* (on *clock*, which reads *now*) the ambient deadline if it is earlier than the
+    one in force: nested scopes keep the earlier deadline, and an inner one can only shorten
+    the time left. Returns the token to reset, or ``None`` when nothing was installed."""
+    if at == math.inf:
+        return None
+    outer = _DEADLINE.get()
+    if outer is not None and outer.at - outer.clock.now() <= at - now:
+        return None
+    return _DEADLINE.set(_new_deadline(Deadline, (at, clock)))
+
+
+@public("seawall")
 class deadline:
     """Set an ambient deadline for the block: ``with deadline(2.0):`` or ``async with``.
 
@@ -125,11 +164,12 @@ class deadline:
         else:
             assert self._seconds is not None
             new = Deadline.after(self._seconds, self._clock)
-        outer = _DEADLINE.get()
-        if outer is not None and outer.remaining() <= new.remaining():
-            new = outer  # nested scopes keep the earlier deadline
+        self._token = install(new.at, new.clock.now(), new.clock)
+        if self._token is None:  # nested scopes keep the earlier deadline
+            outer = _DEADLINE.get()
+            if outer is not None:
+                new = outer
         self.deadline = new
-        self._token = _DEADLINE.set(new)
         return new
 
     def _exit(self) -> None:
@@ -152,8 +192,10 @@ class deadline:
         new = self._enter()
         left = new.remaining()
         if math.isfinite(left):
-            loop = asyncio.get_running_loop()
-            self._timeout = timeout_at(loop.time() + max(0.0, left))
+            # Only async code reaches here: a plain import never loads asyncio.
+            from seawall._core.compat import timeout_after
+
+            self._timeout = timeout_after(left)
             await self._timeout.__aenter__()
         return new
 
@@ -351,6 +393,7 @@ def deadline_headers(
 # -- the server side: intake of untrusted headers -----------------------------------------------
 
 
+@public("seawall.propagation")
 @dataclasses.dataclass(frozen=True, slots=True)
 class DeadlineHeaderCounts:
     """Process-wide counts of deadline headers read by :func:`timeout_from_headers`.
@@ -389,6 +432,7 @@ def deadline_header_counts() -> DeadlineHeaderCounts:
         return DeadlineHeaderCounts(c.accepted, c.invalid, c.clamped)
 
 
+@public("seawall.propagation")
 class SupportsHeaderItems(Protocol):
     """Anything with ``items()`` giving ``(name, value)`` pairs: dicts and header containers."""
 

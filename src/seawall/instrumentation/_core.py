@@ -248,7 +248,7 @@ class MetricsHook:
             r.budget_refusal(name)
 
     def breaker_hook(self, event: BreakerEvent) -> None:
-        """A state-change hook for :class:`~seawall.CircuitBreaker` (``on_state_change=[...]``)."""
+        """A state-change hook for :class:`~seawall.CircuitBreaker` (``hooks=[...]``)."""
         self.recorder.breaker_transition(self._names(event.breaker), event.new)
 
     def hedge_hook(self, event: HedgeEvent) -> None:
