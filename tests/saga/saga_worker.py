@@ -91,6 +91,7 @@ def build(scenario: str, sidelog: str, marker: str) -> tuple[saga.Saga, float]:
         # Transient failures everywhere (20% of actions, 10% of compensations), and a
         # permanent one in 4% of the runs' step c or b: those runs compensate.
         def flaky(ctx: saga.StepContext) -> None:
+            time.sleep(0.002)  # an action does I/O: the store is free meanwhile
             x = chance(ctx.run_id, ctx.step, ctx.compensating, ctx.attempt)
             if (
                 not ctx.compensating

@@ -31,13 +31,14 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from seawall._core import validate as _validate
-from seawall._core.clock import SYSTEM_CLOCK, Clock, SystemClock, VirtualClock, VirtualEventLoop
+from seawall._core.clock import SYSTEM_CLOCK, Clock, SystemClock, VirtualClock
 from seawall._core.errors import (
     DeadlineExceeded,
     Overloaded,
     RetryAfter,
     error_summary,
     permanent,
+    retry_after_of,
 )
 from seawall._core.switch import one_attempt
 from seawall._strategies.deadline import Deadline, deadline
@@ -55,6 +56,7 @@ from seawall.saga._model import (
     utc,
 )
 from seawall.saga._store import Loaded, RunRow, StepRow, Store, open_store
+from seawall.testing import VirtualEventLoop
 
 __all__ = ["Hook", "Orchestrator", "apply_operation", "logging_hook", "to_run"]
 
@@ -1045,17 +1047,14 @@ class Orchestrator:
         loaded, run = w.loaded, w.loaded.run
         row = loaded.steps[index]
         comp = phase == "compensation"
-        policy = w.saga.steps[index].retry_policy
         decided: BaseException = exc
         if isinstance(exc, Overloaded):
             # "Overloaded; don't retry" tells the layer above not to retry at once. This layer
-            # keeps the run and moves its next attempt out: by the callee's hint, else by the
-            # backoff; the core then applies max_retry_after, attempts, deadline and budget.
-            hint = exc.retry_after_hint
-            wait = hint if isinstance(hint, (int, float)) and hint >= 0 else None
-            if wait is None or not math.isfinite(wait):
-                wait = policy.backoff.compute(max(0, state.attempts - 1), policy.rng)
-            decided = RetryAfter(wait, str(exc))
+            # keeps the run and moves its next attempt out, as for a Retry-After: the core waits
+            # the larger of the callee's hint and its backoff, and applies max_retry_after,
+            # attempts, deadline and budget.
+            hint = retry_after_of(exc)
+            decided = RetryAfter(0.0 if hint is None else hint, str(exc))
         delay = state.on_error(decided, now)
         state.last_error = exc
         summary = error_summary(exc)
