@@ -524,3 +524,71 @@ async def test_async_actions_run_when_the_orchestrator_is_called_inside_a_runnin
         run = orch.run_until_settled(orch.start("aio", {}))
     assert run.status is saga.Status.SUCCEEDED
     assert [st.result for st in run.steps] == [1, 1]
+
+
+def test_an_operation_on_a_run_whose_attempt_is_running_applies_after_the_attempt(
+    store_url: str, clock: seawall.VirtualClock
+) -> None:
+    rec = Recorder()
+    flow = order_saga(rec)
+    operator = saga.Orchestrator(store_url, [flow], clock=clock, hooks=())
+
+    def charge(ctx: saga.StepContext) -> dict[str, str]:
+        # While this attempt runs, its worker holds the run: the operation is a request.
+        run = operator.compensate(ctx.run_id)
+        assert run.status is saga.Status.RUNNING
+        return {"charged": ctx.run_id}
+
+    steps = list(flow.steps)
+    steps[1] = saga.Step("charge", charge, compensate=rec.action("charge"), policy=policy(2))
+    with saga.Orchestrator(store_url, [saga.Saga("order", steps)], clock=clock, hooks=()) as orch:
+        run = orch.run_until_settled(orch.start("order", {}))
+        events = [h.event for h in orch.history(run.run_id)]
+    operator.close()
+    # The attempt's success was recorded first, then the compensation ran: charge undone too.
+    assert run.status is saga.Status.COMPENSATED
+    assert run.step("charge").status is saga.Status.COMPENSATED
+    assert run.step("ship").status is saga.Status.PENDING
+    assert rec.names() == ["reserve", "undo charge", "undo reserve"]
+    assert events.index("success") < events.index("operator")
+
+
+def test_the_lease_is_renewed_while_a_long_attempt_runs(sqlite_url: str) -> None:
+    # Real time: the renewal is a thread. A 0.3 s lease, an attempt of 1.2 s, and a second
+    # worker polling all along: it never takes the run over.
+    import threading
+    import time
+
+    runs: list[int] = []
+
+    def slow(ctx: saga.StepContext) -> str:
+        runs.append(ctx.attempt)
+        time.sleep(1.2)
+        return "done"
+
+    flow = saga.Saga("slow", [saga.Step("s", slow)])
+    with (
+        saga.Orchestrator(sqlite_url, [flow], lease=0.3, hooks=()) as first,
+        saga.Orchestrator(sqlite_url, [flow], lease=0.3, hooks=()) as second,
+    ):
+        run_id = first.start("slow", {})
+        stop = threading.Event()
+        stolen: list[int] = []
+
+        def poll() -> None:
+            while not runs:  # from the moment the first worker's attempt runs
+                time.sleep(0.005)
+            while not stop.is_set():
+                stolen.append(second.run_due())
+                time.sleep(0.02)
+
+        thread = threading.Thread(target=poll)
+        thread.start()
+        try:
+            first.run_until_settled(run_id)
+        finally:
+            stop.set()
+            thread.join()
+        assert first.get(run_id).status is saga.Status.SUCCEEDED
+    assert runs == [1]
+    assert sum(stolen) == 0
