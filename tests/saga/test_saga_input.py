@@ -170,3 +170,47 @@ def test_start_many_is_one_commit_and_all_or_nothing(store_url: str) -> None:
         assert count_runs(orch) == 20  # "fresh" was rolled back with the rest
         assert orch.start_many("one", [{"i": 0}], run_ids=[ids[0]]) == [ids[0]]
         assert orch.run_due() == 20
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("input", "[unclosed"), ("result", "\x00")],
+)
+def test_an_unreadable_row_parks_its_run_and_the_worker_goes_on(
+    sqlite_url: str, column: str, value: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = seawall.VirtualClock(start=1_700_000_000.0)
+
+    def flaky(ctx: saga.StepContext) -> str:
+        if ctx.attempt == 1:
+            raise ConnectionError("x")
+        return "ok"
+
+    s = saga.Saga("s", [saga.Step("a", lambda ctx: "first"), saga.Step("b", flaky)])
+    with saga.Orchestrator(sqlite_url, [s], clock=clock, hooks=()) as orch:
+        orch.start("s", {}, run_id="bad")
+        good = orch.start("s", {}, run_id="good")
+        orch.run_due()
+        table = "seawall_saga_runs" if column == "input" else "seawall_saga_steps"
+        where = (
+            "position = 1"
+            if column == "retry_state"
+            else ("position = 0" if column == "result" else "1")
+        )
+        with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as conn:
+            conn.execute(
+                f"UPDATE {table} SET {column} = ? WHERE run_id = 'bad' AND {where}", (value,)
+            )
+        with caplog.at_level("ERROR", logger="seawall.saga"):
+            assert orch.run_until_settled(good).status is saga.Status.SUCCEEDED
+            clock.advance(3600.0)
+            orch.run_due()
+        rows = (
+            sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))
+            .execute("SELECT status, reason, due_at FROM seawall_saga_runs WHERE run_id = 'bad'")
+            .fetchall()
+        )
+    assert rows[0][0] == "NEEDS_ATTENTION"
+    assert "cannot be read" in rows[0][1]
+    assert rows[0][2] is None
+    assert any("cannot be read" in r.getMessage() for r in caplog.records)

@@ -750,7 +750,7 @@ class Orchestrator:
                 work = _Work(loaded, self.sagas[loaded.run.saga])
                 loaded.run.token = work.token + 1
                 loaded.run.lease_owner = self.worker_id
-                self._advance(work, now)
+                self._advance_safely(work, now)
                 self._save(work)
                 works.append(work)
         self._emit([e for w in works for e in w.events])
@@ -770,8 +770,12 @@ class Orchestrator:
                 asked = store.requested([w.loaded.run.run_id for w in pending])
                 for w, outcome in zip(pending, outcomes, strict=True):
                     w.loaded.run.requested = asked.get(w.loaded.run.run_id)
-                    self._record(w, outcome, now)
-                    self._advance(w, now)
+                    try:
+                        self._record(w, outcome, now)
+                    except Exception as exc:
+                        self._unreadable(w, exc, now)
+                    else:
+                        self._advance_safely(w, now)
                     self._save(w)
             self._emit([e for w in pending for e in w.events])
             for w in pending:
@@ -804,6 +808,26 @@ class Orchestrator:
         raise RuntimeError(f"run {run.run_id!r}: could not save")  # pragma: no cover
 
     # -- deciding what runs next ---------------------------------------------------------------
+
+    def _advance_safely(self, w: _Work, now: float) -> None:
+        try:
+            self._advance(w, now)
+        except Exception as exc:
+            self._unreadable(w, exc, now)
+
+    def _unreadable(self, w: _Work, exc: Exception, now: float) -> None:
+        """A row this worker cannot read (edited by hand, or written by a newer version): the
+        run waits for a person instead of stopping the worker on every claim."""
+        loaded, run = w.loaded, w.loaded.run
+        for row in loaded.steps:
+            row.dirty = False  # keep the rows as they were
+        loaded.history = []
+        w.pending = None
+        w.events = []
+        logger.exception("saga %s run %s: its log cannot be read", run.saga, run.run_id)
+        self._finish(
+            w, S.NEEDS_ATTENTION, now, f"the run's log cannot be read: {error_summary(exc)}"
+        )
 
     def _advance(self, w: _Work, now: float) -> None:
         """Decide the run's next move at *now*: start an attempt (its start is logged in the
@@ -871,10 +895,12 @@ class Orchestrator:
             run.status = S.COMPENSATING.value if comp else S.RETRYING.value
             self._release(w, row.next_retry_at, now)
             return True
-        data = json.loads(row.retry_state) if row.retry_state else None
-        holds = int(data.get("holds", 0)) if isinstance(data, dict) else 0
         error: BaseException = _Recorded(row.last_error or "an earlier attempt failed")
+        holds = 0
         try:
+            data = json.loads(row.retry_state) if row.retry_state else None
+            if isinstance(data, dict) and isinstance(data.get("holds"), int):
+                holds = max(0, data["holds"])
             if data is not None:
                 state = RetryState.restore(policy, data["retry"], now=now, wall_now=now)
             else:
