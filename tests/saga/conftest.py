@@ -28,6 +28,9 @@ sys.path.insert(0, str(HERE))
 
 
 def _pg_bin() -> pathlib.Path | None:
+    chosen = os.environ.get("SEAWALL_PG_BINDIR")  # where initdb and pg_ctl are, if not Debian's
+    if chosen:
+        return pathlib.Path(chosen)
     found = sorted(
         glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
         key=lambda p: int(pathlib.Path(p).parts[-3]) if pathlib.Path(p).parts[-3].isdigit() else 0,
@@ -51,6 +54,8 @@ class _Cluster:
         bindir = _pg_bin()
         if bindir is None:
             raise RuntimeError("PostgreSQL is not installed (no pg_ctl; `make test` installs it)")
+        if not (bindir / "initdb").exists():
+            raise RuntimeError(f"no initdb in {bindir}")
         self.bindir = bindir
         self.root = pathlib.Path(tempfile.mkdtemp(prefix="seawall-pg-"))
         self.data = self.root / "data"
