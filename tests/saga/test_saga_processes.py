@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any
 
+import pytest
 import saga_worker
 
 from seawall import saga
@@ -164,3 +165,61 @@ def test_four_workers_on_postgresql_run_1000_sagas_exactly_once(
 
 def test_two_processes_share_one_sqlite_file(sqlite_url: str, tmp_path: pathlib.Path) -> None:
     run_fleet(sqlite_url, tmp_path, workers=2, runs=200)
+
+
+def test_a_worker_survives_a_postgresql_restart(tmp_path: pathlib.Path) -> None:
+    import threading
+
+    from conftest import _Cluster
+
+    try:
+        cluster = _Cluster()
+    except Exception as err:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"PostgreSQL could not start: {err}")
+        pytest.skip(f"PostgreSQL could not start: {err}")
+    try:
+        import seawall
+
+        attempts: list[int] = []
+
+        def flaky(ctx: saga.StepContext) -> str:
+            attempts.append(ctx.attempt)
+            if ctx.attempt == 1:
+                raise ConnectionError("transient")
+            return "ok"
+
+        policy = seawall.RetryPolicy(
+            max_attempts=3, backoff=seawall.Backoff.constant(2.0), hooks=()
+        )
+        flow = saga.Saga("restart", [saga.Step("a", flaky, policy=policy)])
+        with saga.Orchestrator(cluster.url, [flow], poll=0.05, hooks=()) as orch:
+            run_id = orch.start("restart", {})
+            stop = threading.Event()
+            died: list[BaseException] = []
+
+            def worker() -> None:
+                try:
+                    orch.work(stop)
+                except BaseException as exc:
+                    died.append(exc)
+
+            thread = threading.Thread(target=worker)
+            thread.start()
+            try:
+                wait_for(lambda: attempts == [1], 30.0, "the first attempt")
+                log = str(cluster.root / "log")
+                cluster._run(
+                    "pg_ctl", "-D", str(cluster.data), "-l", log, "-m", "fast", "-w", "restart"
+                )
+                with saga.Orchestrator(cluster.url, [flow], hooks=()) as reader:
+                    wait_for(
+                        lambda: reader.get(run_id).status is saga.Status.SUCCEEDED, 30.0, "the run"
+                    )
+            finally:
+                stop.set()
+                thread.join(30)
+            assert died == []
+            assert attempts == [1, 2]
+    finally:
+        cluster.stop()

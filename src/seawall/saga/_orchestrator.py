@@ -400,6 +400,10 @@ class _Heartbeat:
                 self._store.renew(leases, orch._wall() + orch.lease)
             except Exception:  # the next tick tries again; the lease may lapse meanwhile
                 logger.exception("seawall saga: renewing leases failed")
+                if self._store is not None:
+                    with contextlib.suppress(Exception):
+                        self._store.close()
+                    self._store = None
 
     def close(self) -> None:
         self._stop.set()
@@ -722,11 +726,26 @@ class Orchestrator:
             raise TypeError(f"stop must be a threading.Event or None, got {stop!r}")
         ran = 0
         while stop is None or not stop.is_set():
-            claimed, count = self._round(None)
-            ran += count
-            if claimed:
-                continue
-            due = self._next_due()
+            try:
+                claimed, count = self._round(None)
+                ran += count
+                if claimed:
+                    continue
+                due = self._next_due()
+            except Exception as exc:
+                # The store went away (a restart, a failover, a full disk): the log keeps every
+                # run; this worker reconnects and goes on. Its attempts in flight are recorded as
+                # lost by whoever claims their runs after the leases expire.
+                if not self._store.unavailable(exc):
+                    raise
+                logger.warning(
+                    "saga worker %s: the store is unavailable (%s); trying again in %.1f s",
+                    self.worker_id,
+                    error_summary(exc),
+                    self.poll,
+                )
+                self._reconnect()
+                due = None
             wait = self.poll if due is None else min(self.poll, due - self._wall())
             # Due but not claimed: other workers hold those rows for a moment.
             wait = max(wait, MIN_IDLE)
@@ -735,6 +754,17 @@ class Orchestrator:
             else:
                 self.clock.sleep(wait)
         return ran
+
+    def _reconnect(self) -> None:
+        try:
+            store = self._store.clone()
+        except Exception as exc:
+            if not self._store.unavailable(exc):
+                raise
+            return  # still down: the next round tries again
+        with contextlib.suppress(Exception):
+            self._store.close()
+        self._store = store
 
     def _next_due(self) -> float | None:
         return self._store.next_due(self._saga_names)

@@ -68,6 +68,9 @@ class PostgresStore(Store):
             yield
         self.commits += 1
 
+    def unavailable(self, exc: BaseException) -> bool:
+        return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, ConnectionError))
+
     def types(self) -> tuple[str, str, str]:
         return "DOUBLE PRECISION", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", "BIGINT"
 

@@ -202,6 +202,11 @@ class Store:
     def close(self) -> None:
         raise NotImplementedError
 
+    def unavailable(self, exc: BaseException) -> bool:
+        """Whether *exc* says the store cannot be reached now (worth reconnecting), rather than
+        a bug or bad data."""
+        return isinstance(exc, sqlite3.OperationalError)
+
     def clone(self) -> Store:
         """Another connection to the same store (for another thread)."""
         return open_store(self.url)
