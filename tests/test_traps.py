@@ -274,3 +274,25 @@ def test_the_caller_cancelling_inside_a_plain_with_deadline_stays_a_cancellation
             await task
 
     seawall.testing.run(main(), clock)
+
+
+def test_a_decorated_function_can_be_called_once_with_another_policy() -> None:
+    calls = []
+
+    @seawall.retry(max_attempts=2, hooks=())
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 4:
+            raise ConnectionError("down")
+        return "ok"
+
+    assert flaky.policy.max_attempts == 2  # type: ignore[attr-defined]
+    with seawall.testing.instant():
+        assert flaky.retry_with(max_attempts=5)() == "ok"  # type: ignore[attr-defined]
+        assert len(calls) == 4
+        calls.clear()
+        with pytest.raises(ConnectionError):
+            flaky()  # still two attempts
+    assert len(calls) == 2
+    with pytest.raises(TypeError, match="max_attempts"):
+        flaky.retry_with(max_attempts="many")  # type: ignore[attr-defined]

@@ -913,8 +913,21 @@ class RetryPolicy:
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]: ...
 
     def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
-        """Decorate a ``def`` or ``async def`` function; its signature is preserved."""
-        return decorate(fn, "retry", self._first, self._afirst)
+        """Decorate a ``def`` or ``async def`` function; its signature is preserved.
+
+        The wrapper carries its policy as ``wrapper.policy`` and a per-call override:
+        ``wrapper.retry_with(max_attempts=5)(*args)`` calls the function once with a policy
+        changed that way (:meth:`replace`), leaving the decorated function as it is.
+        """
+        wrapper = decorate(fn, "retry", self._first, self._afirst)
+        policy = self
+
+        def retry_with(**changes: Any) -> Callable[P, Any]:
+            return policy.replace(**changes)(fn)
+
+        wrapper.policy = policy  # type: ignore[attr-defined]
+        wrapper.retry_with = retry_with  # type: ignore[attr-defined]
+        return wrapper
 
     # -- block API --------------------------------------------------------------------------
 
