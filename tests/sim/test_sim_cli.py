@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +76,8 @@ def test_every_scenario_has_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.fixture
-def extra_scenario() -> Iterator[list[str]]:
-    """A scenario registered through the extension point, removed afterwards."""
+def extra_scenario() -> list[str]:
+    """A scenario registered through the extension point (tests/conftest.py removes it)."""
     calls: list[str] = []
 
     def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -103,10 +102,7 @@ def extra_scenario() -> Iterator[list[str]]:
             render=render,
         )
     )
-    try:
-        yield calls
-    finally:
-        del SCENARIOS["extra"]
+    return calls
 
 
 def test_a_registered_scenario_becomes_a_subcommand(

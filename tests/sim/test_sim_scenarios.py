@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,12 +12,8 @@ from seawall.sim._report import histogram_lines, jsonable, occ_markdown
 
 
 @pytest.fixture
-def retries_off() -> Iterator[None]:
-    seawall.set_enabled(False)
-    try:
-        yield
-    finally:
-        seawall.set_enabled(True)
+def retries_off() -> None:
+    seawall.set_enabled(False)  # switched back on for the next test by tests/conftest.py
 
 
 # -- storm -----------------------------------------------------------------------------------
