@@ -76,6 +76,8 @@ def page_examples(path: pathlib.Path) -> list[Example]:
 
 
 EXAMPLES = [example for path in PAGES for example in page_examples(path)]
+# The simulator page runs whole scenarios: tests/sim traces the same lines (see `volume`).
+VOLUME_PAGES = {"docs/simulator.md"}
 
 
 def expected_output(code: str) -> list[str]:
@@ -101,7 +103,13 @@ def run_example(example: Example) -> list[str]:
     return [line.rstrip() for line in out.getvalue().splitlines()]
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=[e.id for e in EXAMPLES])
+@pytest.mark.parametrize(
+    "example",
+    [
+        pytest.param(e, id=e.id, marks=[pytest.mark.volume] if e.page in VOLUME_PAGES else [])
+        for e in EXAMPLES
+    ],
+)
 def test_example_prints_what_it_says(
     example: Example, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -418,6 +418,7 @@ def test_bad_input(kwargs: dict[str, object], exc: type[Exception], word: str) -
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.volume
 @settings(max_examples=200, deadline=None)
 @given(
     max_attempts=st.integers(1, 8),

@@ -66,6 +66,7 @@ def test_clamped_to_maximum() -> None:
     assert parse_retry_after(far, now=NOW, maximum=60.0) == 60.0
 
 
+@pytest.mark.volume
 @given(st.one_of(st.text(max_size=80), st.binary(max_size=80)))
 def test_never_raises_and_stays_in_bounds(value: str | bytes) -> None:
     got = parse_retry_after(value, now=NOW, maximum=120.0)

@@ -13,6 +13,7 @@ from seawall.cli import build_parser, main
 from seawall.sim import SCENARIOS, Scenario, register_scenario
 
 
+@pytest.mark.volume
 def test_sim_amplify_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sim", "amplify", "--requests", "100", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -126,6 +127,7 @@ def test_ctrl_c_exits_130_without_a_traceback(
     assert "Traceback" not in err
 
 
+@pytest.mark.slow  # every scenario, with plots
 def test_demo_writes_plots_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_dir = tmp_path / "report"
     assert main(["demo", "--out", str(out_dir), "--workers", "2"]) == 0
