@@ -483,6 +483,7 @@ class SharedRetryQuota:
         with self._lock:
             if self._tokens >= cost:
                 self._tokens -= cost
+                self._full = False
                 self._held.set(cost)
                 return True
             credit = self._take()
@@ -503,6 +504,7 @@ class SharedRetryQuota:
             return False
         with self._lock:
             self._available = available
+            self._full = False
             if granted < cost:
                 self._credit += max(0, granted)
                 return False

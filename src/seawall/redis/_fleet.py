@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
-import redis
 import redis.backoff
 import redis.retry
 
+import redis
 from seawall._core.clock import Clock
 from seawall._core.events import check_hooks, emit
 from seawall._core.public import public
