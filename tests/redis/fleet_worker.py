@@ -6,6 +6,7 @@ part and prints one JSON line with what it saw.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
@@ -41,10 +42,8 @@ def amplify(fleet: fleet_redis.Fleet | None, calls: int) -> dict[str, Any]:
 
     go()
     for _ in range(calls):
-        try:
+        with contextlib.suppress(ConnectionError):
             policy.call(call)
-        except ConnectionError:
-            pass
         time.sleep(0.0005)  # spread the calls over a few sync intervals
     return {"calls": calls, "attempts": attempts}
 
@@ -72,10 +71,8 @@ def open_it(fleet: fleet_redis.Fleet) -> dict[str, Any]:
     go()
     time.sleep(0.3)  # let the watchers make healthy calls first
     while not opened:
-        try:
+        with contextlib.suppress(ConnectionError, seawall.CircuitOpen):
             breaker.call(dead)
-        except (ConnectionError, seawall.CircuitOpen):
-            pass
         time.sleep(0.002)
     return {"opened_at": opened[0]}
 
