@@ -85,6 +85,39 @@ class RedisServer:
         finally:
             client.close()
 
+    def restart(self) -> None:
+        """Start again on the same port (after :meth:`kill`), with an empty dataset."""
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self.process = subprocess.Popen(
+            [
+                binary,
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--dir",
+                self.directory,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        assert self._wait_ready(), "redis-server did not restart on its port"
+
+    def pause(self) -> None:
+        """SIGSTOP: the server holds its connections but answers nothing (a slow Redis)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL: the server dies with its state, as in a crash."""
         assert self.process is not None
@@ -93,6 +126,7 @@ class RedisServer:
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
             self.process.terminate()
             try:
                 self.process.wait(5)

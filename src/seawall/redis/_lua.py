@@ -62,9 +62,11 @@ if spent > 0 then redis.call('HINCRBY', key, 'r' .. index, spent) end
 local d, r, oldest = window(key, index, slices, 'd', 'r')
 local back, at = tonumber(ARGV[9]), tonumber(ARGV[8])
 if back > 0 and at >= oldest and at <= index then
-  back = math.min(back, r)
-  redis.call('HINCRBY', key, 'r' .. at, -back)
-  r = r - back
+  back = math.min(back, r)  -- after a restart of Redis, nothing is left to give back
+  if back > 0 then
+    redis.call('HINCRBY', key, 'r' .. at, -back)
+    r = r - back
+  end
 end
 if r < 0 then r = 0 end
 local room = math.floor(d * ratio + reserve - r + 1e-9)
