@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench compat clean
+.PHONY: demo test lint typecheck unit bench compat clean services
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,13 @@ lint: $(VENV)/.dev-installed
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy
 
-unit: $(VENV)/.dev-installed
+# Servers the tests start themselves (on loopback ports): installed once, skipped when present.
+services:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update && $$SUDO apt-get install -y redis-server; }
+
+unit: $(VENV)/.dev-installed services
 	$(BIN)/pytest
 
 test: lint typecheck unit
@@ -38,6 +44,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/budget_overhead.py
 	$(BIN)/python benchmarks/pipeline_overhead.py
+	$(BIN)/python benchmarks/redis_budget.py
 
 clean:
 	rm -rf $(VENV) .venv-3.* .mypy_cache .pytest_cache .ruff_cache seawall-report
