@@ -17,8 +17,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-
 import redis
+
 import seawall
 from seawall import redis as fleet_redis
 

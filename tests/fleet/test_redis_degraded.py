@@ -6,27 +6,36 @@ import asyncio
 import time
 from typing import Any
 
+import prometheus_client
 import pytest
+import redis
 import redis.crc
 from conftest import RedisServer
 
-import redis
 import seawall
 from seawall import Backoff, CircuitOpen, RetryPolicy
 from seawall import redis as fleet_redis
+from seawall.instrumentation import Counters, MetricsHook
+from seawall.instrumentation.prometheus import PrometheusRecorder
 
 
 def test_killed_and_restarted_redis_is_invisible_to_callers(
     own_redis_server: RedisServer, namespace: str
 ) -> None:
     events: list[fleet_redis.FleetEvent] = []
+    counters = Counters()
+    registry = prometheus_client.CollectorRegistry()
     fleet = fleet_redis.Fleet(
         own_redis_server.url,
         namespace=namespace,
         interval=0.05,
         timeout=0.05,
         reconnect=Backoff(base=0.05, cap=0.2),
-        hooks=[events.append],
+        hooks=[
+            events.append,
+            MetricsHook(counters).fleet_hook,
+            MetricsHook(PrometheusRecorder(registry)).fleet_hook,
+        ],
     )
     budget = fleet_redis.SharedRetryBudget(fleet, "svc")
     bucket = fleet_redis.SharedTokenBucket(fleet, "svc")
@@ -77,6 +86,11 @@ def test_killed_and_restarted_redis_is_invisible_to_callers(
         calls(0.05)
     assert not fleet.stats().degraded
     assert [e.kind for e in events] == ["degraded", "recovered"]
+    assert events[0].error is not None and "ConnectionError" in events[0].error
+    assert counters.get("fleet_transitions", namespace, "degraded") == 1
+    assert counters.get("fleet_transitions", namespace, "recovered") == 1
+    labels = {"fleet": namespace, "state": "degraded"}
+    assert registry.get_sample_value("seawall_fleet_transitions_total", labels) == 1
     assert unexpected == []
     assert slowest < 0.5  # bounded by the fleet's timeout, with room for a busy machine
 
