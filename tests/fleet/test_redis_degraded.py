@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -215,3 +216,38 @@ def test_shared_objects_validate_like_the_local_ones(fleet: fleet_redis.Fleet) -
     with pytest.raises(ValueError, match="minimum_calls"):
         fleet_redis.SharedCircuitBreaker(fleet, "x", minimum_calls=0)
     assert seawall.redis is fleet_redis
+
+
+def test_a_fleet_takes_a_client_of_its_own(redis_server: RedisServer, namespace: str) -> None:
+    client = redis.Redis.from_url(redis_server.url, socket_timeout=0.5)
+    fleet = fleet_redis.Fleet(client, namespace=namespace, interval=None)
+    bucket = fleet_redis.SharedTokenBucket(fleet, "own")
+    bucket.on_failure(ConnectionError())
+    assert fleet.sync()
+    assert bucket.tokens == 9.0
+    fleet.close()
+    with pytest.raises(TypeError, match="url"):
+        fleet_redis.Fleet(42, interval=None)  # type: ignore[arg-type]
+
+
+def test_wakes_are_coalesced(redis_server: RedisServer, namespace: str) -> None:
+    fleet = fleet_redis.Fleet(redis_server.url, namespace=namespace, interval=0.2)
+    breaker = fleet_redis.SharedCircuitBreaker(
+        fleet, "wakes", minimum_calls=10_000, window_calls=10_000
+    )
+    time.sleep(0.05)
+    before = fleet.stats().syncs
+    end = time.monotonic() + 0.4
+    while time.monotonic() < end:  # a failure on every call: a wake on every call
+        with contextlib.suppress(ConnectionError):
+            breaker.call(_refuse)
+        time.sleep(0.0005)  # fewer failures than minimum_calls: the breaker stays closed
+    assert breaker.state == "closed"
+    syncs = fleet.stats().syncs - before
+    fleet.close()
+    # One sync per interval / 10 at most (0.4 s / 0.02 s = 20), not one per failure.
+    assert 2 <= syncs <= 25
+
+
+def _refuse() -> None:
+    raise ConnectionError("refused")

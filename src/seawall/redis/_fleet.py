@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
+import redis
 import redis.backoff
 import redis.retry
 
-import redis
 from seawall._core.clock import Clock
 from seawall._core.events import check_hooks, emit
 from seawall._core.public import public
@@ -106,9 +106,9 @@ class Fleet:
     the first sync that succeeds sends what was accrued meanwhile and switches back.
 
     Args:
-        url: a ``redis://`` URL, or a ``redis.Redis`` client (give it short ``socket_timeout``
-            and ``socket_connect_timeout`` and no retries of its own: a slow Redis would slow
-            callers down otherwise).
+        url: a ``redis://`` URL, or a ``redis.Redis`` (or ``redis.RedisCluster``) client; give
+            a client short ``socket_timeout`` and ``socket_connect_timeout`` and no retries of
+            its own, or a slow Redis slows down the rare round trips made on a caller's thread.
         namespace: the prefix of every key; several fleets can share one Redis.
         interval: seconds between syncs; ``None``: no thread, call :meth:`sync` yourself.
         timeout: seconds a round trip may take before the fleet turns degraded.
@@ -127,7 +127,7 @@ class Fleet:
 
     def __init__(
         self,
-        url: str | redis.Redis,
+        url: str | redis.Redis | redis.RedisCluster,
         *,
         namespace: str = "seawall",
         interval: float | None = 0.1,
@@ -162,10 +162,13 @@ class Fleet:
                 retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
                 health_check_interval=0,
             )
-        elif isinstance(url, redis.Redis):
-            self.client = url
+        elif isinstance(url, (redis.Redis, redis.RedisCluster)):
+            # A cluster client works too: every script touches the keys of one hash tag.
+            self.client = url  # type: ignore[assignment]
         else:
-            raise TypeError(f"url must be a redis:// URL or a redis.Redis, got {url!r}")
+            raise TypeError(
+                f"url must be a redis:// URL, a redis.Redis or a redis.RedisCluster, got {url!r}"
+            )
         self._scripts: dict[str, Any] = {}
         self._members: list[Member] = []
         self._lock = threading.Lock()  # members and the degraded flag
@@ -355,6 +358,7 @@ class Fleet:
         interval = self.interval or 0.1
         delays = None
         while not self._stop.is_set():
+            self._wake.clear()  # a wake from now on asks for another sync
             try:
                 ok = self.sync()
             except Exception:  # pragma: no cover - sync() catches what Redis raises
@@ -362,8 +366,10 @@ class Fleet:
                 ok = False
             if ok:
                 delays = None
-                self._wake.wait(interval)
-                self._wake.clear()
+                if self._wake.wait(interval):
+                    # Woken (a failure to report): let a burst of wakes share one sync, so an
+                    # outage of the dependency cannot turn into a storm of syncs.
+                    self._stop.wait(interval / 10)
             else:
                 # Reconnect with seawall's own backoff; wakes are ignored meanwhile.
                 if delays is None:
