@@ -29,6 +29,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _binary() -> str:
+    # SEAWALL_REDIS_SERVER names another binary (the fixture's own test points it nowhere).
+    return (
+        os.environ.get("SEAWALL_REDIS_SERVER")
+        or shutil.which("redis-server")
+        or "/usr/bin/redis-server"
+    )
+
+
 class RedisServer:
     """One redis-server process: started, killed (SIGKILL), paused and restarted on one port."""
 
@@ -42,7 +51,7 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        binary = _binary()
         for _ in range(5):
             self.process = subprocess.Popen(
                 [
@@ -87,7 +96,7 @@ class RedisServer:
 
     def restart(self) -> None:
         """Start again on the same port (after :meth:`kill`), with an empty dataset."""
-        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        binary = _binary()
         self.process = subprocess.Popen(
             [
                 binary,
