@@ -251,3 +251,42 @@ def test_wakes_are_coalesced(redis_server: RedisServer, namespace: str) -> None:
 
 def _refuse() -> None:
     raise ConnectionError("refused")
+
+
+async def test_an_event_loop_never_waits_for_a_paused_redis(
+    own_redis_server: RedisServer, namespace: str
+) -> None:
+    # A long timeout: a call that waited for Redis would take half a second.
+    fleet = fleet_redis.Fleet(own_redis_server.url, namespace=namespace, interval=0.05, timeout=0.5)
+    budget = fleet_redis.SharedRetryBudget(fleet, "loop")
+    breaker = fleet_redis.SharedCircuitBreaker(fleet, "loop", minimum_calls=1000, window_calls=1000)
+    policy = RetryPolicy(max_attempts=3, backoff=Backoff.constant(0.0), budget=budget)
+    failures = 0
+
+    async def flaky() -> str:
+        nonlocal failures
+        failures += 1
+        if failures % 3:
+            raise ConnectionError("hiccup")
+        return "ok"
+
+    async def calls(seconds: float) -> float:
+        slowest = 0.0
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            started = time.monotonic()
+            with contextlib.suppress(ConnectionError):
+                await breaker.acall(policy.acall, flaky)
+            slowest = max(slowest, time.monotonic() - started)
+            await asyncio.sleep(0.001)
+        return slowest
+
+    await calls(0.2)
+    own_redis_server.pause()
+    try:
+        slowest = await calls(1.0)
+        assert fleet.stats().degraded  # the sync thread timed out, not the loop
+    finally:
+        own_redis_server.resume()
+    assert slowest < 0.25
+    fleet.close()
