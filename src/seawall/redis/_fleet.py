@@ -115,7 +115,8 @@ class Fleet:
         reconnect: the backoff between reconnection attempts (jittered; by default from
             ``interval`` up to 5 s).
         clock: the time the scripts use for windows; ``None``: Redis's clock (``TIME``). Give a
-            :class:`~seawall.VirtualClock` in tests.
+            :class:`~seawall.VirtualClock` in tests. Every process of one namespace must use
+            the same time: windows cut on one clock drop the counts made on another.
         hooks: callables receiving a :class:`FleetEvent` when the fleet turns degraded or
             recovers.
         rng: a seedable :class:`random.Random` for the reconnection jitter.
