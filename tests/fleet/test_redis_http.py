@@ -64,3 +64,14 @@ def test_a_shared_host_budget_bounds_the_transports_retries(
     assert other.sync()
     assert seen.requests == 30 == budget.requests
     other.close()
+
+
+def test_a_host_with_a_local_budget_is_refused(fleet: fleet_redis.Fleet) -> None:
+    from seawall.http import budget_for_host
+
+    host = f"https://{fleet.namespace}-local.example"
+    budget_for_host(host)  # a request went there first: a local budget
+    with pytest.raises(ValueError, match="already has a local budget"):
+        fleet_redis.share_hosts(fleet, [host])
+    again = f"https://{fleet.namespace}-shared.example"
+    assert fleet_redis.share_hosts(fleet, [again]) == fleet_redis.share_hosts(fleet, [again])

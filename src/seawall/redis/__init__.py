@@ -3,6 +3,7 @@
 A :class:`Fleet` is one Redis connection and one sync thread per process. The shared objects
 keep the semantics of the local ones, for the whole fleet::
 
+    import seawall
     from seawall import redis as fleet_redis
 
     fleet = fleet_redis.Fleet("redis://localhost:6379/0", namespace="shop")
@@ -75,11 +76,15 @@ def share_hosts(
     """Make the per-host budgets (``budget=PER_HOST``, the default of the HTTP transports) of
     *hosts* the fleet's: each host's process-wide budget becomes a :class:`SharedRetryBudget`.
 
-    Call it at start-up, before the first request to those hosts (a host that already has a
-    local budget keeps it). Hosts not listed keep local per-host budgets.
+    Call it at start-up, before the first request to those hosts. Hosts not listed keep local
+    per-host budgets.
 
     Returns:
-        The shared budgets, in the order of *hosts*.
+        The shared budgets, in the order of *hosts* (calling it again returns the same ones).
+
+    Raises:
+        ValueError: a host already has a local budget in this process (a request was sent to
+            it before).
     """
     factory = host_budgets(fleet, ratio, min_per_second, window)
     shared = []
