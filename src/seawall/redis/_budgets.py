@@ -26,7 +26,7 @@ from seawall._strategies.budget import (
     TokenBucket,
 )
 from seawall.redis import _lua
-from seawall.redis._fleet import Fleet, Op
+from seawall.redis._fleet import Fleet, Op, _in_event_loop
 
 __all__ = ["SharedAdaptiveThrottle", "SharedRetryBudget", "SharedRetryQuota", "SharedTokenBucket"]
 
@@ -85,11 +85,12 @@ class SharedRetryBudget:
     """:class:`~seawall.RetryBudget` for a whole fleet: retries may add at most ``ratio`` of
     the fleet's requests, plus one floor for the whole fleet, over a sliding window.
 
-    Deposits are counted locally and sent every sync. Each process holds a small lease of
-    retry tokens (counted as spent on Redis while held, given back unused at the next sync), so
-    a retry is decided locally; an empty lease costs one round trip that sends the deposits
-    and takes a new lease. In an asyncio event loop an empty lease refuses the retry instead
-    of blocking, and the sync thread brings a new lease within one interval.
+    Deposits are counted locally and sent every sync. A process that retries holds a small
+    lease of retry tokens (counted as spent on Redis while held, given back unused at the next
+    sync, renewed while the process keeps retrying), so most retries are decided locally; an
+    empty lease costs one round trip that sends the deposits and takes a new lease. In an
+    asyncio event loop an empty lease refuses the retry instead of blocking, and the sync
+    thread brings a new lease within one interval (and keeps one token leased from then on).
 
     Args:
         fleet: the :class:`Fleet` that syncs it.
@@ -130,6 +131,8 @@ class SharedRetryBudget:
         self._lease_at = 0  # the slice index the lease was granted in
         self._sent: tuple[int, int, int] = (0, 0, 0)
         self._view = (0, 0)
+        self._demand = False  # a retry was asked for since the last sync
+        self._in_loop = False  # one was asked for from an event loop, ever
         self._degraded = False
         self._fallback = local
         fleet.add(self)
@@ -147,9 +150,15 @@ class SharedRetryBudget:
         if self._degraded:
             return self._fallback_retry(error)
         with self._lock:
+            self._demand = True
             if self._tokens > 0:
                 self._tokens -= 1
                 return True
+            if _in_event_loop():
+                # No round trip here: the sync thread brings a lease (and keeps one from now on).
+                self._in_loop = True
+                self._fleet.wake()
+                return False
             deposits, spent = self._take()
         answer = self._fleet.call(self._op(deposits, spent, 0, need=1))
         if answer is None:
@@ -158,7 +167,6 @@ class SharedRetryBudget:
                 self._spent += spent
             if self._degraded:
                 return self._fallback_retry(error)
-            self._fleet.wake()
             return False
         try:
             granted, index, d, r = (_int(v) for v in answer)
@@ -218,7 +226,7 @@ class SharedRetryBudget:
         self._carry = self._spent = 0
         return deposits, spent
 
-    def _op(self, deposits: int, spent: int, back: int, need: int) -> Op:
+    def _op(self, deposits: int, spent: int, back: int, need: int, want: int | None = None) -> Op:
         args = (
             self._fleet.now_arg(),
             repr(self._slice),
@@ -229,7 +237,7 @@ class SharedRetryBudget:
             spent,
             self._lease_at,
             back,
-            self.lease,
+            self.lease if want is None else want,
             need,
         )
         return self._script, self._keys, args
@@ -240,7 +248,11 @@ class SharedRetryBudget:
             back = self._tokens
             self._tokens = 0
             self._sent = (deposits, spent, back)
-            return self._op(deposits, spent, back, need=0)
+            # A lease only for a process that retries: idle leases would shrink the fleet's
+            # room. An event loop, which cannot wait for a round trip, keeps one token.
+            want = self.lease if self._demand else int(self._in_loop)
+            self._demand = False
+            return self._op(deposits, spent, back, need=0, want=want)
 
     def _apply(self, answer: Any) -> None:
         granted, index, d, r = (_int(v) for v in answer)
@@ -410,8 +422,9 @@ class SharedTokenBucket:
 class SharedRetryQuota:
     """:class:`~seawall.RetryQuota` (the AWS SDKs' retry quota) for a whole fleet.
 
-    Costs are paid from a lease of tokens held by the process (renewed every sync); rewards
-    and refunds are counted locally and given to the fleet's quota every sync. An empty lease
+    Costs are paid from a lease of tokens held by a process that retries (renewed every sync
+    while it does); rewards and refunds are counted locally and given to the fleet's quota
+    every sync. An empty lease
     costs one round trip (none in an asyncio event loop: the retry is refused and the sync
     thread brings a lease within one interval).
 
@@ -453,6 +466,8 @@ class SharedRetryQuota:
         self._sent = (0, 0)
         self._available = self.capacity
         self._full = True
+        self._demand = False  # a retry was asked for since the last sync
+        self._in_loop = False  # one was asked for from an event loop, ever
         self._held: contextvars.ContextVar[int | None] = contextvars.ContextVar(
             "seawall_shared_quota_cost", default=None
         )
@@ -481,11 +496,17 @@ class SharedRetryQuota:
         timeout = error is not None and self._is_timeout(error)
         cost = self.timeout_cost if timeout else self.retry_cost
         with self._lock:
+            self._demand = True
             if self._tokens >= cost:
                 self._tokens -= cost
                 self._full = False
                 self._held.set(cost)
                 return True
+            if _in_event_loop():
+                # No round trip here: the sync thread brings a lease (and keeps one from now on).
+                self._in_loop = True
+                self._fleet.wake()
+                return False
             credit = self._take()
             # Give the lease back and ask for this cost plus a fresh lease, in one trip.
             credit += self._tokens
@@ -496,7 +517,6 @@ class SharedRetryQuota:
                 self._credit += credit
             if self._degraded:
                 return self._fallback.allow_retry(error)
-            self._fleet.wake()
             return False
         try:
             granted, available = (_int(v) for v in answer)
@@ -557,7 +577,10 @@ class SharedRetryQuota:
             credit = self._take() + self._tokens
             self._sent = (credit, self._tokens)
             self._tokens = 0
-            return self._op(credit, self.lease, 0)
+            # A lease only for a process that retries (see SharedRetryBudget._collect).
+            want = self.lease if self._demand else self.timeout_cost * self._in_loop
+            self._demand = False
+            return self._op(credit, want, 0)
 
     def _apply(self, answer: Any) -> None:
         granted, available = (_int(v) for v in answer)
