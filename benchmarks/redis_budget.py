@@ -100,7 +100,7 @@ def success_path(fleet: fleet_redis.Fleet, repeat: int, number: int) -> None:
         ),
         "RetryQuota": (
             policy(seawall.RetryQuota.aws_standard()),
-            policy(fleet_redis.SharedRetryQuota(fleet, "bench")),
+            policy(fleet_redis.SharedRetryQuota.aws_standard(fleet, "bench")),
         ),
         "AdaptiveThrottle": (
             policy(seawall.AdaptiveThrottle()),

@@ -195,6 +195,24 @@ def test_quota_rewards_first_attempt_successes(objects: Objects) -> None:
     assert not quota.allow_retry(ConnectionError())
 
 
+def test_quota_aws_standard_costs(objects: Objects) -> None:
+    if objects.fleet is None:
+        quota = RetryQuota.aws_standard()
+    else:
+        quota = fleet_redis.SharedRetryQuota.aws_standard(objects.fleet, "aws")
+
+    class ThrottlingException(Exception):
+        pass
+
+    allowed = 0
+    while quota.allow_retry(ConnectionError()):  # 14 each
+        quota.on_failure(ConnectionError())
+        allowed += 1
+    assert allowed == 500 // 14
+    # 10 tokens are left: two retries after throttling (5 each), then none.
+    assert [quota.allow_retry(ThrottlingException()) for _ in range(3)] == [True, True, False]
+
+
 # -- AdaptiveThrottle --------------------------------------------------------------------------
 
 

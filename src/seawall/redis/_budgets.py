@@ -24,6 +24,7 @@ from seawall._strategies.budget import (
     RetryQuota,
     Throttled,
     TokenBucket,
+    _aws_standard_cost,
 )
 from seawall.redis import _lua
 from seawall.redis._fleet import Fleet, Op, _in_event_loop
@@ -431,8 +432,9 @@ class SharedRetryQuota:
     Args:
         fleet: the :class:`Fleet` that syncs it.
         name: the quota's name; every process using the same name shares it.
-        capacity, retry_cost, timeout_cost, success_reward, is_timeout: as
-            :class:`~seawall.RetryQuota`, for the whole fleet.
+        capacity, retry_cost, timeout_cost, success_reward, is_timeout, cost: as
+            :class:`~seawall.RetryQuota`, for the whole fleet (:meth:`aws_standard` for the
+            AWS SDKs' costs).
         lease: tokens a process holds at once (default: two retries' cost).
     """
 
@@ -445,17 +447,23 @@ class SharedRetryQuota:
         timeout_cost: int = 10,
         success_reward: int = 1,
         is_timeout: Callable[[BaseException], bool] | None = None,
+        cost: Callable[[BaseException], int] | None = None,
         *,
         lease: int | None = None,
     ) -> None:
         self._fleet = _check_fleet(fleet)
-        local = RetryQuota(capacity, retry_cost, timeout_cost, success_reward, is_timeout)
+        local = RetryQuota(capacity, retry_cost, timeout_cost, success_reward, is_timeout, cost)
+        self._cost = cost
         self.name = name
         self.capacity, self.retry_cost = local.capacity, local.retry_cost
         self.timeout_cost, self.success_reward = local.timeout_cost, local.success_reward
         self._is_timeout = local._is_timeout
         self._custom_timeout = is_timeout
-        self.lease = _lease(lease) if lease is not None else max(1, 2 * self.retry_cost)
+        self.lease = (
+            _lease(lease)
+            if lease is not None
+            else max(1, 2 * max(self.retry_cost, self.timeout_cost))
+        )
         self._keys = fleet.keys("quota", name, "tokens")
         self._script = fleet.script(_lua.QUOTA)
         self._lock = threading.Lock()
@@ -493,8 +501,7 @@ class SharedRetryQuota:
         """Pay one retry's cost from the lease; with too little, one round trip for more."""
         if self._degraded:
             return self._fallback.allow_retry(error)
-        timeout = error is not None and self._is_timeout(error)
-        cost = self.timeout_cost if timeout else self.retry_cost
+        cost = self._cost_of(error)
         with self._lock:
             self._demand = True
             if self._tokens >= cost:
@@ -531,6 +538,32 @@ class SharedRetryQuota:
             self._tokens += granted - cost
         self._held.set(cost)
         return True
+
+    @classmethod
+    def aws_standard(cls, fleet: Fleet, name: str) -> SharedRetryQuota:
+        """:meth:`seawall.RetryQuota.aws_standard` for a whole fleet: 500 tokens, a retry costs
+        14, or 5 after throttling; a first-attempt success adds 1 token."""
+        # botocore retries/standard.py, as RetryQuota.aws_standard.
+        return cls(
+            fleet,
+            name,
+            capacity=500,
+            retry_cost=14,
+            timeout_cost=14,
+            success_reward=1,
+            cost=_aws_standard_cost,
+        )
+
+    def _cost_of(self, error: BaseException | None) -> int:
+        if self._cost is not None and error is not None:
+            cost = self._cost(error)
+            if isinstance(cost, bool) or not isinstance(cost, int):
+                raise TypeError(f"cost(error) must be an int, got {cost!r}")
+            if cost < 0:
+                raise ValueError(f"cost(error) must be >= 0, got {cost!r}")
+            return cost
+        timeout = error is not None and self._is_timeout(error)
+        return self.timeout_cost if timeout else self.retry_cost
 
     def on_success(self) -> None:
         """Refund the latest retry's cost, or add ``success_reward`` after a first attempt."""
@@ -578,7 +611,8 @@ class SharedRetryQuota:
             self._sent = (credit, self._tokens)
             self._tokens = 0
             # A lease only for a process that retries (see SharedRetryBudget._collect).
-            want = self.lease if self._demand else self.timeout_cost * self._in_loop
+            most = max(self.retry_cost, self.timeout_cost)
+            want = self.lease if self._demand else most * self._in_loop
             self._demand = False
             return self._op(credit, want, 0)
 
@@ -603,6 +637,7 @@ class SharedRetryQuota:
                 self.timeout_cost,
                 self.success_reward,
                 self._custom_timeout,
+                self._cost,
             )
             # Start the local quota where the fleet's was last seen (with this lease).
             spend = self.capacity - min(self.capacity, self._available + self._tokens)
