@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
+
 import seawall
 from seawall import redis as fleet_redis
 
