@@ -157,6 +157,7 @@ def test_counters_format_uses_the_exported_metric_names() -> None:
     counters.hedge_win("search")
     counters.budget_refusal("users")
     counters.give_up("users", "deadline")
+    counters.fleet_transition("shop", "degraded")
     text = counters.format()
     assert 'seawall_attempts_total{policy="users",outcome="success"} 1' in text
     assert 'seawall_attempt_duration_seconds_sum{policy="users",outcome="success"} 0.5' in text
@@ -165,6 +166,7 @@ def test_counters_format_uses_the_exported_metric_names() -> None:
     assert 'seawall_hedges_total{policy="search"} 1' in text
     assert 'seawall_hedge_wins_total{policy="search"} 1' in text
     assert 'seawall_give_ups_total{policy="users",reason="deadline"} 1' in text
+    assert 'seawall_fleet_transitions_total{fleet="shop",state="degraded"} 1' in text
     for metric in METRICS:
         if metric.kind == "counter":
             assert f"{metric.prometheus_name}{{" in text
