@@ -223,3 +223,76 @@ def test_coroutine_type_is_what_the_check_uses() -> None:
     finally:
         coro.close()
     assert sys.version_info >= (3, 10)
+
+
+def test_a_plain_with_deadline_inside_a_coroutine_cancels_at_the_deadline() -> None:
+    import asyncio
+
+    clock = seawall.VirtualClock()
+
+    async def main() -> float:
+        started = clock.now()
+        with pytest.raises(seawall.DeadlineExceeded), seawall.deadline(0.2, clock=clock):
+            await asyncio.sleep(1.0)
+        # The task was not left cancelled: it goes on awaiting.
+        await asyncio.sleep(0.1)
+        return clock.now() - started
+
+    # Cancelled at the deadline (and a millisecond, so that inner timeouts at the same
+    # deadline report it first), then 0.1 s more.
+    assert seawall.testing.run(main(), clock) == pytest.approx(0.301)
+
+
+def test_a_plain_with_deadline_that_ends_in_time_cancels_nothing() -> None:
+    import asyncio
+
+    clock = seawall.VirtualClock()
+
+    async def main() -> str:
+        with seawall.deadline(5.0, clock=clock):
+            await asyncio.sleep(1.0)
+        await asyncio.sleep(10.0)  # past the deadline that no longer applies
+        return "done"
+
+    assert seawall.testing.run(main(), clock) == "done"
+
+
+def test_the_caller_cancelling_inside_a_plain_with_deadline_stays_a_cancellation() -> None:
+    import asyncio
+
+    clock = seawall.VirtualClock()
+
+    async def main() -> None:
+        async def work() -> None:
+            with seawall.deadline(5.0, clock=clock):
+                await asyncio.sleep(10.0)
+
+        task = asyncio.ensure_future(work())
+        await asyncio.sleep(1.0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    seawall.testing.run(main(), clock)
+
+
+def test_a_decorated_function_can_be_called_once_with_another_policy() -> None:
+    calls = []
+
+    @seawall.retry(max_attempts=2, hooks=())
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 4:
+            raise ConnectionError("down")
+        return "ok"
+
+    assert flaky.policy.max_attempts == 2  # type: ignore[attr-defined]
+    with seawall.testing.instant():
+        assert flaky.retry_with(max_attempts=5)() == "ok"  # type: ignore[attr-defined]
+        assert len(calls) == 4
+        calls.clear()
+        with pytest.raises(ConnectionError):
+            flaky()  # still two attempts
+    assert len(calls) == 2
+    with pytest.raises(TypeError, match="max_attempts"):
+        flaky.retry_with(max_attempts="many")  # type: ignore[attr-defined]

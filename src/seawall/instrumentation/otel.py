@@ -85,5 +85,10 @@ class OpenTelemetryRecorder:
     def saga_run(self, saga: str, status: str) -> None:
         self._instruments["saga_runs"].add(1, self._attributes("saga_runs", saga, status))
 
+    def fleet_transition(self, fleet: str, state: str) -> None:
+        self._instruments["fleet_transitions"].add(
+            1, self._attributes("fleet_transitions", fleet, state)
+        )
+
     def __repr__(self) -> str:
         return "OpenTelemetryRecorder()"

@@ -104,5 +104,8 @@ class PrometheusRecorder:
     def saga_run(self, saga: str, status: str) -> None:
         self._child("saga_runs", saga, status).inc()
 
+    def fleet_transition(self, fleet: str, state: str) -> None:
+        self._child("fleet_transitions", fleet, state).inc()
+
     def __repr__(self) -> str:
         return f"PrometheusRecorder(registry={self.registry!r})"
