@@ -8,6 +8,7 @@ import pathlib
 import re
 
 import pytest
+
 from conftest import RedisServer
 
 PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "fleet.md"

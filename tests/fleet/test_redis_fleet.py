@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from conftest import RedisServer
-
 from seawall import redis as fleet_redis
 
 WORKER = str(pathlib.Path(__file__).with_name("fleet_worker.py"))
