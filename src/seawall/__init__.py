@@ -115,6 +115,7 @@ _NAMES: dict[str, str] = {
 _MODULES = frozenset(
     {
         "config",
+        "grpc",
         "http",
         "httpx",
         "instrumentation",
@@ -233,6 +234,7 @@ __all__ = [
     "VirtualClock",
     "config",
     "deadline",
+    "grpc",
     "hedge",
     "http",
     "httpx",
