@@ -137,6 +137,11 @@ CASES = {
     ),
     "exhausted, pushback 1 ms": ([(CODES.RESOURCE_EXHAUSTED, 1), "ok"], (2, "OK"), None),
     "unavailable, pushback -1": ([(CODES.UNAVAILABLE, -1), "ok"], (1, "UNAVAILABLE"), None),
+    "deadline exceeded, then ok": (
+        [(CODES.DEADLINE_EXCEEDED, None), "ok"],
+        (2, "OK"),
+        (1, "DEADLINE_EXCEEDED"),
+    ),
     "unavailable, pushback garbage": (
         [(CODES.UNAVAILABLE, "soon"), "ok"],
         (1, "UNAVAILABLE"),
