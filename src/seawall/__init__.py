@@ -114,6 +114,7 @@ _NAMES: dict[str, str] = {
 
 _MODULES = frozenset(
     {
+        "aiohttp",
         "config",
         "grpc",
         "http",
@@ -232,6 +233,7 @@ __all__ = [
     "Throttled",
     "TokenBucket",
     "VirtualClock",
+    "aiohttp",
     "config",
     "deadline",
     "grpc",
