@@ -31,6 +31,7 @@ from seawall._core.errors import (
 )
 from seawall._strategies.budget import Budget, TokenBucket
 from seawall._strategies.deadline import deadline, timeout_from_headers
+from seawall._strategies.hedge import Hedge
 from seawall._strategies.retry import RetryPolicy, RetryState
 
 __all__ = [
@@ -392,12 +393,61 @@ class _AioDetails(NamedTuple):
     wait_for_ready: bool | None
 
 
+class _CopyFailed(ConnectionError):
+    """A hedged copy ended with a retryable status: the hedge may go on with the others."""
+
+    def __init__(self, attempt: Any) -> None:
+        super().__init__("a hedged copy failed with a retryable status")
+        self.attempt = attempt
+
+
+def _method_name(method: object) -> str:
+    return method.decode("utf-8", "replace") if isinstance(method, bytes) else str(method)
+
+
+def _hedge_methods(hedge: Hedge | None, methods: Collection[str]) -> frozenset[str]:
+    if isinstance(methods, (str, bytes)) or not isinstance(methods, Collection):
+        raise TypeError(f"hedge_methods must be a collection of method names, got {methods!r}")
+    names = frozenset(methods)
+    for name in names:
+        if not isinstance(name, str) or not name.startswith("/"):
+            raise TypeError(
+                f"hedge_methods must hold full method names '/pkg.Service/Method', got {name!r}"
+            )
+    if hedge is None:
+        if names:
+            raise ValueError("hedge_methods needs a hedge (seawall.Hedge(...))")
+        return names
+    if not isinstance(hedge, Hedge):
+        raise TypeError(f"hedge must be a seawall.Hedge, got {hedge!r}")
+    if hedge.replicas is not None:
+        raise ValueError("hedge must not have replicas: the channel names the server")
+    if not names:
+        raise ValueError(
+            "hedge_methods must name the idempotent methods to hedge: a hedged RPC runs more "
+            "than once on the server"
+        )
+    return names
+
+
 class AsyncRetryInterceptor(_Base, grpc.aio.UnaryUnaryClientInterceptor):
     """The ``grpc.aio`` twin of :class:`RetryInterceptor`:
     ``grpc.aio.insecure_channel(target, interceptors=[AsyncRetryInterceptor(policy)])``.
 
     Waits use the policy clock's ``asleep``; the caller's cancellation is never retried.
-    Arguments are those of :class:`RetryInterceptor`.
+    Arguments are those of :class:`RetryInterceptor`, and:
+
+    Args:
+        hedge: a :class:`~seawall.Hedge`: RPCs to the methods in *hedge_methods* are hedged
+            within each attempt. When one has not answered after the hedge's delay, a copy is
+            sent; the first answer wins (a retryable status lets the others go on, as in gRPC
+            hedging), the others are cancelled. The hedge's ``max_attempts``,
+            ``max_extra_load``, budget and kill switch apply.
+        hedge_methods: the full names (``"/pkg.Service/Method"``) of the idempotent methods to
+            hedge; required with *hedge*, since a hedged RPC runs more than once on the server.
+
+    Raises:
+        TypeError, ValueError: an invalid parameter; the message names it.
     """
 
     def __init__(
@@ -407,8 +457,48 @@ class AsyncRetryInterceptor(_Base, grpc.aio.UnaryUnaryClientInterceptor):
         budget: Any = PER_CHANNEL,
         retry_codes: Collection[grpc.StatusCode] = DEFAULT_RETRY_CODES,
         pushback_codes: Collection[grpc.StatusCode] = PUSHBACK_CODES,
+        hedge: Hedge | None = None,
+        hedge_methods: Collection[str] = (),
     ) -> None:
         super().__init__(policy, budget, retry_codes, pushback_codes)
+        self._hedge_methods = _hedge_methods(hedge, hedge_methods)
+        if hedge is not None and hedge.budget is not None and hedge.budget is self.budget:
+            # As in a Pipeline: the retry loop reports requests and outcomes to the shared
+            # budget; hedges only withdraw from it, so nothing is counted twice.
+            hedge = hedge.withdrawing_only()
+        self._hedge = hedge
+
+    @property
+    def hedge(self) -> Hedge | None:
+        """The hedging policy, if any (a ``withdrawing_only()`` view when it shares the budget)."""
+        return self._hedge
+
+    async def _hedged(
+        self, hedge: Hedge, continuation: Any, d: Any, request: Any, call: _Call
+    ) -> Any:
+        sent: list[Any] = []
+        retryable = self._rules.retry_codes | {_DEADLINE_CODE}
+
+        async def copy() -> Any:
+            details = grpc.aio.ClientCallDetails(
+                d.method, call.timeout(d.timeout), d.metadata, d.credentials, d.wait_for_ready
+            )
+            attempt = await continuation(details, request)
+            sent.append(attempt)
+            if await attempt.code() in retryable:
+                raise _CopyFailed(attempt)
+            return attempt
+
+        winner: Any = None
+        try:
+            winner = await hedge.acall(copy)
+        except _CopyFailed as failed:
+            winner = failed.attempt  # every copy failed: the retry loop decides on the last
+        finally:
+            for attempt in sent:
+                if attempt is not winner:
+                    attempt.cancel()  # a loser must not keep running on the server
+        return winner
 
     async def intercept_unary_unary(
         self,
@@ -418,6 +508,12 @@ class AsyncRetryInterceptor(_Base, grpc.aio.UnaryUnaryClientInterceptor):
     ) -> Any:
         call = _Call(self._rules)
         asleep = call.clock.asleep
+        hedge = self._hedge
+        if (
+            hedge is not None
+            and _method_name(client_call_details.method) not in self._hedge_methods
+        ):
+            hedge = None
         last: Any = None
         while True:
             try:
@@ -428,10 +524,13 @@ class AsyncRetryInterceptor(_Base, grpc.aio.UnaryUnaryClientInterceptor):
                 await last  # the wait left too little time: the last attempt's error
                 raise
             d = client_call_details
-            details = grpc.aio.ClientCallDetails(
-                d.method, call.timeout(d.timeout), d.metadata, d.credentials, d.wait_for_ready
-            )
-            attempt = await continuation(details, request)
+            if hedge is not None:
+                attempt = await self._hedged(hedge, continuation, d, request, call)
+            else:
+                details = grpc.aio.ClientCallDetails(
+                    d.method, call.timeout(d.timeout), d.metadata, d.credentials, d.wait_for_ready
+                )
+                attempt = await continuation(details, request)
             code = await attempt.code()
             delay, signal = call.on_status(code, await attempt.trailing_metadata())
             if delay is None:

@@ -35,7 +35,7 @@ class Scripted:
         self.time_remaining: list[float | None] = []
         self.lock = threading.Lock()
         self.port = 0
-        self.on_attempt: Any = None  # called with nothing before each answer, if set
+        self.on_attempt: Any = None  # called with the attempt's context before it answers
 
     def script(self, key: bytes, *steps: Any) -> bytes:
         self.scripts[key] = list(steps)
@@ -47,7 +47,7 @@ class Scripted:
             self.attempts[request] = n + 1
             self.time_remaining.append(context.time_remaining())
         if self.on_attempt is not None:
-            self.on_attempt()
+            self.on_attempt(context)
         steps = self.scripts.get(request, ["ok"])
         step = steps[min(n, len(steps) - 1)]
         if step == "ok":
@@ -277,7 +277,7 @@ def test_deadline_exceeded_as_the_engine_does(server: Scripted) -> None:
 
         late = server.script(b"late", (CODES.DEADLINE_EXCEEDED, None), "ok")
         # The attempt outlives the call's deadline (on virtual time).
-        server.on_attempt = lambda: clock.advance(10.0)
+        server.on_attempt = lambda context: clock.advance(10.0)
         tokens = bucket.tokens
         assert call(stub, late)[1] is CODES.DEADLINE_EXCEEDED
         assert server.attempts[late] == 1
@@ -393,3 +393,49 @@ async def test_aio_gives_up_with_marks(server: Scripted) -> None:
     assert info.value.code() is CODES.UNAVAILABLE
     assert any("gave up after 2 attempts" in n for n in getattr(info.value, "__notes__", []))
     assert server.attempts[key] == 2
+
+
+# -- hedging (grpc.aio) ---------------------------------------------------------------------------
+
+
+async def test_aio_hedges_idempotent_methods_and_cancels_the_loser(server: Scripted) -> None:
+    """The first attempt of each key stalls on the server; the hedge sent after 50 ms answers,
+    and the stalled one is cancelled (the server sees its context go inactive)."""
+    stalled_cancelled = threading.Event()
+    first_seen: set[bytes] = set()
+
+    def stall_first(context: Any) -> None:
+        # Runs in the server's handler thread before the scripted answer.
+        key = b"hedged"
+        with server.lock:
+            first = key not in first_seen
+            first_seen.add(key)
+        if first:
+            for _ in range(500):
+                if not context.is_active():
+                    stalled_cancelled.set()
+                    return
+                threading.Event().wait(0.01)
+
+    server.on_attempt = stall_first
+    key = server.script(b"hedged", "ok")
+    hedge = seawall.Hedge(delay=0.05, max_attempts=2)
+    interceptor = sg.AsyncRetryInterceptor(
+        fast_policy(), budget=None, hedge=hedge, hedge_methods=[METHOD]
+    )
+    async with grpc.aio.insecure_channel(
+        f"127.0.0.1:{server.port}", interceptors=[interceptor]
+    ) as ch:
+        assert await ch.unary_unary(METHOD)(key, timeout=5.0) == b"ok:hedged"
+    assert server.attempts[key] == 2
+    assert hedge.hedges == 1 and hedge.wins == 1
+    assert stalled_cancelled.wait(5)
+
+
+def test_hedge_needs_idempotent_methods_named() -> None:
+    with pytest.raises(ValueError, match="hedge_methods"):
+        sg.AsyncRetryInterceptor(hedge=seawall.Hedge(delay=0.1))
+    with pytest.raises(ValueError, match="hedge"):
+        sg.AsyncRetryInterceptor(hedge_methods=[METHOD])
+    with pytest.raises(TypeError, match="hedge_methods"):
+        sg.AsyncRetryInterceptor(hedge=seawall.Hedge(delay=0.1), hedge_methods=["Call"])
