@@ -234,8 +234,11 @@ class _Call:
         rules = self.rules
         pushback = parse_pushback(trailing)
         signal: Exception
-        if pushback is REFUSE:
-            # The server said "do not retry": a failure of the dependency, never retried.
+        if pushback is REFUSE and (
+            code in rules.retry_codes or code in rules.pushback_codes or code is _DEADLINE_CODE
+        ):
+            # The server said "do not retry" a status that would be: a failure of the dependency,
+            # never retried (a pushback on a fatal status changes nothing: gRPC proposal A6).
             signal = Overloaded(f"gRPC {code.name} with a pushback that forbids retries")
             return state.on_error(signal, now), signal
         if code is _DEADLINE_CODE:

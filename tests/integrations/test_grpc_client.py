@@ -232,6 +232,19 @@ def test_fatal_status_is_an_answer_for_the_bucket(server: Scripted) -> None:
         assert bucket.tokens == 9.0  # a failure takes one
 
 
+def test_refusing_pushback_on_a_fatal_status_is_still_an_answer(server: Scripted) -> None:
+    fatal = server.script(b"fatal", (CODES.PERMISSION_DENIED, -1))
+    refused = server.script(b"refused", (CODES.UNAVAILABLE, -1))
+    bucket = seawall.TokenBucket(max_tokens=10, token_ratio=0.1)
+    ch, stub = seawall_stub(server, fast_policy(), budget=bucket)
+    with ch:
+        assert call(stub, fatal)[1] is CODES.PERMISSION_DENIED
+        assert bucket.tokens == 10.0
+        assert call(stub, refused)[1] is CODES.UNAVAILABLE
+        assert bucket.tokens == 9.0  # "overloaded; don't retry": a failure, not retried
+    assert (server.attempts[fatal], server.attempts[refused]) == (1, 1)
+
+
 def test_policy_budget_is_used_when_it_has_one(server: Scripted) -> None:
     bucket = seawall.TokenBucket()
     interceptor = sg.RetryInterceptor(fast_policy(budget=bucket))
