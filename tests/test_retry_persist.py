@@ -135,3 +135,17 @@ async def test_one_attempt_applies_to_async_policies_too() -> None:
         outcome = await policy.arun(flaky)
     assert outcome.attempts == 1
     assert outcome.reason == "delegated"
+
+
+def test_run_returns_a_locally_throttled_call_as_an_outcome() -> None:
+    clock = seawall.VirtualClock()
+    throttle = seawall.AdaptiveThrottle(
+        k=1.0, window=30.0, clock=clock, min_requests=0, rng=random.Random(0)
+    )
+    policy = seawall.RetryPolicy(max_attempts=1, hooks=(), budget=throttle)
+    outcomes = []
+    for _ in range(20):  # a dependency that never answers: the throttle starts shedding
+        outcomes.append(policy.run(lambda: (_ for _ in ()).throw(ConnectionError("down"))))
+    shed = [o for o in outcomes if isinstance(o.error, seawall.Throttled)]
+    assert shed, outcomes
+    assert all(o.attempts == 0 and o.reason is None for o in shed)

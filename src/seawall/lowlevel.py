@@ -7,10 +7,17 @@ time now, retry after a delay or give up, and why. The synchronous and asynchron
 does I/O or sleeps.
 """
 
-from seawall._core.classify import ErrorMatcher, RetryOn, Verdict, classify, compile_errors
+from seawall._core.classify import (
+    ErrorMatcher,
+    RetryOn,
+    Verdict,
+    classify,
+    compile_errors,
+    is_transient,
+)
 from seawall._core.errors import error_summary
 from seawall._core.switch import one_attempt
-from seawall._strategies.breaker import BreakerEvent, BreakerState, Permit
+from seawall._strategies.breaker import BreakerEvent, BreakerState, Permit, StateHook
 from seawall._strategies.budget import FirstAttempt, answer_callback, first_attempt_callables
 from seawall._strategies.hedge import HedgeDelayPassed, HedgeEvent, HedgeHook, QuantileSource
 from seawall._strategies.retry import (
@@ -24,26 +31,28 @@ from seawall._strategies.retry import (
 
 __all__ = [
     "Attempt",
-    "ErrorMatcher",
-    "RetryOn",
-    "Verdict",
-    "classify",
-    "compile_errors",
     "AttemptRecord",
     "Attempts",
     "BreakerEvent",
     "BreakerState",
+    "ErrorMatcher",
+    "FirstAttempt",
     "GiveUpReason",
     "HedgeDelayPassed",
     "HedgeEvent",
     "HedgeHook",
     "Permit",
     "QuantileSource",
+    "RetryOn",
     "RetryState",
     "SNAPSHOT_VERSION",
-    "FirstAttempt",
+    "StateHook",
+    "Verdict",
     "answer_callback",
+    "classify",
+    "compile_errors",
     "error_summary",
     "first_attempt_callables",
+    "is_transient",
     "one_attempt",
 ]
