@@ -248,8 +248,9 @@ class _Call:
         if code in rules.retry_codes or (code in rules.pushback_codes and wait is not None):
             signal = RetryableStatus(code, wait)
             return state.on_error(signal, now, retry=True), signal
-        # A fatal status: the dependency answered (the budget's on_answer), never retried.
-        signal = RetryableStatus(code)
+        # A fatal status: the dependency answered (the budget's on_answer), never retried;
+        # marked so, it is not reported as an error that retry_on failed to match.
+        signal = permanent(RetryableStatus(code))
         return state.on_error(signal, now), signal
 
 

@@ -232,6 +232,16 @@ def test_fatal_status_is_an_answer_for_the_bucket(server: Scripted) -> None:
         assert bucket.tokens == 9.0  # a failure takes one
 
 
+def test_fatal_status_carries_no_note_and_no_mark(server: Scripted) -> None:
+    key = server.script(b"k", (CODES.NOT_FOUND, None))
+    ch, stub = seawall_stub(server, fast_policy(), budget=None)
+    with ch:
+        error = _last_error(stub, key)
+    assert error.code() is CODES.NOT_FOUND  # type: ignore[attr-defined]
+    assert getattr(error, "__notes__", []) == []
+    assert not seawall.is_permanent(error)  # a layer above may still decide for itself
+
+
 def test_refusing_pushback_on_a_fatal_status_is_still_an_answer(server: Scripted) -> None:
     fatal = server.script(b"fatal", (CODES.PERMISSION_DENIED, -1))
     refused = server.script(b"refused", (CODES.UNAVAILABLE, -1))
