@@ -525,8 +525,7 @@ class AsyncRetryInterceptor(_Base, grpc.aio.UnaryUnaryClientInterceptor):
             except DeadlineExceeded:
                 if last is None:
                     raise
-                await last  # the wait left too little time: the last attempt's error
-                raise
+                return last  # the wait left too little time: the last attempt's outcome
             d = client_call_details
             if hedge is not None:
                 attempt = await self._hedged(hedge, continuation, d, request, call)

@@ -337,6 +337,22 @@ def _last_error(stub: Any, key: bytes) -> BaseException:
     raise AssertionError("the call succeeded")
 
 
+def test_server_down_is_unavailable_and_retried() -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens here once closed
+    events: list[str] = []
+    policy = fast_policy(hooks=[lambda e: events.append(e.kind)])
+    channel = grpc.intercept_channel(
+        grpc.insecure_channel(f"127.0.0.1:{port}"), sg.RetryInterceptor(policy, budget=None)
+    )
+    with channel:
+        assert call(channel.unary_unary(METHOD), b"k")[1] is CODES.UNAVAILABLE
+    assert events == ["retry", "retry", "give_up"]
+
+
 def test_kill_switch_makes_one_attempt(server: Scripted) -> None:
     key = server.script(b"k", UNAVAILABLE)
     ch, stub = seawall_stub(server, fast_policy(name="grpc-test"), budget=None)
