@@ -62,7 +62,8 @@ class Scripted:
 @pytest.fixture
 def server() -> Iterator[Scripted]:
     state = Scripted()
-    srv = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    pool = futures.ThreadPoolExecutor(max_workers=8)
+    srv = grpc.server(pool)
     handler = grpc.method_handlers_generic_handler(
         SERVICE, {"Call": grpc.unary_unary_rpc_method_handler(state.handle)}
     )
@@ -72,7 +73,8 @@ def server() -> Iterator[Scripted]:
     try:
         yield state
     finally:
-        srv.stop(None)
+        srv.stop(None).wait(10)
+        pool.shutdown(wait=True)  # no worker thread outlives the test
 
 
 def builtin_options(codes: list[str], *, max_attempts: int = 3, throttle: bool = False) -> Any:

@@ -30,7 +30,19 @@ class Seen:
         self.port = 0
 
 
-def start_sync(seen: Seen, interceptors: list[Any]) -> grpc.Server:
+class Stoppable:
+    """A started grpcio server and its worker pool, stopped together."""
+
+    def __init__(self, server: grpc.Server, pool: futures.ThreadPoolExecutor) -> None:
+        self.server = server
+        self.pool = pool
+
+    def stop(self, grace: float | None) -> None:
+        self.server.stop(grace).wait(10)
+        self.pool.shutdown(wait=True)  # no worker thread outlives the test
+
+
+def start_sync(seen: Seen, interceptors: list[Any]) -> Stoppable:
     def echo(request: bytes, context: Any) -> bytes:
         seen.calls += 1
         seen.remaining.append(seawall.remaining())
@@ -47,7 +59,8 @@ def start_sync(seen: Seen, interceptors: list[Any]) -> grpc.Server:
         yield request
         yield request
 
-    srv = grpc.server(futures.ThreadPoolExecutor(max_workers=8), interceptors=interceptors)
+    pool = futures.ThreadPoolExecutor(max_workers=8)
+    srv = grpc.server(pool, interceptors=interceptors)
     handlers = {
         "Echo": grpc.unary_unary_rpc_method_handler(echo),
         "Hold": grpc.unary_unary_rpc_method_handler(hold),
@@ -56,7 +69,7 @@ def start_sync(seen: Seen, interceptors: list[Any]) -> grpc.Server:
     srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     seen.port = srv.add_insecure_port("127.0.0.1:0")
     srv.start()
-    return srv
+    return Stoppable(srv, pool)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import waitress.server
+import waitress.wasyncore
 
 
 @pytest.fixture
@@ -45,6 +46,13 @@ def serve_wsgi() -> Iterator[Any]:
     yield start
     stopping.set()
     for server, thread in started:
+        # A single-socket server's close() closes only its socket: stop the worker threads
+        # (cancelling the requests still queued) and every channel too, so that nothing keeps
+        # serving into later tests.
+        dispatcher = server.task_dispatcher
+        dispatcher.shutdown(cancel_pending=True, timeout=10)
         server.close()
+        waitress.wasyncore.close_all(server._map)
         thread.join(10)
         assert not thread.is_alive()
+        assert not dispatcher.threads, "waitress worker threads still running"
