@@ -21,7 +21,7 @@ import aiohttp.payload
 
 from seawall._core.compat import timeout_at
 from seawall._core.errors import DeadlineExceeded
-from seawall._policy.config import PolicyHandle
+from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
     IDEMPOTENT_METHODS,
     PER_HOST,
@@ -119,6 +119,21 @@ class RetryMiddleware:
             buffer_limit=buffer_limit,
         )
         self._retry_on = exception_classes(retry_on)
+
+    @classmethod
+    def from_route(cls, registry: PolicyRegistry, name: str, **kwargs: Any) -> RetryMiddleware:
+        """A middleware that follows the route *name* of *registry*, reloads included.
+
+        Each request uses the route's current policy and, unless ``retry_statuses`` is given,
+        the statuses its ``retry_on`` names, as :meth:`seawall.httpx.RetryTransport.from_route`
+        does. Other keyword arguments are the constructor's.
+
+        Raises:
+            KeyError: the registry has no policy named *name*.
+        """
+        if not isinstance(registry, PolicyRegistry):
+            raise TypeError(f"registry must be a seawall.config.PolicyRegistry, got {registry!r}")
+        return cls(registry.policy(name), **kwargs)
 
     @property
     def policy(self) -> RetryPolicy:

@@ -211,6 +211,26 @@ async def test_per_host_budget_is_shared(server: Scripted) -> None:
     assert budget.requests == before + 2
 
 
+async def test_from_route_follows_reloads(server: Scripted, tmp_path: Any) -> None:
+    file = tmp_path / "policies.toml"
+    template = '[routes.users]\nretry_policy = {{ num_retries = {n}, retry_on = "5xx" }}\n'
+    file.write_text(template.format(n=1))
+    registry = seawall.config.PolicyRegistry(file, clock=seawall.VirtualClock(), hooks=())
+    mw = sa.RetryMiddleware.from_route(registry, "users", budget=None)
+    async with session(mw) as s:
+        url = server.script("first", 500)  # "5xx": the route's statuses, not the defaults
+        async with s.get(url) as r:
+            assert r.status == 500
+        file.write_text(template.format(n=3))
+        registry.reload()
+        url = server.script("second", 500)
+        async with s.get(url) as r:
+            assert r.status == 500
+    assert (server.attempts["first"], server.attempts["second"]) == (2, 4)
+    with pytest.raises(KeyError):
+        sa.RetryMiddleware.from_route(registry, "nobody")
+
+
 def test_bad_arguments_name_the_parameter() -> None:
     with pytest.raises(TypeError, match="policy"):
         sa.RetryMiddleware(object())  # type: ignore[arg-type]
