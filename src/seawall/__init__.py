@@ -114,7 +114,9 @@ _NAMES: dict[str, str] = {
 
 _MODULES = frozenset(
     {
+        "aiohttp",
         "config",
+        "grpc",
         "http",
         "httpx",
         "instrumentation",
@@ -232,8 +234,10 @@ __all__ = [
     "Throttled",
     "TokenBucket",
     "VirtualClock",
+    "aiohttp",
     "config",
     "deadline",
+    "grpc",
     "hedge",
     "http",
     "httpx",
