@@ -40,6 +40,7 @@ class CapacityApp:
         return [b"ok"]
 
 
+@pytest.mark.slow  # seconds of real traffic on a real server
 @pytest.mark.timeout(60)
 async def test_wsgi_shedding_keeps_goodput_at_twice_capacity(serve_wsgi: Any) -> None:
     shedder = LoadShedder(
