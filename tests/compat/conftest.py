@@ -1,74 +1,12 @@
-"""Fixtures of the compatibility suite: httpbin under waitress on 127.0.0.1, counted.
-
-httpbin (from the package index) is an HTTP server nobody here wrote; waitress is a real WSGI
-server. httpbin does not count requests, so a small WSGI middleware in front of it counts every
-request that reaches the server, by a ``x-compat-key`` header the test sets (one key per client
-and endpoint), before httpbin answers it.
-
-The same middleware serves one path of its own, ``/_compat/pushback``, for the ``Retry-After``
-forms httpbin cannot send (``/status/503`` has no ``Retry-After``): it answers
-``?status=503&retry_after=<value>`` for the first ``fail`` requests of a key, then 200.
-"""
+"""Fixtures of the compatibility suite (see compat_httpbin.py for the HTTP server)."""
 
 from __future__ import annotations
 
-import collections
 import threading
-import urllib.parse
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
-
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-
-
-class Counted:
-    """WSGI middleware: count requests per ``x-compat-key``, then pass them to *app*."""
-
-    def __init__(self, app: WsgiApp) -> None:
-        self.app = app
-        self.lock = threading.Lock()
-        self.counts: collections.Counter[str] = collections.Counter()
-
-    def count(self, key: str) -> int:
-        with self.lock:
-            return self.counts[key]
-
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        key = environ.get("HTTP_X_COMPAT_KEY", "")
-        with self.lock:
-            self.counts[key] += 1
-            seen = self.counts[key]
-        if environ.get("PATH_INFO") == "/_compat/pushback":
-            return _pushback(environ, start_response, seen)
-        return self.app(environ, start_response)
-
-
-def _pushback(environ: dict[str, Any], start_response: Callable[..., Any], seen: int) -> Any:
-    query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
-    fail = int(query.get("fail", ["1"])[0])
-    if seen <= fail:
-        status = query.get("status", ["503"])[0]
-        headers = [("Content-Type", "text/plain"), ("Content-Length", "4")]
-        if "retry_after" in query:
-            headers.append(("Retry-After", query["retry_after"][0]))
-        start_response(f"{status} Pushback", headers)
-        return [b"busy"]
-    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
-    return [b"ok"]
-
-
-class Httpbin:
-    """A running httpbin: its base ``url`` and the request ``counter``."""
-
-    def __init__(self, url: str, counter: Counted) -> None:
-        self.url = url
-        self.counter = counter
-
-    def count(self, key: str) -> int:
-        """Requests that reached the server with ``x-compat-key: key``."""
-        return self.counter.count(key)
+from compat_httpbin import Counted, Httpbin
 
 
 @pytest.fixture(scope="session")
@@ -79,13 +17,19 @@ def httpbin_server() -> Iterator[Httpbin]:
     counter = Counted(httpbin.app)
     # Enough threads that a /delay request an impatient client left behind does not hold up the
     # next test's requests.
-    server = waitress.server.create_server(counter, host="127.0.0.1", port=0, threads=16)
+    server = waitress.server.create_server(
+        counter, host="127.0.0.1", port=0, threads=16, asyncore_loop_timeout=0.1
+    )
     port = server.effective_port  # type: ignore[union-attr]
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
         yield Httpbin(f"http://127.0.0.1:{port}", counter)
     finally:
-        server.close()
-        server.task_dispatcher.shutdown()  # type: ignore[union-attr]
+        # The loop runs while its socket map holds channels (connections, the wake-up pipe):
+        # close them all, from the loop's own thread, and the loop returns.
+        from waitress import wasyncore
+
+        server.trigger.pull_trigger(lambda: wasyncore.close_all(server._map))  # type: ignore[union-attr]
         thread.join(5)
+        server.task_dispatcher.shutdown()  # type: ignore[union-attr]

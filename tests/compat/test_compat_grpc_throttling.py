@@ -17,6 +17,7 @@ compared call by call.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import threading
 from collections.abc import Iterator, Sequence
@@ -95,7 +96,8 @@ def grpc_retrying_channel(target: str) -> Any:
         "retryThrottling": {"maxTokens": MAX_TOKENS, "tokenRatio": TOKEN_RATIO},
     }
     # Retries are on by default in grpcio; the service config turns them on for the method.
-    return grpc.insecure_channel(target, options=[("grpc.service_config", json.dumps(service_config))])
+    options = [("grpc.service_config", json.dumps(service_config))]
+    return grpc.insecure_channel(target, options=options)
 
 
 class Unavailable(Exception):
@@ -136,10 +138,8 @@ def run_both(server: Server, scripts: Sequence[str]) -> tuple[list[int], list[in
         our_stub = ours.unary_unary(METHOD)
         for i, script in enumerate(scripts):
             payload = f"grpc-{i}:{script}".encode("ascii")
-            try:
+            with contextlib.suppress(grpc.RpcError):
                 grpc_stub(payload, timeout=10)
-            except grpc.RpcError:
-                pass
             policy.run(plain_call, our_stub, f"seawall-{i}:{script}".encode("ascii"))
     grpc_attempts = [server.attempts[f"grpc-{i}"] for i in range(len(scripts))]
     our_attempts = [server.attempts[f"seawall-{i}"] for i in range(len(scripts))]
