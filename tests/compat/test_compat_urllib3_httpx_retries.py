@@ -230,7 +230,7 @@ def test_default_retried_statuses() -> None:
     assert not Retry().status_forcelist
     assert frozenset(Retry.RETRY_AFTER_STATUS_CODES) == {413, 429, 503}
     assert {int(s) for s in HxRetry.RETRYABLE_STATUS_CODES} == {429, 502, 503, 504}
-    assert DEFAULT_RETRY_STATUSES == {408, 429, 502, 503, 504}
+    assert frozenset({408, 429, 502, 503, 504}) == DEFAULT_RETRY_STATUSES
     assert not Retry().is_retry("GET", 503, has_retry_after=False)
     assert Retry().is_retry("GET", 503, has_retry_after=True)
     assert Retry().is_retry("GET", 413, has_retry_after=True)
