@@ -58,6 +58,12 @@ CASES: list[tuple[str, str, str, float]] = [
         "/_compat/pushback?status=429&retry_after=1",
         5.0,
     ),
+    (
+        "GET 413 Retry-After: 1, then 200 *",
+        "GET",
+        "/_compat/pushback?status=413&retry_after=1",
+        5.0,
+    ),
 ]
 
 
@@ -175,6 +181,7 @@ SEAWALL_EXPECTED = {
     "GET /delay/1, read timeout 0.3 s": (3, "ReadTimeout"),  # the original error
     "GET 503 Retry-After: 1, then 200 *": (2, "200"),
     "GET 429 Retry-After: 1, then 200 *": (2, "200"),
+    "GET 413 Retry-After: 1, then 200 *": (1, "413"),  # 413 is not a transient status
 }
 
 
@@ -188,7 +195,7 @@ def test_seawall_integrations_behave_as_documented(
 
 def test_seawall_waits_what_retry_after_asks(table: list[compat_tables.Row]) -> None:
     for row in table:
-        if "Retry-After: 1" in row["case"]:
+        if "Retry-After: 1" in row["case"] and "413" not in row["case"]:
             for client in ("seawall.httpx", "seawall.requests"):
                 assert 1.0 <= row["cells"][client]["seconds"] < 3.0
 
@@ -201,6 +208,7 @@ def test_urllib3_retries_no_status_by_default_unless_retry_after(
 ) -> None:
     assert cell(table, "GET /status/503", "urllib3") == (1, "503")
     assert cell(table, "GET 503 Retry-After: 1, then 200 *", "urllib3") == (2, "200")
+    assert cell(table, "GET 413 Retry-After: 1, then 200 *", "urllib3") == (2, "200")
     assert cell(table, "GET /delay/1, read timeout 0.3 s", "urllib3") == (3, "ConnectionError")
 
 
