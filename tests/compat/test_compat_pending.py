@@ -116,9 +116,7 @@ def test_honor_retry_after_false_uses_the_backoff() -> None:
 # -- (c) give up on a pushback beyond max_retry_after ----------------------------------------
 
 
-@pytest.mark.xfail(
-    reason="pending: RetryPolicy(retry_after_beyond_max='give_up')", strict=True
-)
+@pytest.mark.xfail(reason="pending: RetryPolicy(retry_after_beyond_max='give_up')", strict=True)
 def test_a_pushback_beyond_the_maximum_can_give_up_at_once() -> None:
     policy, clock = virtual(max_retry_after=5.0, retry_after_beyond_max="give_up")
     outcome = policy.run(first_fails(seawall.RetryAfter(60.0)))

@@ -165,9 +165,9 @@ def test_the_original_exception_is_raised_as_stamina_and_tenacity_reraise() -> N
     assert isinstance(wrapped.value.last_attempt.exception(), ConnectionError)
     fn, _ = failing(100, lambda: ConnectionError("refused"))
     with pytest.raises(ConnectionError):
-        tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(3), reraise=True, sleep=lambda s: None
-        )(fn)
+        tenacity.Retrying(stop=tenacity.stop_after_attempt(3), reraise=True, sleep=lambda s: None)(
+            fn
+        )
 
 
 def test_run_returns_the_outcome_as_tenacity_statistics_would() -> None:
