@@ -57,10 +57,20 @@ class Server:
         return b"ok"
 
 
+@pytest.fixture(scope="module")
+def servers() -> Iterator[list[Server]]:
+    """Every server of this module, stopped at its end: grpc keeps its throttling state per
+    server name (``127.0.0.1:port``) for the life of the process, so no port may serve two
+    tests."""
+    started: list[Server] = []
+    yield started
+    for state in started:
+        state.grpc_server.stop(None).wait(5)
+
+
 @pytest.fixture
-def server() -> Iterator[Server]:
-    # A new server (and port) per test: grpc keeps its throttling state per server name for
-    # the life of the process, so a reused target would start with another test's tokens.
+def server(servers: list[Server]) -> Server:
+    """A new server, on a port of its own."""
     state = Server()
     handler = grpc.method_handlers_generic_handler(
         SERVICE, {"Call": grpc.unary_unary_rpc_method_handler(state.handle)}
@@ -71,10 +81,8 @@ def server() -> Iterator[Server]:
     srv.start()
     state.grpc_server = srv
     state.target = f"127.0.0.1:{port}"
-    try:
-        yield state
-    finally:
-        srv.stop(None).wait(5)
+    servers.append(state)
+    return state
 
 
 def grpc_retrying_channel(target: str) -> Any:
