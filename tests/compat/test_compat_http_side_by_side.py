@@ -58,6 +58,7 @@ CASES: list[tuple[str, str, str, float]] = [
         "/_compat/pushback?status=429&retry_after=1",
         5.0,
     ),
+    ("GET 503 Retry-After: soon, then 200 *", "GET", "/_compat/pushback?retry_after=soon", 5.0),
     (
         "GET 413 Retry-After: 1, then 200 *",
         "GET",
@@ -181,6 +182,7 @@ SEAWALL_EXPECTED = {
     "GET /delay/1, read timeout 0.3 s": (3, "ReadTimeout"),  # the original error
     "GET 503 Retry-After: 1, then 200 *": (2, "200"),
     "GET 429 Retry-After: 1, then 200 *": (2, "200"),
+    "GET 503 Retry-After: soon, then 200 *": (2, "200"),  # malformed: the backoff applies
     "GET 413 Retry-After: 1, then 200 *": (1, "413"),  # 413 is not a transient status
 }
 
@@ -209,6 +211,8 @@ def test_urllib3_retries_no_status_by_default_unless_retry_after(
     assert cell(table, "GET /status/503", "urllib3") == (1, "503")
     assert cell(table, "GET 503 Retry-After: 1, then 200 *", "urllib3") == (2, "200")
     assert cell(table, "GET 413 Retry-After: 1, then 200 *", "urllib3") == (2, "200")
+    # a malformed header reaches the caller as urllib3's InvalidHeader
+    assert cell(table, "GET 503 Retry-After: soon, then 200 *", "urllib3") == (1, "InvalidHeader")
     assert cell(table, "GET /delay/1, read timeout 0.3 s", "urllib3") == (3, "ConnectionError")
 
 
