@@ -490,8 +490,39 @@ class ReadTimeout(Exception):
     """Like a client library's timeout class that does not derive from TimeoutError."""
 
 
-def test_retry_quota_aws_standard_values() -> None:
+def test_retry_quota_aws_standard_is_todays_botocore() -> None:
     quota = RetryQuota.aws_standard()
+    assert (quota.capacity, quota.retry_cost, quota.success_reward) == (500, 14, 1)
+    assert quota.allow_retry(ConnectionError())
+    assert quota.available == 486
+    quota.on_failure(ConnectionError())
+    assert quota.allow_retry(TimeoutError())  # no separate timeout cost
+    assert quota.available == 472
+
+    class ThrottlingException(Exception):
+        pass
+
+    assert quota.allow_retry(ThrottlingException())  # throttling costs 5
+    assert quota.available == 467
+    quota.on_success()  # refunds the latest retry's cost, 5
+    assert quota.available == 472
+    quota.on_answer(ValueError("404"))  # an answer refunds nothing
+    assert quota.available == 472
+
+
+def test_retry_quota_per_error_cost() -> None:
+    quota = RetryQuota(capacity=100, cost=lambda e: 50 if isinstance(e, KeyError) else 1)
+    assert quota.allow_retry(ConnectionError())
+    assert quota.available == 99
+    assert quota.allow_retry(KeyError())
+    assert quota.available == 49
+    assert not quota.allow_retry(KeyError())
+    with pytest.raises(TypeError, match="cost"):
+        RetryQuota(cost=5)  # type: ignore[arg-type]
+
+
+def test_retry_quota_aws_standard_legacy_values() -> None:
+    quota = RetryQuota.aws_standard_legacy()
     assert (quota.capacity, quota.retry_cost, quota.timeout_cost, quota.success_reward) == (
         500,
         5,
@@ -525,7 +556,7 @@ def test_retry_quota_custom_timeout_predicate() -> None:
 
 def test_retry_quota_in_a_policy_refunds_successful_retries() -> None:
     clock = VirtualClock()
-    quota = RetryQuota.aws_standard()
+    quota = RetryQuota.aws_standard_legacy()
     policy = RetryPolicy(max_attempts=3, backoff=FAST, budget=quota, clock=clock, hooks=())
     outcomes: Iterator[Exception | str] = iter([ConnectionError(), TimeoutError(), "ok"])
 
@@ -542,7 +573,7 @@ def test_retry_quota_in_a_policy_refunds_successful_retries() -> None:
 
 def test_retry_quota_stops_retries_after_capacity_is_spent() -> None:
     clock = VirtualClock()
-    quota = RetryQuota.aws_standard()
+    quota = RetryQuota.aws_standard_legacy()
     events = Events()
     policy = RetryPolicy(max_attempts=3, backoff=FAST, budget=quota, clock=clock, hooks=(events,))
     counter = [0]

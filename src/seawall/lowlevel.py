@@ -7,7 +7,14 @@ time now, retry after a delay or give up, and why. The synchronous and asynchron
 does I/O or sleeps.
 """
 
-from seawall._core.classify import ErrorMatcher, RetryOn, Verdict, classify, compile_errors
+from seawall._core.classify import (
+    ErrorMatcher,
+    RetryOn,
+    Verdict,
+    classify,
+    compile_errors,
+    is_transient,
+)
 from seawall._core.errors import error_summary
 from seawall._core.switch import one_attempt
 from seawall._strategies.breaker import BreakerEvent, BreakerState, Permit, StateHook
@@ -46,5 +53,6 @@ __all__ = [
     "compile_errors",
     "error_summary",
     "first_attempt_callables",
+    "is_transient",
     "one_attempt",
 ]

@@ -8,6 +8,7 @@ Retry policies, hedges, breakers, the HTTP and gRPC rules and the simulator all 
 from __future__ import annotations
 
 import enum
+import errno
 from collections.abc import Callable
 from typing import Literal, NamedTuple
 
@@ -21,7 +22,7 @@ from seawall._core.errors import (
 )
 from seawall._core.public import public
 
-__all__ = ["ErrorMatcher", "RetryOn", "Verdict", "classify", "compile_errors"]
+__all__ = ["ErrorMatcher", "RetryOn", "Verdict", "classify", "compile_errors", "is_transient"]
 
 #: What ``retry_on`` (and a breaker's ``failure_on``) accepts: exception classes, or a
 #: predicate ``(exc) -> bool``.
@@ -74,6 +75,100 @@ _HEARS: dict[Verdict, Literal["failure", "answer"] | None] = {
 }
 
 _RETRY, _FAILED, _ANSWERED, _OVERLOADED, _EXHAUSTED, _NEUTRAL = Verdict
+
+
+# -- the default retry_on: transient errors of the standard library and of the popular clients --
+
+# Connection-level errnos that a later attempt may not meet (a reset, a refusal while a server
+# restarts, an unreachable network during a failover). Not EACCES, ENOENT, EINVAL and the like.
+_TRANSIENT_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in (
+        "ECONNRESET",
+        "ECONNREFUSED",
+        "ECONNABORTED",
+        "ETIMEDOUT",
+        "EPIPE",
+        "ENETUNREACH",
+        "ENETDOWN",
+        "ENETRESET",
+        "EHOSTUNREACH",
+        "EHOSTDOWN",
+        "EAGAIN",
+    )
+    if hasattr(errno, name)
+)
+
+# The client libraries' transient errors, by (top-level package, class name) anywhere in the
+# error's class hierarchy, so that none of them is imported: httpx, requests and urllib3,
+# aiohttp. Certificate and protocol-misuse errors are not here: a retry repeats them.
+_TRANSIENT_CLASSES = frozenset(
+    {
+        ("httpx", "TimeoutException"),
+        ("httpx", "NetworkError"),
+        ("httpx", "RemoteProtocolError"),
+        ("requests", "ConnectionError"),
+        ("requests", "Timeout"),
+        ("requests", "ChunkedEncodingError"),
+        ("urllib3", "TimeoutError"),
+        ("urllib3", "ProtocolError"),
+        ("urllib3", "NewConnectionError"),
+        ("aiohttp", "ClientConnectionError"),
+        ("aiohttp", "ServerTimeoutError"),
+        ("aiohttp", "ClientPayloadError"),
+    }
+)
+_NOT_TRANSIENT_NAMES = ("SSLError", "Certificate", "InvalidURL", "UnsupportedProtocol")
+
+_YES, _NO, _BY_ERRNO, _BY_GRPC_CODE = range(4)
+_TRANSIENT_KINDS: dict[type, int] = {}
+
+
+def _transient_kind(cls: type) -> int:
+    names = [(c.__module__.partition(".")[0], c.__name__) for c in cls.__mro__]
+    if any(bad in name for _, name in names for bad in _NOT_TRANSIENT_NAMES):
+        kind = _NO
+    elif issubclass(cls, (ConnectionError, TimeoutError)) or any(
+        pair in _TRANSIENT_CLASSES for pair in names
+    ):
+        kind = _YES
+    elif any(module == "grpc" and name == "RpcError" for module, name in names):
+        kind = _BY_GRPC_CODE
+    elif issubclass(cls, OSError):
+        kind = _BY_ERRNO
+    else:
+        kind = _NO
+    if len(_TRANSIENT_KINDS) < _KINDS_LIMIT:
+        _TRANSIENT_KINDS[cls] = kind
+    return kind
+
+
+def is_transient(error: BaseException) -> bool:
+    """The default ``retry_on``: errors that a later attempt may well not meet.
+
+    ``ConnectionError`` and ``TimeoutError`` (and their subclasses); an ``OSError`` whose
+    ``errno`` is a connection-level one (reset, refused, aborted, timed out, unreachable);
+    httpx's timeouts, network and remote-protocol errors; requests' and urllib3's connection
+    errors and timeouts; aiohttp's connection errors and timeouts; a gRPC error whose code is
+    ``UNAVAILABLE``. TLS certificate errors and invalid URLs are not transient. None of those
+    libraries is imported: classes are recognised by name.
+    """
+    cls = type(error)
+    kind = _TRANSIENT_KINDS.get(cls)
+    if kind is None:
+        kind = _transient_kind(cls)
+    if kind == _YES:
+        return True
+    if kind == _BY_ERRNO:
+        return getattr(error, "errno", None) in _TRANSIENT_ERRNOS
+    if kind == _BY_GRPC_CODE:
+        code = getattr(error, "code", None)
+        try:
+            status = code() if callable(code) else None
+        except Exception:
+            return False
+        return getattr(status, "name", None) == "UNAVAILABLE"
+    return False
 
 
 @public("seawall.lowlevel")

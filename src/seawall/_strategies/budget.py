@@ -518,6 +518,23 @@ def _looks_like_timeout(error: BaseException) -> bool:
 
 
 @public("seawall")
+def _looks_like_throttling(error: BaseException) -> bool:
+    """Whether *error* says "slow down": an HTTP 429, or a class named like throttling
+    (``ThrottlingException``, ``TooManyRequestsException``, ...)."""
+    if getattr(error, "status", None) == 429 or getattr(error, "status_code", None) == 429:
+        return True
+    return any(
+        "Throttl" in cls.__name__ or "TooManyRequests" in cls.__name__
+        for cls in type(error).__mro__
+    )
+
+
+def _aws_standard_cost(error: BaseException) -> int:
+    """botocore's standard-mode retry cost: 5 after throttling, 14 otherwise."""
+    return 5 if _looks_like_throttling(error) else 14
+
+
+@public("seawall")
 class RetryQuota:
     """A retry quota in the style of the AWS SDKs: each retry costs tokens; successes refund.
 
@@ -536,6 +553,9 @@ class RetryQuota:
         success_reward: tokens a first-attempt success adds (up to ``capacity``).
         is_timeout: a predicate telling timeouts; by default ``TimeoutError`` and any exception
             class whose name contains ``Timeout`` (such as ``httpx.ReadTimeout``).
+        cost: a function ``(error) -> int`` giving what a retry after *error* costs, replacing
+            ``retry_cost`` and ``timeout_cost`` (:meth:`aws_standard` charges less after
+            throttling this way).
 
     Raises:
         ValueError: ``capacity`` not > 0, or a cost or reward < 0.
@@ -543,6 +563,7 @@ class RetryQuota:
 
     __slots__ = (
         "_available",
+        "_cost",
         "_held",
         "_is_timeout",
         "_lock",
@@ -559,6 +580,7 @@ class RetryQuota:
         timeout_cost: int = 10,
         success_reward: int = 1,
         is_timeout: Callable[[BaseException], bool] | None = None,
+        cost: Callable[[BaseException], int] | None = None,
     ) -> None:
         self.capacity = _count("capacity", capacity, minimum=1)
         self.retry_cost = _count("retry_cost", retry_cost, minimum=0)
@@ -567,6 +589,9 @@ class RetryQuota:
         if is_timeout is not None and not callable(is_timeout):
             raise TypeError(f"is_timeout must be callable or None, got {is_timeout!r}")
         self._is_timeout = is_timeout or _looks_like_timeout
+        if cost is not None and not callable(cost):
+            raise TypeError(f"cost must be callable or None, got {cost!r}")
+        self._cost = cost
         self._available = self.capacity
         self._lock = threading.Lock()
         # The cost withdrawn by the latest retry of the call running in this thread or task, so
@@ -579,13 +604,23 @@ class RetryQuota:
 
     @classmethod
     def aws_standard(cls) -> RetryQuota:
-        """The AWS SDKs' "standard" retry mode quota: 500 tokens, retry 5, after a timeout 10.
+        """The AWS SDKs' "standard" retry mode quota as botocore ships it today: 500 tokens, a
+        retry costs 14, or 5 after throttling; no separate timeout cost.
 
         A first-attempt success adds 1 token; a success after retries refunds the latest
-        retry's cost.
+        retry's cost; an answer that is not a success (a 404) refunds nothing.
         """
-        # AWS SDKs and Tools reference guide, "Retry behavior", standard mode; botocore's
-        # retries/standard.py (INITIAL_RETRY_TOKENS, RETRY_COST, TIMEOUT_RETRY_COST).
+        # botocore retries/standard.py, RetryQuotaChecker: _RETRY_COST = 14,
+        # _THROTTLING_RETRY_COST = 5, _NO_RETRY_INCREMENT = 1; quota.py INITIAL_CAPACITY = 500.
+        return cls(
+            capacity=500, retry_cost=14, timeout_cost=14, success_reward=1, cost=_aws_standard_cost
+        )
+
+    @classmethod
+    def aws_standard_legacy(cls) -> RetryQuota:
+        """The earlier "standard" mode costs (the AWS SDKs before 2026): 500 tokens, a retry
+        costs 5, or 10 after a timeout; a first-attempt success adds 1 token."""
+        # botocore retries/standard.py of that time: RETRY_COST 5, TIMEOUT_RETRY_COST 10.
         return cls(capacity=500, retry_cost=5, timeout_cost=10, success_reward=1)
 
     @property
@@ -600,8 +635,11 @@ class RetryQuota:
 
     def allow_retry(self, error: BaseException | None = None) -> bool:
         """Take the cost of one retry after *error*; ``False`` when the quota cannot pay it."""
-        timeout = error is not None and self._is_timeout(error)
-        cost = self.timeout_cost if timeout else self.retry_cost
+        if self._cost is not None and error is not None:
+            cost = _count("cost(error)", self._cost(error), minimum=0)
+        else:
+            timeout = error is not None and self._is_timeout(error)
+            cost = self.timeout_cost if timeout else self.retry_cost
         with self._lock:
             if self._available < cost:
                 return False
@@ -638,7 +676,14 @@ class RetryQuota:
         custom = None if self._is_timeout is _looks_like_timeout else self._is_timeout
         return (
             type(self),
-            (self.capacity, self.retry_cost, self.timeout_cost, self.success_reward, custom),
+            (
+                self.capacity,
+                self.retry_cost,
+                self.timeout_cost,
+                self.success_reward,
+                custom,
+                self._cost,
+            ),
         )
 
     def __repr__(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import math
+import sys
 import threading
 from collections.abc import Iterable
 from types import TracebackType
@@ -82,6 +83,20 @@ def remaining() -> float:
     return math.inf if d is None else d.at - d.clock.now()
 
 
+_GRACE: Final = 0.001  # seconds a plain `with` in a coroutine waits past its deadline to cancel
+
+
+def _running_task() -> Any:
+    """The asyncio task running this code, or ``None`` (asyncio is not even imported for it)."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return None
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no running event loop in this thread
+        return None
+
+
 # -- deadline composition: the one place where the ambient deadline, a call's timeout and an
 # attempt's timeout meet. Every strategy and driver uses these three functions.
 
@@ -125,9 +140,11 @@ class deadline:
     extend it. Every :class:`~seawall.RetryPolicy` called inside respects it: attempts get at most
     the time left, no wait crosses it, and no attempt starts with too little time left.
 
-    In ``async with``, work still running at the deadline is cancelled and the
-    block raises :class:`~seawall.DeadlineExceeded`. Synchronous code cannot be interrupted; the
-    deadline is visible to everything it calls through :func:`remaining`.
+    Work still awaiting at the deadline is cancelled and the block raises
+    :class:`~seawall.DeadlineExceeded`: in ``async with``, and in a plain ``with`` entered inside
+    a coroutine too (as anyio's ``fail_after`` does), so that ``with deadline(0.2): await
+    asyncio.sleep(1)`` does not silently sleep a second. Synchronous code cannot be
+    interrupted; the deadline is visible to everything it calls through :func:`remaining`.
 
     Args:
         seconds: time allowed from entry; resolved to an absolute :class:`Deadline` on entry.
@@ -135,7 +152,7 @@ class deadline:
         at: an absolute :class:`Deadline` to use instead of *seconds*.
     """
 
-    __slots__ = ("_at", "_clock", "_seconds", "_timeout", "_token", "deadline")
+    __slots__ = ("_at", "_clock", "_fired", "_handle", "_seconds", "_timeout", "_token", "deadline")
 
     def __init__(
         self,
@@ -156,6 +173,8 @@ class deadline:
         self._clock = clock
         self._token: contextvars.Token[Deadline | None] | None = None
         self._timeout: Any = None
+        self._handle: Any = None  # a plain `with` in a coroutine: the loop timer that cancels
+        self._fired: Any = None  # the task it cancelled, once it has
         self.deadline: Deadline | None = None
 
     def _enter(self) -> Deadline:
@@ -178,7 +197,23 @@ class deadline:
             self._token = None
 
     def __enter__(self) -> Deadline:
-        return self._enter()
+        new = self._enter()
+        task = _running_task()
+        if task is not None:
+            left = new.remaining()
+            if math.isfinite(left):
+                loop = task.get_loop()
+                # A hair after the deadline: the layers inside that enforce the same deadline
+                # (an attempt timeout, a transport's timeout) report it first, in their terms.
+                when = loop.time() + max(0.0, left) + _GRACE
+                self._handle = loop.call_at(when, self._cancel, task)
+        return new
+
+    def _cancel(self, task: Any) -> None:
+        # Runs only while the task is suspended inside the block (the timer is cancelled on
+        # exit), so the CancelledError arrives at an await inside it.
+        self._fired = task
+        task.cancel()
 
     def __exit__(
         self,
@@ -187,6 +222,16 @@ class deadline:
         tb: TracebackType | None,
     ) -> None:
         self._exit()
+        handle, self._handle = self._handle, None
+        if handle is None:
+            return
+        handle.cancel()
+        task, self._fired = self._fired, None
+        if task is not None and exc_type is not None and exc_type.__name__ == "CancelledError":
+            uncancel = getattr(task, "uncancel", None)  # Python 3.11+
+            if uncancel is not None:
+                uncancel()
+            raise DeadlineExceeded("the deadline passed while the block was waiting") from exc
 
     async def __aenter__(self) -> Deadline:
         new = self._enter()

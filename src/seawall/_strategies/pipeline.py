@@ -240,14 +240,21 @@ def _sync_retry(inner: _Sync | None, retry: RetryPolicy) -> _Sync:
 
 
 def _async_attempt_timeout(inner: _Async | None, seconds: float, clock: Clock) -> _Async:
+    reset = _DEADLINE.reset
+
     async def layer(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         # The ambient deadline lets the attempt see its time left; the timeout cancels it. A
         # plain TimeoutError (not DeadlineExceeded): one slow attempt is worth retrying.
-        with deadline(seconds, clock=clock):
-            aw = fn(*args, **kwargs) if inner is None else inner(fn, args, kwargs)
-            from seawall._core.compat import with_timeout
+        from seawall._core.compat import with_timeout
 
+        start = clock.now()
+        token = install(start + seconds, start, clock)
+        try:
+            aw = fn(*args, **kwargs) if inner is None else inner(fn, args, kwargs)
             return await with_timeout(aw, seconds)
+        finally:
+            if token is not None:
+                reset(token)
 
     return layer
 

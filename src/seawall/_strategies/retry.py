@@ -22,11 +22,18 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from types import TracebackType
+from types import CoroutineType, TracebackType
 from typing import Any, Final, Generic, Literal, NamedTuple, ParamSpec, TypeVar, overload
 
 from seawall._core import validate as _validate
-from seawall._core.classify import ErrorMatcher, RetryOn, Verdict, classify, compile_errors
+from seawall._core.classify import (
+    ErrorMatcher,
+    RetryOn,
+    Verdict,
+    classify,
+    compile_errors,
+    is_transient,
+)
 from seawall._core.clock import SYSTEM_CLOCK, Clock, SystemClock
 from seawall._core.decorate import decorate
 from seawall._core.errors import (
@@ -34,6 +41,7 @@ from seawall._core.errors import (
     DeadlineExceeded,
     add_note,
     error_summary,
+    is_permanent,
     mark_exhausted,
     retry_after_of,
 )
@@ -68,6 +76,7 @@ GiveUpReason = Literal[
     "budget",  # the shared budget refused the retry
     "disabled",  # the kill switch is off, globally or for this policy's name
     "delegated",  # inside seawall.lowlevel.one_attempt(): an enclosing layer owns the retries
+    "retry_after",  # the server asked for a wait beyond max_retry_after (retry_after_beyond_max)
 ]
 
 _GIVE_UP_REASONS: Final = frozenset(GiveUpReason.__args__)  # type: ignore[attr-defined]
@@ -324,12 +333,32 @@ class RetryState:
             elif verdict is not _NEUTRAL:
                 p.budget.on_failure(error)
         if verdict is not _RETRY:
+            if verdict is _ANSWERED and not is_permanent(error):
+                self._unmatched(error)
             return self._give_up(
                 "exhausted_below" if verdict is _EXHAUSTED else "not_retryable", error, now
             )
         # Most errors have no retry_after at all: one lookup, and validation only when present.
         wanted = None if getattr(error, "retry_after", None) is None else retry_after_of(error)
         return self._schedule(error, now, wanted)
+
+    def _unmatched(self, error: BaseException) -> None:
+        """Say why an error outside ``retry_on`` was not retried (a note, a debug line): a
+        silent give-up is the first trap of a new user (an ``httpx.ConnectError`` where
+        ``retry_on`` names only built-in classes)."""
+        p = self.policy
+        wanted = p._matcher.classes
+        if wanted is None:
+            what = getattr(p.retry_on, "__name__", repr(p.retry_on))
+        else:
+            what = ", ".join(c.__name__ for c in wanted)
+        name = f" {p.name!r}" if p.name else ""
+        text = (
+            f"seawall{name}: not retried: {type(error).__name__} does not match retry_on ({what})"
+        )
+        add_note(error, text)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(text)
 
     def on_result(self, result: object, now: float) -> float | None:
         """The attempt returned *result*: a delay if ``retry_if_result`` rejects it, else ``None``.
@@ -359,12 +388,18 @@ class RetryState:
             return self._give_up("disabled", error, now)
         if ONE_ATTEMPT.get():
             return self._give_up("delegated", error, now)
-        if wanted is not None:
-            # Server pushback replaces the backoff delay, but an untrusted value is clamped.
-            delay = min(wanted, p.max_retry_after)
-        else:
-            delay = p.backoff.compute(attempts - 1, p.rng, self._previous_delay)
-            self._previous_delay = delay
+        delay = p.backoff.compute(attempts - 1, p.rng, self._previous_delay)
+        self._previous_delay = delay
+        if wanted is not None and p.honor_retry_after:
+            # Server pushback: wait the larger of what it asks and our own jittered backoff, so
+            # that a "Retry-After: 0" (or a date already past) cannot make every client retry
+            # in lockstep. The untrusted value is clamped, or ends the call if so configured.
+            if wanted > p.max_retry_after:
+                if p.retry_after_beyond_max == "give_up":
+                    return self._give_up("retry_after", error, now, mark=True)
+                wanted = p.max_retry_after
+            if wanted > delay:
+                delay = wanted
         if TESTING.instant:
             delay = 0.0
         if now + delay + p.min_attempt_time >= self.deadline:
@@ -549,7 +584,8 @@ _RETRY, _ANSWERED, _EXHAUSTED, _NEUTRAL = (
     Verdict.EXHAUSTED,
     Verdict.NEUTRAL,
 )
-_DEFAULT_RETRY_ON: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+# Transient errors of the standard library and of the popular HTTP clients, by name.
+_DEFAULT_RETRY_ON: RetryOn = is_transient
 _DEFAULT_HOOKS: tuple[Hook, ...] = (logging_hook,)
 
 # The drivers' signatures: fn, its positional arguments, its keyword arguments.
@@ -565,6 +601,8 @@ class RetryPolicy:
         max_attempts: total tries, the first included (gRPC, resilience4j and AWS SDK naming).
         backoff: the delays between attempts.
         retry_on: exception classes, or a predicate ``(exc) -> bool``, that are worth retrying.
+            The default, :func:`seawall.lowlevel.is_transient`, knows the transient errors of
+            the standard library, httpx, requests/urllib3, aiohttp and gRPC (by name).
             Whatever it says, ``Permanent``, ``permanent()``-marked exceptions, ``Overloaded``,
             cancellation, ``KeyboardInterrupt``, ``SystemExit`` and ``GeneratorExit`` are never
             retried, nor ``DeadlineExceeded`` once the call's own deadline has passed.
@@ -580,6 +618,12 @@ class RetryPolicy:
         name: shows up in hooks, notes and logs, and keys the per-name kill switch.
         hooks: callables receiving a :class:`RetryEvent`; ``None`` means the logging hook.
         max_retry_after: the longest wait a server's ``retry_after`` can ask for (seconds).
+        honor_retry_after: wait what the server asks (``Retry-After``, ``RetryAfter``, a
+            ``retry_after`` attribute) when that is longer than the backoff; ``False`` ignores
+            pushback and uses the backoff alone.
+        retry_after_beyond_max: what to do when the server asks for more than
+            ``max_retry_after``: ``"clamp"`` (wait ``max_retry_after``) or ``"give_up"`` (stop
+            at once, reason ``"retry_after"``).
         min_attempt_time: do not start an attempt with less than this left before the deadline.
         retry_nested: retry errors that an inner policy already retried and gave up on. Off by
             default, so nested policies multiply nothing: only one layer retries.
@@ -602,6 +646,8 @@ class RetryPolicy:
     max_retry_after: float = 60.0
     min_attempt_time: float = 0.0
     retry_nested: bool = False
+    honor_retry_after: bool = True
+    retry_after_beyond_max: Literal["clamp", "give_up"] = "clamp"
 
     _matcher: ErrorMatcher = dataclasses.field(init=False, repr=False, compare=False)
     _hooks: tuple[Hook, ...] = dataclasses.field(init=False, repr=False, compare=False)
@@ -645,6 +691,13 @@ class RetryPolicy:
             raise TypeError(f"name must be a str or None, got {self.name!r}")
         if not isinstance(self.retry_nested, bool):
             raise TypeError(f"retry_nested must be a bool, got {self.retry_nested!r}")
+        if not isinstance(self.honor_retry_after, bool):
+            raise TypeError(f"honor_retry_after must be a bool, got {self.honor_retry_after!r}")
+        if self.retry_after_beyond_max not in ("clamp", "give_up"):
+            raise ValueError(
+                "retry_after_beyond_max must be 'clamp' or 'give_up', "
+                f"got {self.retry_after_beyond_max!r}"
+            )
         if self.hooks is None:
             hooks = _DEFAULT_HOOKS
         else:
@@ -754,6 +807,8 @@ class RetryPolicy:
                 if delay is None:
                     raise
             else:
+                if type(result) is _COROUTINE:
+                    _refuse_coroutine(fn, result)
                 delay = on_result(result, clock_now())
                 if delay is None:
                     return result
@@ -818,6 +873,7 @@ class RetryPolicy:
                 else:
                     result = await with_timeout(fn(*args, **kwargs), at - now)
             except Exception as exc:
+                _check_awaited(fn, exc)
                 if first_error is not None and exc.__context__ is first_error:
                     exc.__context__ = None
                 delay = state.on_error(exc, clock_now())
@@ -857,8 +913,21 @@ class RetryPolicy:
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]: ...
 
     def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
-        """Decorate a ``def`` or ``async def`` function; its signature is preserved."""
-        return decorate(fn, "retry", self._first, self._afirst)
+        """Decorate a ``def`` or ``async def`` function; its signature is preserved.
+
+        The wrapper carries its policy as ``wrapper.policy`` and a per-call override:
+        ``wrapper.retry_with(max_attempts=5)(*args)`` calls the function once with a policy
+        changed that way (:meth:`replace`), leaving the decorated function as it is.
+        """
+        wrapper = decorate(fn, "retry", self._first, self._afirst)
+        policy = self
+
+        def retry_with(**changes: Any) -> Callable[P, Any]:
+            return policy.replace(**changes)(fn)
+
+        wrapper.policy = policy  # type: ignore[attr-defined]
+        wrapper.retry_with = retry_with  # type: ignore[attr-defined]
+        return wrapper
 
     # -- block API --------------------------------------------------------------------------
 
@@ -868,8 +937,37 @@ class RetryPolicy:
         ``async for`` works too (waits then use the clock's ``asleep``). The block's exception
         propagates when the policy gives up. Inside the block, :func:`seawall.remaining` sees the
         attempt's deadline; ``async with attempt:`` also cancels the block there.
+
+        Raises:
+            TypeError: the policy has ``retry_if_result``: a block has no result to check
+                (check it inside the block and raise a retryable error instead).
         """
+        if self.retry_if_result is not None:
+            raise TypeError(
+                "the block API sees no result, so retry_if_result cannot apply: check the "
+                "result inside the block and raise a retryable error, or use policy.call()"
+            )
         return Attempts(self)
+
+
+_COROUTINE = CoroutineType
+
+
+def _refuse_coroutine(fn: Callable[..., Any], coroutine: Any) -> None:
+    coroutine.close()  # never leave it un-awaited
+    raise TypeError(
+        f"{fn!r} returned a coroutine: it is async, so use `await policy.acall(fn)` "
+        "or decorate the async def itself"
+    )
+
+
+def _check_awaited(fn: Callable[..., Any], error: Exception) -> None:
+    """A sync function given to ``acall`` fails at our ``await``, after it ran: say so."""
+    if type(error) is TypeError and "can't be used in 'await' expression" in str(error):
+        raise TypeError(
+            f"{fn!r} is not async: acall() awaits what it returns; use policy.call() for a "
+            "plain function"
+        ) from error
 
 
 def _nothing(error: BaseException) -> None:
@@ -915,6 +1013,8 @@ def _first_attempts(policy: RetryPolicy) -> tuple[_Runner, _Runner]:
             result = fn(*args, **kwargs)
         except Exception as exc:
             return slow(fn, args, kwargs, exc)
+        if type(result) is _COROUTINE:
+            _refuse_coroutine(fn, result)
         if after is not None:
             after()
         return result
@@ -927,6 +1027,7 @@ def _first_attempts(policy: RetryPolicy) -> tuple[_Runner, _Runner]:
         try:
             result = await fn(*args, **kwargs)
         except Exception as exc:
+            _check_awaited(fn, exc)
             return await aslow(fn, args, kwargs, exc)
         if after is not None:
             after()
@@ -1063,6 +1164,40 @@ class Attempts:
         return self._aiter()
 
 
-def retry(**kwargs: Any) -> RetryPolicy:
-    """``RetryPolicy(**kwargs)``, read better as a decorator: ``@seawall.retry(max_attempts=5)``."""
+@overload
+def retry(fn: Callable[P, T], /) -> Callable[P, T]: ...
+
+
+@overload
+def retry(
+    *,
+    max_attempts: int = 3,
+    backoff: Backoff = DEFAULT_BACKOFF,
+    retry_on: RetryOn = _DEFAULT_RETRY_ON,
+    retry_if_result: Callable[[Any], bool] | None = None,
+    timeout: float | None = None,
+    attempt_timeout: float | None = None,
+    budget: Budget | None = None,
+    clock: Clock | None = None,
+    rng: random.Random | None = None,
+    name: str | None = None,
+    hooks: Sequence[Hook] | None = None,
+    max_retry_after: float = 60.0,
+    min_attempt_time: float = 0.0,
+    retry_nested: bool = False,
+    honor_retry_after: bool = True,
+    retry_after_beyond_max: Literal["clamp", "give_up"] = "clamp",
+) -> RetryPolicy: ...
+
+
+def retry(fn: Callable[..., Any] | None = None, /, **kwargs: Any) -> Any:
+    """``RetryPolicy(**kwargs)``, read better as a decorator: ``@seawall.retry(max_attempts=5)``.
+
+    ``@seawall.retry`` without parentheses decorates with the default policy. The keyword
+    arguments are :class:`RetryPolicy`'s, typed, so a misspelt one is a type error too.
+    """
+    if fn is not None:
+        if kwargs:
+            raise TypeError("retry() takes either a function or keyword arguments, not both")
+        return RetryPolicy()(fn)
     return RetryPolicy(**kwargs)
