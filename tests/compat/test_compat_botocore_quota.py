@@ -6,7 +6,7 @@ botocore's standard retry mode is driven through its real classes: ``quota.Retry
 the way botocore's endpoint calls them (``needs-retry`` after every attempt, ``after-call`` with
 the final HTTP response). seawall's side is a ``RetryPolicy`` with a ``RetryQuota`` configured
 explicitly to the same numbers. Both see the same outcome sequences; the tokens left are
-compared after every call.
+compared after every call. ``RetryQuota.aws_standard()`` is compared the same way.
 
 The outcomes of one attempt:
 
@@ -136,6 +136,10 @@ class Transient(Exception):
     """A 503 or a throttling answer: retried."""
 
 
+class ThrottlingException(Transient):
+    """A throttling answer (named as AWS names it): retried, and cheaper in botocore."""
+
+
 class Answered(Exception):
     """A 400: the service answered; not retried."""
 
@@ -169,6 +173,8 @@ class Seawall:
                 raise TimeoutError("read timed out")
             if outcome == "400":
                 raise Answered(outcome)
+            if outcome == "throttle":
+                raise ThrottlingException(outcome)
             raise Transient(outcome)
 
         outcome = self.policy.run(attempt)
@@ -277,9 +283,8 @@ def _throttle_aware_cost(error: BaseException) -> int:
     return BOTOCORE_THROTTLING_COST if "throttle" in str(error) else BOTOCORE_RETRY_COST
 
 
-@pytest.mark.xfail(reason="pending: RetryQuota(cost=...) per-error cost function", strict=True)
 def test_a_cost_function_matches_botocore_with_throttling() -> None:
-    quota = seawall.RetryQuota(  # type: ignore[call-arg]
+    quota = seawall.RetryQuota(
         capacity=BOTOCORE_CAPACITY,
         success_reward=BOTOCORE_REWARD,
         cost=_throttle_aware_cost,
@@ -290,22 +295,17 @@ def test_a_cost_function_matches_botocore_with_throttling() -> None:
     assert_same(side_by_side(calls, quota))
 
 
-@pytest.mark.xfail(
-    reason="pending: RetryQuota.aws_standard() with today's botocore costs", strict=True
-)
-def test_aws_standard_is_todays_botocore_without_throttling() -> None:
+def test_aws_standard_is_todays_botocore() -> None:
+    # RetryQuota.aws_standard() tells throttling by the error's class name (or a 429 status).
     rng = random.Random(7)
-    kinds = ["ok", "ok", "503", "timeout", "400"]
+    kinds = ["ok", "ok", "503", "timeout", "400", "throttle"]
     calls = [[rng.choice(kinds) for _ in range(MAX_ATTEMPTS)] for _ in range(300)]
     calls[50:110] = [["503"]] * 60
     assert_same(side_by_side(calls, seawall.RetryQuota.aws_standard()))
 
 
-@pytest.mark.xfail(
-    reason="pending: RetryQuota.aws_standard_legacy() with the former 5/10 costs", strict=True
-)
 def test_aws_standard_legacy_has_the_former_costs() -> None:
-    legacy = seawall.RetryQuota.aws_standard_legacy()  # type: ignore[attr-defined]
+    legacy = seawall.RetryQuota.aws_standard_legacy()
     assert (legacy.capacity, legacy.retry_cost, legacy.timeout_cost, legacy.success_reward) == (
         500,
         5,

@@ -300,3 +300,26 @@ def test_a_timeout_gives_up_before_a_wait_that_would_cross_it() -> None:
     assert isinstance(outcome.error, ConnectionError)
     assert (outcome.attempts, outcome.reason, clock.now()) == (4, "deadline", 3.0)
     assert len(calls) == 4
+
+
+# -- per-call changes -------------------------------------------------------------------------
+
+
+def test_retry_with_changes_one_call_as_in_tenacity() -> None:
+    ours_fn, ours_calls = failing(100, lambda: ConnectionError("refused"))
+    decorated = ours(max_attempts=2)(ours_fn)
+    with pytest.raises(ConnectionError):
+        decorated.retry_with(max_attempts=4)()  # type: ignore[attr-defined]
+    with pytest.raises(ConnectionError):
+        decorated()  # the decorated function keeps its own policy
+    assert len(ours_calls) == 4 + 2
+
+    theirs_fn, theirs_calls = failing(100, lambda: ConnectionError("refused"))
+    wrapped = tenacity.retry(
+        stop=tenacity.stop_after_attempt(2), reraise=True, sleep=lambda s: None
+    )(theirs_fn)
+    with pytest.raises(ConnectionError):
+        wrapped.retry_with(stop=tenacity.stop_after_attempt(4))()
+    with pytest.raises(ConnectionError):
+        wrapped()
+    assert len(theirs_calls) == 4 + 2

@@ -1,7 +1,9 @@
-"""Behaviours seawall is changing to, from what its peers do (issue 12), expected here already.
+"""Pushback and the default retry_on, as seawall now has them after its peers (issue 12).
 
-Each test states the new behaviour and is a strict xfail until it lands: the day it passes,
-the xfail marker fails the suite and is removed.
+A zero or past pushback falls back to the jittered backoff (as urllib3 and httpx-retries do);
+pushback can be ignored (urllib3's ``respect_retry_after_header=False``) or, beyond
+``max_retry_after``, end the call; the default ``retry_on`` knows the popular clients'
+transient errors; ``@seawall.retry`` decorates without parentheses (as ``@tenacity.retry``).
 """
 
 from __future__ import annotations
@@ -48,19 +50,15 @@ def first_fails(error: Exception) -> Any:
     return fn
 
 
-# -- (a) a zero pushback falls back to the jittered backoff ---------------------------------
-
-ZERO_PUSHBACK = "pending: a zero or past pushback waits the larger of it and the backoff"
+# -- a zero pushback falls back to the jittered backoff ---------------------------------
 
 
-@pytest.mark.xfail(reason=ZERO_PUSHBACK, strict=True)
 def test_retry_after_zero_exception_waits_the_backoff() -> None:
     policy, _ = virtual()
     outcome = policy.run(first_fails(seawall.RetryAfter(0)))
     assert outcome.ok and outcome.total_delay == BACKOFF
 
 
-@pytest.mark.xfail(reason=ZERO_PUSHBACK, strict=True)
 def test_retry_after_zero_attribute_waits_the_backoff() -> None:
     policy, _ = virtual(retry_on=Pushback)
     outcome = policy.run(first_fails(Pushback(0)))
@@ -87,41 +85,37 @@ def _timed_get(server: Httpbin, key: str, query: str) -> tuple[int, float, int]:
     return response.status_code, elapsed, server.count(key)
 
 
-@pytest.mark.xfail(reason=ZERO_PUSHBACK, strict=True)
 def test_http_retry_after_zero_waits_the_backoff(httpbin_server: Httpbin) -> None:
-    status, elapsed, attempts = _timed_get(httpbin_server, "pending zero", "retry_after=0")
+    status, elapsed, attempts = _timed_get(httpbin_server, "pushback zero", "retry_after=0")
     assert (status, attempts) == (200, 2)
     assert elapsed >= BACKOFF
 
 
-@pytest.mark.xfail(reason=ZERO_PUSHBACK, strict=True)
 def test_http_retry_after_date_in_the_past_waits_the_backoff(httpbin_server: Httpbin) -> None:
     past = email.utils.formatdate(time.time() - 30, usegmt=True)
     query = "retry_after=" + past.replace(" ", "+").replace(",", "%2C")
-    status, elapsed, attempts = _timed_get(httpbin_server, "pending past", query)
+    status, elapsed, attempts = _timed_get(httpbin_server, "pushback past", query)
     assert (status, attempts) == (200, 2)
     assert elapsed >= BACKOFF
 
 
-# -- (b) a switch to ignore pushback --------------------------------------------------------
+# -- a switch to ignore pushback --------------------------------------------------------
 
 
-@pytest.mark.xfail(reason="pending: RetryPolicy(honor_retry_after=False)", strict=True)
 def test_honor_retry_after_false_uses_the_backoff() -> None:
     policy, _ = virtual(honor_retry_after=False)
     outcome = policy.run(first_fails(seawall.RetryAfter(30.0)))
     assert outcome.ok and outcome.total_delay == BACKOFF
 
 
-# -- (c) give up on a pushback beyond max_retry_after ----------------------------------------
+# -- give up on a pushback beyond max_retry_after ----------------------------------------
 
 
-@pytest.mark.xfail(reason="pending: RetryPolicy(retry_after_beyond_max='give_up')", strict=True)
 def test_a_pushback_beyond_the_maximum_can_give_up_at_once() -> None:
     policy, clock = virtual(max_retry_after=5.0, retry_after_beyond_max="give_up")
     outcome = policy.run(first_fails(seawall.RetryAfter(60.0)))
     assert isinstance(outcome.error, seawall.RetryAfter)
-    assert (outcome.attempts, clock.now()) == (1, 0.0)
+    assert (outcome.attempts, outcome.reason, clock.now()) == (1, "retry_after", 0.0)
 
 
 def test_a_pushback_beyond_the_maximum_is_clamped_by_default() -> None:
@@ -130,9 +124,7 @@ def test_a_pushback_beyond_the_maximum_is_clamped_by_default() -> None:
     assert outcome.ok and outcome.total_delay == 5.0
 
 
-# -- (d) the default retry_on knows the popular clients' transient errors --------------------
-
-DEFAULT_RETRY_ON = "pending: the default retry_on recognises clients' transient errors"
+# -- the default retry_on knows the popular clients' transient errors --------------------
 
 
 def _transient_errors() -> list[tuple[str, Exception]]:
@@ -156,7 +148,6 @@ def _transient_errors() -> list[tuple[str, Exception]]:
     return errors
 
 
-@pytest.mark.xfail(reason=DEFAULT_RETRY_ON, strict=True)
 @pytest.mark.parametrize(
     "error", [e for _, e in _transient_errors()], ids=[n for n, _ in _transient_errors()]
 )
@@ -172,10 +163,9 @@ def test_the_default_policy_still_does_not_retry_a_bug() -> None:
     assert isinstance(outcome.error, ValueError) and outcome.attempts == 1
 
 
-# -- (e) the decorator without parentheses --------------------------------------------------
+# -- the decorator without parentheses --------------------------------------------------
 
 
-@pytest.mark.xfail(reason="pending: @seawall.retry without parentheses", strict=True)
 def test_retry_decorates_without_parentheses() -> None:
     calls: list[int] = []
 
@@ -183,6 +173,6 @@ def test_retry_decorates_without_parentheses() -> None:
         calls.append(1)
         return len(calls)
 
-    decorated = seawall.retry(fn)  # type: ignore[call-arg]
+    decorated = seawall.retry(fn)
     assert decorated() == 1
     assert calls == [1]
