@@ -404,6 +404,7 @@ def test_threads_never_wait_for_each_other_during_calls() -> None:
     assert breaker.metrics() == (8 * 51, 0, 0)
 
 
+@pytest.mark.volume
 @settings(max_examples=60, deadline=None)
 @given(
     outcomes=st.lists(st.booleans(), min_size=1, max_size=200),

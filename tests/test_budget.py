@@ -234,6 +234,7 @@ def test_retry_budget_works_with_the_system_clock() -> None:
     assert "ratio=0.5" in repr(budget)
 
 
+@pytest.mark.volume
 def test_retry_budget_no_lost_updates_with_8_threads(contention: None) -> None:
     clock = VirtualClock()
     budget = RetryBudget(ratio=0.5, min_per_second=0, window=10, clock=clock)
@@ -328,12 +329,14 @@ def storm(
     return calls, clock.now(), events
 
 
+@pytest.mark.volume
 def test_proof_without_budget_a_dead_dependency_sees_3x() -> None:
     calls, _, events = storm(lambda clock: None, 10_000, 100.0)
     assert calls == 30_000
     assert not events.kinds("budget_exhausted")
 
 
+@pytest.mark.volume
 def test_proof_retry_budget_bounds_amplification_to_ratio_plus_floor() -> None:
     requests = 10_000
     budgets: list[RetryBudget] = []
@@ -355,6 +358,7 @@ def test_proof_retry_budget_bounds_amplification_to_ratio_plus_floor() -> None:
     assert calls == requests + retries
 
 
+@pytest.mark.volume
 def test_proof_healthy_dependency_with_1_percent_failures_is_never_refused() -> None:
     requests = 10_000
     calls, _, events = storm(
@@ -466,6 +470,7 @@ def test_token_bucket_in_a_policy_stops_retries_of_a_dead_dependency() -> None:
     assert bucket.allow_retry(ConnectionError())
 
 
+@pytest.mark.volume
 def test_token_bucket_no_lost_updates_with_8_threads(contention: None) -> None:
     bucket = TokenBucket(max_tokens=1000, token_ratio=0.001)
 
@@ -715,6 +720,7 @@ def test_adaptive_throttle_in_a_policy_does_not_touch_the_dependency() -> None:
     assert calls == 1  # rejected locally, and the outer policy does not retry Throttled either
 
 
+@pytest.mark.volume
 def test_adaptive_throttle_sheds_during_an_outage_and_recovers() -> None:
     clock = VirtualClock()
     throttle = AdaptiveThrottle(k=2, window=120, clock=clock, rng=random.Random(3))
@@ -758,6 +764,7 @@ def test_adaptive_throttle_sheds_during_an_outage_and_recovers() -> None:
     assert throttle.rejection_probability() == 0.0
 
 
+@pytest.mark.volume
 def test_adaptive_throttle_no_lost_counts_with_8_threads(contention: None) -> None:
     clock = VirtualClock()
     throttle = AdaptiveThrottle(clock=clock, rng=random.Random(5))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,13 +63,6 @@ routes:
       budget: {percent: 20, min: 3}
   search: {}
 """
-
-
-@pytest.fixture(autouse=True)
-def _switch_back_on() -> Iterator[None]:
-    yield
-    for name in ("users", "search", "orders"):
-        seawall.set_enabled(True, name=name)
 
 
 class Failing:

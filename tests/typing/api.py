@@ -103,3 +103,18 @@ piped: int = through_pipeline(1)
 async def hedged() -> None:
     first: int = await seawall.hedge(_aget, 1, delay=0.05)
     del first
+
+
+def fleet_shared() -> None:
+    from seawall import redis as fleet_redis
+
+    fleet = fleet_redis.Fleet("redis://localhost:6379/0", namespace="shop", interval=0.1)
+    budget: seawall.Budget = fleet_redis.SharedRetryBudget(fleet, "payments", ratio=0.1)
+    bucket: seawall.Budget = fleet_redis.SharedTokenBucket(fleet, "payments")
+    breaker: seawall.CircuitBreaker = fleet_redis.SharedCircuitBreaker(fleet, "payments")
+    shared_policy = RetryPolicy(budget=budget)
+    stats: fleet_redis.FleetStats = fleet.stats()
+    degraded: bool = stats.degraded
+    hosts: list[fleet_redis.SharedRetryBudget] = fleet_redis.share_hosts(fleet, ["https://a"])
+    del bucket, breaker, shared_policy, degraded, hosts
+    fleet.close()

@@ -31,7 +31,12 @@ def check_decoratable(fn: Callable[..., Any], what: str) -> bool:
 
 
 def decorate(
-    fn: Callable[..., Any], what: str, sync: Runner | None, async_: Runner | None
+    fn: Callable[..., Any],
+    what: str,
+    sync: Runner | None,
+    async_: Runner | None,
+    *,
+    bind: Callable[[Callable[..., Any], bool], Callable[..., Any]] | None = None,
 ) -> Callable[..., Any]:
     """Wrap *fn* so that each call goes through ``sync(fn, args, kwargs)`` (a ``def``) or
     ``await async_(fn, args, kwargs)`` (an ``async def``); the signature, name and docstring
@@ -44,6 +49,9 @@ def decorate(
         sync: the driver for ``def`` functions, or ``None`` when only ``async def`` is
             supported (hedging needs an event loop).
         async_: the driver for ``async def`` functions.
+        bind: optionally, ``bind(fn, is_async)`` returns a wrapper with *fn* bound that does
+            what the driver does, in one frame (a retry policy's first attempt): used instead
+            of a wrapper that calls the driver.
 
     Raises:
         TypeError: *fn* cannot be wrapped (see :func:`check_decoratable`), or it is a ``def``
@@ -52,6 +60,8 @@ def decorate(
     if check_decoratable(fn, what):
         if async_ is None:  # pragma: no cover - every strategy has an async driver
             raise TypeError(f"cannot {what} an async def function: {fn!r}")
+        if bind is not None:
+            return functools.wraps(fn)(bind(fn, True))
         arun = async_
 
         @functools.wraps(fn)
@@ -61,6 +71,8 @@ def decorate(
         return async_wrapper
     if sync is None:
         raise TypeError(f"{what} needs an async def function (an event loop), got {fn!r}")
+    if bind is not None:
+        return functools.wraps(fn)(bind(fn, False))
     run = sync
 
     @functools.wraps(fn)

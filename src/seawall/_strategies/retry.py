@@ -9,6 +9,7 @@ decisions.
 from __future__ import annotations
 
 import dataclasses
+import linecache
 import logging
 import math
 import random
@@ -666,6 +667,9 @@ class RetryPolicy:
     _afirst: _Runner = dataclasses.field(init=False, repr=False, compare=False)
     # Whether a first attempt needs no bookkeeping (no RetryState unless it fails).
     _fast: bool = dataclasses.field(init=False, repr=False, compare=False)
+    # The budget's first-attempt callables (its first_attempt() capability), or None.
+    _before: Callable[[], None] | None = dataclasses.field(init=False, repr=False, compare=False)
+    _after: Callable[[], None] | None = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -717,6 +721,11 @@ class RetryPolicy:
             or attempt_hooks
         )
         set_(self, "_fast", fast)
+        before, after = (
+            (None, None) if self.budget is None else first_attempt_callables(self.budget)
+        )
+        set_(self, "_before", before)
+        set_(self, "_after", after)
         first, afirst = _first_attempts(self)
         set_(self, "_first", first)
         set_(self, "_afirst", afirst)
@@ -919,7 +928,13 @@ class RetryPolicy:
         ``wrapper.retry_with(max_attempts=5)(*args)`` calls the function once with a policy
         changed that way (:meth:`replace`), leaving the decorated function as it is.
         """
-        wrapper = decorate(fn, "retry", self._first, self._afirst)
+        bind = None
+        if self._fast:
+
+            def bind(fn: Callable[..., Any], asynchronous: bool) -> Any:
+                return _bound_first_attempt(self, fn, asynchronous)
+
+        wrapper = decorate(fn, "retry", self._first, self._afirst, bind=bind)
         policy = self
 
         def retry_with(**changes: Any) -> Callable[P, Any]:
@@ -978,16 +993,102 @@ def _rebuild_policy(cls: type[RetryPolicy], fields: dict[str, Any]) -> RetryPoli
     return cls(**fields)
 
 
-def _first_attempts(policy: RetryPolicy) -> tuple[_Runner, _Runner]:
-    """The policy's one synchronous and one asynchronous first-attempt path.
+# -- the first attempt ---------------------------------------------------------------------------
+#
+# A call whose first attempt needs no bookkeeping (no timeouts and no ambient deadline, no result
+# check, no hook that observes attempts) makes it without building a RetryState: tell the budget
+# the call starts, call the function, tell the budget of the success. A failure hands over to the
+# retry loop. The budget's part is whatever its first_attempt() capability offers (its cheapest
+# callables, or None for nothing to do); the decisions stay in the budget and in RetryState.
+#
+# That path is written once, below, and instantiated four ways: for call(fn) and acall(fn), where
+# the function is an argument, and for the sync and async decorators, where it is bound, so that a
+# decorated call costs one frame, as a hand-written loop does. (A decorator calling a shared
+# runner costs a frame more on every call.) The text is compiled once, at import.
 
-    A call whose first attempt needs no bookkeeping (no timeouts and no ambient deadline, no
-    result check, no hook that observes attempts) makes it here: tell the budget the call
-    starts, call the function, tell the budget of the success; no :class:`RetryState` is built
-    unless the attempt fails. Everything else goes to the retry loop at once. The budget's part
-    is whatever its ``first_attempt()`` capability offers (its cheapest callables, or ``None``
-    for nothing to do); the decisions stay in the budget and in :class:`RetryState`.
-    """
+_FIRST_ATTEMPT = """
+def make(slow, before, after, ambient, coroutine, refuse, check_awaited{bound}):
+    {kind}def first({params}):
+        if {guard}ambient() is not None:
+            return {wait}{slow}(fn, args, kwargs, None)  # the deadline shapes every attempt
+        {fetch}if {before} is not None:
+            {before}()
+        try:
+            result = {wait}fn(*args, **kwargs)
+        except Exception as exc:
+            {awaited}
+            return {wait}{slow}(fn, args, kwargs, exc)
+        {returned}
+        if {after} is not None:
+            {after}()
+        return result
+
+    return first
+"""
+
+# How the path finds its parts: a decorator's wrapper and call()/acall()'s runner hold them
+# in their closure; the call()/acall() methods read them from the policy (one frame less).
+_CLOSURE = {"guard": "", "fetch": "", "before": "before", "after": "after"}
+_METHOD = {
+    "guard": "not self._fast or ",
+    "fetch": "before, after = self._before, self._after\n        ",
+    "before": "before",
+    "after": "after",
+}
+
+
+def _compile_first_attempt(
+    *, asynchronous: bool, bound: bool = False, method: bool = False
+) -> Callable[..., Any]:
+    if method:
+        params = "self, fn, /, *args, **kwargs"
+        slow = "self._acall_retrying" if asynchronous else "self._call_retrying"
+        parts = _METHOD
+    else:
+        params = "*args, **kwargs" if bound else "fn, args, kwargs"
+        slow = "slow"
+        parts = _CLOSURE
+    source = _FIRST_ATTEMPT.format(
+        bound=", fn" if bound else "",
+        kind="async " if asynchronous else "",
+        params=params,
+        slow=slow,
+        wait="await " if asynchronous else "",
+        awaited="check_awaited(fn, exc)" if asynchronous else "pass",
+        returned="pass" if asynchronous else "if type(result) is coroutine: refuse(fn, result)",
+        **parts,
+    )
+    where = "method" if method else "decorator" if bound else "call"
+    filename = f"<seawall first attempt: {'async ' if asynchronous else ''}{where}>"
+    # Registered with linecache so that tracebacks and debuggers show the lines.
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace: dict[str, Any] = {}
+    exec(compile(source, filename, "exec"), namespace)
+    make: Callable[..., Any] = namespace["make"]
+    return make
+
+
+_MAKE_FIRST = _compile_first_attempt(asynchronous=False)
+_MAKE_AFIRST = _compile_first_attempt(asynchronous=True)
+_MAKE_WRAPPER = _compile_first_attempt(asynchronous=False, bound=True)
+_MAKE_AWRAPPER = _compile_first_attempt(asynchronous=True, bound=True)
+_MAKE_CALL = _compile_first_attempt(asynchronous=False, method=True)
+_MAKE_ACALL = _compile_first_attempt(asynchronous=True, method=True)
+
+
+def _first_parts(policy: RetryPolicy) -> tuple[Any, ...]:
+    return (
+        policy._before,
+        policy._after,
+        _DEADLINE.get,
+        _COROUTINE,
+        _refuse_coroutine,
+        _check_awaited,
+    )
+
+
+def _first_attempts(policy: RetryPolicy) -> tuple[_Runner, _Runner]:
+    """The policy's synchronous and asynchronous first-attempt paths for call() and acall()."""
     slow, aslow = policy._call_retrying, policy._acall_retrying
     if not policy._fast:
         # Not a first attempt without bookkeeping: the loop, from the start.
@@ -998,42 +1099,16 @@ def _first_attempts(policy: RetryPolicy) -> tuple[_Runner, _Runner]:
             return await aslow(fn, args, kwargs, None)
 
         return general, ageneral
+    parts = _first_parts(policy)
+    return _MAKE_FIRST(slow, *parts), _MAKE_AFIRST(aslow, *parts)
 
-    before, after = (
-        (None, None) if policy.budget is None else first_attempt_callables(policy.budget)
-    )
-    ambient = _DEADLINE.get
 
-    def first(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        if ambient() is not None:
-            return slow(fn, args, kwargs, None)  # the deadline shapes every attempt
-        if before is not None:
-            before()
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:
-            return slow(fn, args, kwargs, exc)
-        if type(result) is _COROUTINE:
-            _refuse_coroutine(fn, result)
-        if after is not None:
-            after()
-        return result
-
-    async def afirst(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        if ambient() is not None:
-            return await aslow(fn, args, kwargs, None)
-        if before is not None:
-            before()
-        try:
-            result = await fn(*args, **kwargs)
-        except Exception as exc:
-            _check_awaited(fn, exc)
-            return await aslow(fn, args, kwargs, exc)
-        if after is not None:
-            after()
-        return result
-
-    return first, afirst
+def _bound_first_attempt(policy: RetryPolicy, fn: Callable[..., Any], asynchronous: bool) -> Any:
+    """The same first-attempt path with *fn* bound: a decorated function's wrapper."""
+    parts = _first_parts(policy)
+    if asynchronous:
+        return _MAKE_AWRAPPER(policy._acall_retrying, *parts, fn)
+    return _MAKE_WRAPPER(policy._call_retrying, *parts, fn)
 
 
 @public("seawall.lowlevel")
@@ -1201,3 +1276,21 @@ def retry(fn: Callable[..., Any] | None = None, /, **kwargs: Any) -> Any:
             raise TypeError("retry() takes either a function or keyword arguments, not both")
         return RetryPolicy()(fn)
     return RetryPolicy(**kwargs)
+
+
+def _install_first_attempt_methods() -> None:
+    """call() and acall() as the generated first-attempt path itself (their source above stays
+    the documented signature)."""
+    shared = (None, None, _DEADLINE.get, _COROUTINE, _refuse_coroutine, _check_awaited)
+    for name, make in (("call", _MAKE_CALL), ("acall", _MAKE_ACALL)):
+        method = make(None, *shared)
+        documented = getattr(RetryPolicy, name)
+        method.__doc__ = documented.__doc__
+        method.__name__ = documented.__name__
+        method.__qualname__ = documented.__qualname__
+        method.__module__ = RetryPolicy.__module__
+        method.__wrapped__ = documented  # inspect.signature shows the typed signature
+        setattr(RetryPolicy, name, method)
+
+
+_install_first_attempt_methods()

@@ -10,6 +10,7 @@ dependency. Adapters import their library only in their own module:
 from seawall._strategies.retry import Hook, RetryEvent, logging_hook
 from seawall.instrumentation._core import (
     ATTEMPT_OUTCOMES,
+    FLEET_STATES,
     LATENCY_BUCKETS,
     MAX_NAMES,
     METRICS,
@@ -22,6 +23,7 @@ from seawall.instrumentation._core import (
 
 __all__ = [
     "ATTEMPT_OUTCOMES",
+    "FLEET_STATES",
     "LATENCY_BUCKETS",
     "MAX_NAMES",
     "METRICS",

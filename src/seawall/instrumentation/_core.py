@@ -21,6 +21,7 @@ from seawall._strategies.retry import RetryEvent
 
 __all__ = [
     "ATTEMPT_OUTCOMES",
+    "FLEET_STATES",
     "LATENCY_BUCKETS",
     "MAX_NAMES",
     "METRICS",
@@ -106,6 +107,13 @@ METRICS: Final = (
         "Requests a server rejected without doing their work.",
     ),
     Metric(
+        "fleet_transitions",
+        "counter",
+        ("fleet", "state"),
+        "{transition}",
+        "Fleets (budgets and breakers shared on Redis) turning degraded or recovering.",
+    ),
+    Metric(
         "attempt_duration_seconds",
         "histogram",
         ("policy", "outcome"),
@@ -113,6 +121,8 @@ METRICS: Final = (
         "Duration of single attempts.",
     ),
 )
+#: What a fleet (``seawall.redis.Fleet``) turns into: deciding locally, or sharing again.
+FLEET_STATES: Final = ("degraded", "recovered")
 #: Histogram buckets for attempt latency, in seconds: 1 ms to 30 s, about 2.5x apart.
 LATENCY_BUCKETS: Final = (
     0.001,
@@ -163,6 +173,19 @@ class Recorder(Protocol):
 
     def shed(self, server: str, reason: str) -> None:
         """A server rejected a request without doing its work; *reason* from ``SHED_REASONS``."""
+
+    # An optional capability, looked up on the object (recorders without it work as before):
+    # fleet_transition(fleet, state): a seawall.redis fleet turned "degraded" or "recovered".
+
+
+class _FleetEvent(Protocol):
+    """What :meth:`MetricsHook.fleet_hook` reads of a ``seawall.redis.FleetEvent``."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def policy(self) -> str: ...
 
 
 class _Names:
@@ -245,6 +268,13 @@ class MetricsHook:
         elif kind == "budget_exhausted":
             self.recorder.budget_refusal(name)
 
+    def fleet_hook(self, event: _FleetEvent) -> None:
+        """A hook for ``seawall.redis.Fleet`` (``hooks=[...]``): degraded and recovered fleets,
+        reported to the recorder's ``fleet_transition`` if it has one."""
+        report = getattr(self.recorder, "fleet_transition", None)
+        if callable(report) and event.kind in FLEET_STATES:
+            report(self._names(event.policy), event.kind)
+
     def __repr__(self) -> str:
         return f"MetricsHook({self.recorder!r})"
 
@@ -298,6 +328,9 @@ class Counters:
 
     def shed(self, server: str, reason: str) -> None:
         self._add(("sheds", self._names(server), reason))
+
+    def fleet_transition(self, fleet: str, state: str) -> None:
+        self._add(("fleet_transitions", self._names(fleet), state))
 
     def get(self, metric: str, *labels: str) -> float:
         """The value of one series (0 if never recorded), e.g. ``get("retries", "users")``."""
