@@ -34,6 +34,8 @@ urllib3_retry = pytest.importorskip("urllib3.util.retry")
 seawall_httpx = pytest.importorskip("seawall.httpx")
 seawall_requests = pytest.importorskip("seawall.requests")
 
+pytestmark = pytest.mark.slow  # half a minute of real HTTP: backoffs, Retry-After, timeouts
+
 CLIENTS = ["seawall.httpx", "seawall.requests", "urllib3", "urllib3+forcelist", "httpx-retries"]
 CONNECT_TIMEOUT = 5.0
 
