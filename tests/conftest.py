@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import seawall.testing
 from seawall._core.switch import SWITCH
 from seawall._policy import http as _http
 from seawall._strategies import deadline as _deadline
@@ -26,22 +27,15 @@ _BUILT_IN_SCENARIOS = dict(_sim_registry.SCENARIOS)
 
 def reset_process_state() -> None:
     """Put every piece of seawall's process-wide state back as a fresh process has it."""
-    # The kill switch: retries on, no policy name switched off (whatever SEAWALL_RETRIES says
-    # in the shell that runs the suite: the tests of the variable run in a subprocess).
-    SWITCH.enabled = True
-    SWITCH.disabled_names = frozenset()
-    # seawall.testing.instant(): not inside any block.
-    TESTING.instant = 0
+    # The kill switch (whatever SEAWALL_RETRIES says in the shell that runs the suite: the
+    # tests of the variable run in a subprocess), instant() blocks, the per-host HTTP budgets
+    # (each test's server, a new port or an old one reused, starts with a fresh budget) and the
+    # deadline-header counters: what seawall.testing.reset() offers users too.
+    seawall.testing.reset()
+    assert SWITCH.enabled and not SWITCH.disabled_names and TESTING.instant == 0
+    assert not _http._HOST_BUDGETS and _deadline._COUNTERS.accepted == 0
     # The ambient deadline of the main thread's context (a scope a test entered and never left).
     _deadline._DEADLINE.set(None)
-    # One retry budget per host for the HTTP integrations: forgotten, so that each test's server
-    # (a new port, or an old port reused) starts with a fresh budget.
-    with _http._HOST_BUDGETS_LOCK:
-        _http._HOST_BUDGETS.clear()
-    # The counters of deadline headers read by timeout_from_headers().
-    counters = _deadline._COUNTERS
-    with counters.lock:
-        counters.accepted = counters.invalid = counters.clamped = 0
     # The simulator: the built-in scenarios only, and no collect_metrics() block open.
     _sim_registry.SCENARIOS.clear()
     _sim_registry.SCENARIOS.update(_BUILT_IN_SCENARIOS)

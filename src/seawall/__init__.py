@@ -116,7 +116,9 @@ _NAMES: dict[str, str] = {
 
 _MODULES = frozenset(
     {
+        "aiohttp",
         "config",
+        "grpc",
         "http",
         "httpx",
         "instrumentation",
@@ -235,8 +237,10 @@ __all__ = [
     "Throttled",
     "TokenBucket",
     "VirtualClock",
+    "aiohttp",
     "config",
     "deadline",
+    "grpc",
     "hedge",
     "http",
     "httpx",

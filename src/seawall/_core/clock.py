@@ -49,9 +49,10 @@ class SystemClock:
             time.sleep(seconds)
 
     async def asleep(self, seconds: float) -> None:
-        import asyncio  # here, not at import: code that never awaits never loads asyncio
+        # Here, not at import: code that never awaits never loads asyncio (or trio).
+        from seawall._core.compat import sleep
 
-        await asyncio.sleep(max(0.0, seconds))
+        await sleep(seconds)
 
     def __repr__(self) -> str:
         return "SystemClock()"
@@ -98,6 +99,15 @@ class VirtualClock:
     async def asleep(self, seconds: float) -> None:
         seconds = max(0.0, seconds)
         self.sleeps.append(seconds)
+        from seawall._core.compat import running_trio
+
+        if running_trio():
+            # Jump at once, as on a plain asyncio loop (fine for one task at a time).
+            import trio
+
+            self._now += seconds
+            await trio.lowlevel.checkpoint()
+            return
         import asyncio
 
         loop = asyncio.get_running_loop()

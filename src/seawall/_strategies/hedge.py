@@ -420,6 +420,10 @@ class Hedge:
             BaseException: the first non-retryable error, or the last error when every attempt
                 failed; the original exception, unchanged.
         """
+        from seawall._core.compat import running_trio
+
+        if running_trio():
+            return await self._trio_acall(fn, args, kwargs)
         loop = asyncio.get_running_loop()
         clock = self.clock
         started = clock.now()
@@ -487,10 +491,88 @@ class Hedge:
                 # Wait for the losers to unwind, so their cleanup (closing connections) has run.
                 await asyncio.wait(pending)
 
+    async def _trio_acall(self, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any) -> T:
+        """:meth:`acall` on trio: the same decisions, attempts run in a nursery."""
+        import functools
+
+        import trio
+
+        clock = self.clock
+        started = clock.now()
+        delay = self.start_call()
+        replicas = self.replicas
+        max_attempts = self.max_attempts
+        starts: list[float] = []  # when each attempt started, on the clock: its latency
+        send, receive = trio.open_memory_channel[tuple[int, bool, Any]](math.inf)
+        found: list[T] = []
+        failure: BaseException | None = None
+
+        async def attempt(index: int, call: Callable[[], Awaitable[T]]) -> None:
+            try:
+                value = await call()
+            except Exception as exc:
+                send.send_nowait((index, False, exc))
+            else:
+                send.send_nowait((index, True, value))
+
+        async with trio.open_nursery() as nursery:
+
+            def launch() -> None:
+                index = len(starts)
+                starts.append(clock.now())
+                if replicas is None:
+                    call = functools.partial(fn, *args, **kwargs)
+                else:
+                    call = functools.partial(fn, replicas[index % len(replicas)], *args, **kwargs)
+                nursery.start_soon(attempt, index, call)
+
+            launch()
+            running = 1
+            next_at = trio.current_time() + delay
+            while True:
+                wait_until = math.inf
+                if len(starts) < max_attempts and next_at != math.inf:
+                    wait_until = next_at
+                message = None
+                with trio.move_on_at(wait_until):
+                    message = await receive.receive()
+                if message is None:
+                    # The delay passed with every attempt still running: hedge.
+                    passed = HedgeDelayPassed(f"no answer after {delay:.3f} s")
+                    if self.admit(passed, len(starts) + 1):
+                        launch()
+                        running += 1
+                        next_at = trio.current_time() + delay
+                    else:
+                        next_at = math.inf
+                    continue
+                index, ok, payload = message
+                running -= 1
+                if ok:
+                    self.on_success(clock.now() - started, index + 1)
+                    found.append(payload)
+                    break
+                if self.on_error(payload, clock.now() - starts[index]):
+                    failure = payload
+                    break
+                if not running:
+                    if len(starts) < max_attempts and self.admit(payload, len(starts) + 1):
+                        launch()  # gRPC hedging: a retryable failure sends the next at once
+                        running += 1
+                        next_at = trio.current_time() + delay
+                        continue
+                    failure = payload
+                    break
+            # The losers are cancelled; leaving the nursery waits for them to unwind.
+            nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return found[0]
+
     def __call__(
         self, fn: Callable[P, Coroutine[Any, Any, T]]
     ) -> Callable[P, Coroutine[Any, Any, T]]:
-        """Decorate an ``async def`` function (hedging needs asyncio)."""
+        """Decorate an ``async def`` function (asyncio or trio)."""
         acall = self.acall
 
         async def run(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:

@@ -15,7 +15,6 @@ import math
 import random
 import time
 from collections.abc import (
-    AsyncIterator,
     Awaitable,
     Callable,
     Coroutine,
@@ -1226,17 +1225,18 @@ class Attempts:
                 return
             yield attempt
 
-    async def _aiter(self) -> AsyncIterator[Attempt]:
-        while True:
-            if self._delay is not None:
-                await self._policy._clock.asleep(self._delay)
-            attempt = self._next()
-            if attempt is None:
-                return
-            yield attempt
+    # An iterator object, not an async generator: a block that returns from inside
+    # `async for` leaves nothing to finalize (trio warns about unfinished async generators).
+    def __aiter__(self) -> Attempts:
+        return self
 
-    def __aiter__(self) -> AsyncIterator[Attempt]:
-        return self._aiter()
+    async def __anext__(self) -> Attempt:
+        if self._delay is not None:
+            await self._policy._clock.asleep(self._delay)
+        attempt = self._next()
+        if attempt is None:
+            raise StopAsyncIteration
+        return attempt
 
 
 @overload
