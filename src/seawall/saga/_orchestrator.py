@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import dataclasses
 import inspect
 import json
@@ -486,6 +487,9 @@ class Orchestrator:
         self._store = open_store(url)
         self._heartbeat = _Heartbeat(self)
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Decisions and attempts run in a context of the orchestrator's own: a durable run does
+        # not inherit the ambient deadline or one_attempt() of whoever called run_due().
+        self._context = contextvars.Context()
         self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -772,6 +776,9 @@ class Orchestrator:
     # -- one round: claim, then run and record until every claimed run is released ------------
 
     def _round(self, run_id: str | None) -> tuple[int, int]:
+        return self._context.run(self._claim_and_run, run_id)
+
+    def _claim_and_run(self, run_id: str | None) -> tuple[int, int]:
         store = self._store
         works: list[_Work] = []
         now = self._wall()
