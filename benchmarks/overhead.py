@@ -26,6 +26,7 @@ import platform
 import sys
 import timeit
 from collections.abc import Callable
+from typing import Any
 
 import backoff
 import stamina
@@ -132,24 +133,33 @@ def target() -> int:
     return 1
 
 
-def hand_loop(budget: seawall.Budget | None) -> Callable[[], object]:
-    """What a careful programmer writes: three attempts, and the budget told by hand."""
-    if budget is None:
+def hand_loops(
+    budget: seawall.Budget | None,
+) -> tuple[Callable[[], object], Callable[[Callable[[], int]], object]]:
+    """What a careful programmer writes: three attempts, the budget told by hand. Twice: with
+    the function built in (as a decorator's wrapper has it) and taking it as an argument (as
+    ``policy.call(fn)`` does)."""
+    on_request = budget.on_request if budget is not None else None
+    on_success = budget.on_success if budget is not None else None
 
-        def loop() -> object:
-            for i in range(3):
-                try:
-                    return target()
-                except (ConnectionError, TimeoutError):
-                    if i == 2:
-                        raise
-            raise AssertionError("unreachable")
+    def loop_fn(fn: Callable[[], int]) -> object:
+        if on_request is not None:
+            on_request()
+        for i in range(3):
+            try:
+                result = fn()
+            except (ConnectionError, TimeoutError):
+                if i == 2:
+                    raise
+                continue
+            if on_success is not None:
+                on_success()
+            return result
+        raise AssertionError("unreachable")
 
-        return loop
-    on_request, on_success = budget.on_request, budget.on_success
-
-    def budget_loop() -> object:
-        on_request()
+    def loop() -> object:
+        if on_request is not None:
+            on_request()
         for i in range(3):
             try:
                 result = target()
@@ -157,11 +167,12 @@ def hand_loop(budget: seawall.Budget | None) -> Callable[[], object]:
                 if i == 2:
                     raise
                 continue
-            on_success()
+            if on_success is not None:
+                on_success()
             return result
         raise AssertionError("unreachable")
 
-    return budget_loop
+    return loop, loop_fn
 
 
 BUDGETS: dict[str, Callable[[], seawall.Budget]] = {
@@ -173,29 +184,24 @@ BUDGETS: dict[str, Callable[[], seawall.Budget]] = {
 
 
 def entry_points(repeat: int, number: int) -> list[tuple[str, dict[str, float]]]:
-    """(c): each seawall contender beside its hand-written twin, interleaved in one run."""
+    """(c): each seawall contender beside its hand-written twin, interleaved in one run.
+
+    The decorator is timed against the loop with its function built in; ``policy.call(fn)``
+    (called from a lambda) against the loop taking the function as an argument, called from a
+    lambda too: each pair does the same calls.
+    """
     groups: list[tuple[str, dict[str, Callable[[], object]]]] = []
-    policy = seawall.RetryPolicy(hooks=())
-    groups.append(
-        (
-            "plain policy",
-            {
-                "hand-written loop": hand_loop(None),
-                "seawall decorator": policy(target),
-                "seawall policy.call(fn)": lambda: policy.call(target),
-            },
-        )
-    )
-    for name, make in BUDGETS.items():
-        shared = make()
-        with_budget = seawall.RetryPolicy(hooks=(), budget=shared)
+    for name, make in {"plain policy": None, **BUDGETS}.items():
+        policy = seawall.RetryPolicy(hooks=(), budget=None if make is None else make())
+        loop, loop_fn = hand_loops(None if make is None else make())
         groups.append(
             (
                 name,
                 {
-                    "hand-written loop": hand_loop(make()),
-                    "seawall decorator": with_budget(target),
-                    "seawall policy.call(fn)": lambda p=with_budget: p.call(target),
+                    "hand-written loop": loop,
+                    "seawall decorator": policy(target),
+                    "hand-written loop(fn)": lambda loop_fn=loop_fn: loop_fn(target),
+                    "seawall policy.call(fn)": lambda p=policy: p.call(target),
                 },
             )
         )
@@ -209,6 +215,39 @@ def entry_points(repeat: int, number: int) -> list[tuple[str, dict[str, float]]]
                 best[name] = min(best[name], timeit.timeit(fn, number=number) / number)
         results.append((title, best))
     return results
+
+
+def pairs_table(results: list[tuple[str, dict[str, float]]], markdown: bool) -> str:
+    """(c) as one table: each seawall entry point against its hand-written twin."""
+    head = ["", "loop", "decorator", "ratio", "loop(fn)", "call(fn)", "ratio"]
+    rows = []
+    for title, r in results:
+        a, b = r["hand-written loop"], r["seawall decorator"]
+        c, d = r["hand-written loop(fn)"], r["seawall policy.call(fn)"]
+        rows.append(
+            [
+                title,
+                f"{a * 1e9:,.0f}",
+                f"{b * 1e9:,.0f}",
+                f"{b / a:.2f}x",
+                f"{c * 1e9:,.0f}",
+                f"{d * 1e9:,.0f}",
+                f"{d / c:.2f}x",
+            ]
+        )
+    if markdown:
+        out = [
+            "**(c) success path: each entry point against its hand-written twin (ns per call)**",
+            "",
+            "| " + " | ".join(head) + " |",
+            "|---|" + "---:|" * (len(head) - 1),
+        ]
+        out += ["| " + " | ".join(row) + " |" for row in rows]
+    else:
+        out = ["(c) success path: each entry point against its hand-written twin (ns per call)"]
+        out += ["  ".join(f"{cell:>18}" for cell in head)]
+        out += ["  ".join(f"{cell:>18}" for cell in row) for row in rows]
+    return "\n".join([*out, ""])
 
 
 def async_path(repeat: int, number: int) -> dict[str, float]:
@@ -226,12 +265,22 @@ def async_path(repeat: int, number: int) -> dict[str, float]:
                     raise
         raise AssertionError("unreachable")
 
+    async def aloop_fn(fn: Callable[[], Any]) -> object:
+        for i in range(3):
+            try:
+                return await fn()
+            except (ConnectionError, TimeoutError):
+                if i == 2:
+                    raise
+        raise AssertionError("unreachable")
+
     policy = seawall.RetryPolicy(hooks=())
     fns = {
         "bare await": atarget,
         "hand-written loop": aloop,
         "seawall decorator": policy(atarget),
-        "seawall policy.acall(fn)": lambda: policy.acall(atarget),
+        "hand-written loop(fn), from a lambda": lambda: aloop_fn(atarget),
+        "seawall policy.acall(fn), from a lambda": lambda: policy.acall(atarget),
         "stamina": stamina.retry(on=(ConnectionError, TimeoutError), attempts=3)(atarget),
         "tenacity": tenacity.retry(
             stop=tenacity.stop_after_attempt(3),
@@ -291,8 +340,7 @@ def main() -> None:
     print(table("(a) success path", success, args.markdown))
     failing = measure(3, args.repeat, max(1, args.number // 4))
     print(table("(b) three failures, then success (zero waits)", failing, args.markdown))
-    for title, results in entry_points(args.repeat, args.number):
-        print(table(f"(c) success path, {title}", results, args.markdown))
+    print(pairs_table(entry_points(args.repeat, args.number), args.markdown))
     print(table("(d) success path, async def", async_path(args.repeat, args.number), args.markdown))
     sys.stdout.flush()
 

@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-# seawall itself is imported by the fixtures, not here: pytest loads this plugin before
-# coverage measurement starts (pytest-cov), and before a suite's conftest resets anything.
 if TYPE_CHECKING:
     from seawall._core.clock import VirtualClock
+
+# pytest loads this module at start-up, before a coverage tool starts measuring: seawall itself
+# is imported only when a fixture is used, so that a suite measuring seawall's coverage (this
+# project's own) sees all of it.
 
 __all__ = ["seawall_clock", "seawall_instant", "seawall_reset"]
 
