@@ -244,10 +244,13 @@ class CircuitBreaker:
         if window_calls is not None and window_seconds is not None:
             raise TypeError("give window_calls or window_seconds, not both")
         if window_seconds is not None:
-            seconds = _validate.seconds("window_seconds", window_seconds, zero=False, finite=True)
-            self._window = _TimeWindow(
-                seconds, _validate.count("window_buckets", window_buckets, minimum=1)
+            # At least MIN_WINDOW: the clock reading is divided by the width of a slice.
+            seconds = _validate.seconds(
+                "window_seconds", window_seconds, finite=True, minimum=_validate.MIN_WINDOW
             )
+            # Each slice costs memory up front: a bound well past any useful resolution.
+            buckets = _validate.count("window_buckets", window_buckets, minimum=1, maximum=10_000)
+            self._window = _TimeWindow(seconds, buckets)
         else:
             calls = _validate.count(
                 "window_calls", 100 if window_calls is None else window_calls, minimum=1
