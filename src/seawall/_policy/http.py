@@ -26,7 +26,7 @@ from seawall._core import validate as _validate
 from seawall._core.errors import Overloaded, add_note, permanent
 from seawall._strategies.budget import Budget
 from seawall._strategies.deadline import deadline_headers as encode_deadline_headers
-from seawall._strategies.retry import RetryPolicy, RetryState
+from seawall._strategies.retry import RetryPolicy
 
 
 class RouteRules(Protocol):
@@ -52,8 +52,10 @@ class LivePolicy(Protocol):
 
 __all__ = [
     "DEFAULT_RETRY_STATUSES",
+    "DEFAULT_TOTAL_TIMEOUT",
     "IDEMPOTENCY_KEY_HEADER",
     "IDEMPOTENT_METHODS",
+    "MIN_ATTEMPT_TIME",
     "OVERLOADED_HEADERS",
     "HttpCall",
     "HttpRules",
@@ -78,6 +80,20 @@ OVERLOADED_HEADERS: Final = ("x-seawall-overloaded", "x-envoy-overloaded")
 
 # IETF draft-ietf-httpapi-idempotency-key-header: the same key on every attempt of one request.
 IDEMPOTENCY_KEY_HEADER: Final = "Idempotency-Key"
+
+#: The least time an HTTP attempt may start with (seconds). With less left before the deadline,
+#: the policy gives up before sending (``DeadlineExceeded``, or the last response), instead of
+#: handing the HTTP library a timeout of zero, which urllib3 refuses (``ValueError``) and a
+#: socket takes as "non-blocking" (``ConnectError: Operation now in progress``). It is also the
+#: floor of every timeout given to the library.
+MIN_ATTEMPT_TIME: Final = 1e-3
+
+#: The total time of one logical request, attempts and waits included, when neither the policy
+#: (``timeout``) nor the caller (:func:`seawall.deadline`) sets a deadline: without one, a server
+#: that answers ``Retry-After`` or stalls each attempt just under the read timeout holds the
+#: caller for as long as it likes. ``total_timeout=None`` on a transport turns it off. It is not
+#: sent downstream: it is a limit of this client, not the caller's deadline.
+DEFAULT_TOTAL_TIMEOUT: Final = 30.0
 
 _DELTA_SECONDS = re.compile(r"[0-9]{1,32}(?:\.[0-9]{1,9})?")
 _FALSE_VALUES = frozenset({"", "0", "false", "no", "off"})
@@ -221,6 +237,8 @@ class HttpRules:
         deadline_headers: send the time left downstream (``grpc-timeout``, ``x-request-deadline``).
         buffer_limit: read response bodies of up to this many bytes (by ``Content-Length``)
             within the attempt, so that a connection reset mid-body is retried; 0 turns it off.
+        total_timeout: seconds for a whole request, attempts and waits included, when no
+            deadline is set (:data:`DEFAULT_TOTAL_TIMEOUT`); ``None``: no limit.
     """
 
     retry_statuses: Collection[int] = DEFAULT_RETRY_STATUSES
@@ -228,6 +246,7 @@ class HttpRules:
     idempotency_key: bool = False
     deadline_headers: bool = True
     buffer_limit: int = 1 << 20
+    total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -255,6 +274,7 @@ class HttpRules:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         _validate.count("buffer_limit", self.buffer_limit)
+        set_(self, "total_timeout", _validate.optional_seconds("total_timeout", self.total_timeout))
 
 
 def derive_policy(policy: RetryPolicy, budget: Budget | None) -> RetryPolicy:
@@ -263,7 +283,12 @@ def derive_policy(policy: RetryPolicy, budget: Budget | None) -> RetryPolicy:
         raise TypeError(f"policy must be a seawall.RetryPolicy, got {policy!r}")
     # retry_on=(): every decision comes from HttpCall through on_error(retry=True|False); an error
     # it leaves to the policy (retry=None) is one the HTTP rules do not retry.
-    return policy.replace(retry_on=(), retry_if_result=None, budget=budget)
+    return policy.replace(
+        retry_on=(),
+        retry_if_result=None,
+        budget=budget,
+        min_attempt_time=max(policy.min_attempt_time, MIN_ATTEMPT_TIME),
+    )
 
 
 def check_budget(budget: object) -> Budget | _PerHost | None:
@@ -497,7 +522,16 @@ class HttpCall:
         replayable: the request body can be sent again.
     """
 
-    __slots__ = ("attempt_deadline", "clock", "method", "replayable", "rules", "safe", "state")
+    __slots__ = (
+        "_implicit",
+        "attempt_deadline",
+        "clock",
+        "method",
+        "replayable",
+        "rules",
+        "safe",
+        "state",
+    )
 
     def __init__(
         self, policy: RetryPolicy, rules: HttpRules, method: str, has_key: bool, replayable: bool
@@ -507,8 +541,13 @@ class HttpCall:
         self.safe = has_key or self.method in rules.idempotent_methods
         self.replayable = replayable
         self.clock = policy._clock
-        self.state: RetryState = policy.new_state(self.clock.now())
+        now = self.clock.now()
+        state = self.state = policy.new_state(now)
         self.attempt_deadline = math.inf
+        # The default total time, when nobody set a deadline (not sent downstream).
+        self._implicit = math.inf
+        if state.deadline == math.inf and rules.total_timeout is not None:
+            state.deadline = self._implicit = now + rules.total_timeout
 
     def begin_attempt(self) -> float:
         """Count an attempt; return the seconds it may take (``inf`` for no limit).
@@ -521,15 +560,28 @@ class HttpCall:
         return self.attempt_deadline - now
 
     def timeout(self, configured: float | None) -> float | None:
-        """min(configured, time left for this attempt); ``None`` for no limit."""
+        """min(configured, time left for this attempt); ``None`` for no limit.
+
+        Never below :data:`MIN_ATTEMPT_TIME` (nor above ``MAX_SECONDS``): the attempt started
+        with at least that much left, and a thread switch since must not turn the time left
+        into a zero or negative timeout, which HTTP libraries refuse or misread.
+        """
         left = self.attempt_deadline - self.clock.now()
-        if configured is None:
-            return None if left == math.inf else max(left, 0.0)
-        return min(configured, max(left, 0.0))
+        if configured is None and left == math.inf:
+            return None
+        left = min(max(left, MIN_ATTEMPT_TIME), _validate.MAX_SECONDS)
+        return left if configured is None else min(configured, left)
+
+    @property
+    def bounded_by_caller(self) -> bool:
+        """Whether this attempt's deadline is the caller's or the policy's, not only the
+        transport's default total time (which bounds getting a response, not reading a body
+        the caller streams, and is not sent downstream)."""
+        return self.attempt_deadline < self._implicit
 
     def deadline_headers(self) -> dict[str, str]:
         """The headers that tell the next hop how long it has (empty without a deadline)."""
-        if not self.rules.deadline_headers or self.attempt_deadline == math.inf:
+        if not self.rules.deadline_headers or not self.bounded_by_caller:
             return {}
         # grpc-timeout and x-request-deadline, less the transit margin (see propagation).
         return encode_deadline_headers(self.attempt_deadline - self.clock.now())
