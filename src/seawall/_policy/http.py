@@ -480,13 +480,19 @@ def read_within_attempt(content_length: str | None, limit: int) -> bool:
     """
     length = content_length
     # isascii(): str.isdigit() accepts digits such as "²" that int() refuses (untrusted header).
+    # The length check first: int() refuses more than 4,300 digits (ValueError), and a value of
+    # more than 19 digits is beyond any limit anyway.
     return (
         bool(limit)
         and length is not None
+        and len(length) <= _MAX_LENGTH_DIGITS
         and length.isascii()
         and length.isdigit()
         and int(length) <= limit
     )
+
+
+_MAX_LENGTH_DIGITS: Final = 19  # 2**63 - 1 has 19 digits
 
 
 class _Live(NamedTuple):
