@@ -31,6 +31,7 @@ from seawall._core.errors import (
     Overloaded,
     RetryAfter,
     add_note,
+    answer_exhausted,
     mark_exhausted,
     retry_after_of,
 )
@@ -301,7 +302,9 @@ class RetryState:
                 kind = _PERMANENT
         elif isinstance(error, RetryAfter) and retry is not False:
             kind = _RETRY
-        elif not p.retry_nested and getattr(error, _EXHAUSTED_MARK, False) is True:
+        elif not p.retry_nested and (
+            getattr(error, _EXHAUSTED_MARK, False) is True or answer_exhausted(error)
+        ):
             kind = _EXHAUSTED
         elif retry is None:
             classes = p._retry_classes
