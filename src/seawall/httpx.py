@@ -242,7 +242,8 @@ class RetryTransport(_Base, httpx.BaseTransport):
                         raise
                     # The wait left too little time (a sleep that overshot on a real clock).
                     response, retried = retried, None
-                    return response
+                    call.exhausted = True  # retried, and no time for another attempt
+                    return call.mark_answer(response)
                 if retried is not None:
                     retried.close()  # a discarded attempt must not hold its connection
                     retried = None
@@ -258,7 +259,7 @@ class RetryTransport(_Base, httpx.BaseTransport):
                 else:
                     delay = call.on_response(response.status_code, response.headers.get)
                     if delay is None:
-                        return response
+                        return call.mark_answer(response)
                     retried = response
                 sleep(delay)
         finally:
@@ -385,7 +386,8 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
                     if retried is None:
                         raise
                     response, retried = retried, None
-                    return response
+                    call.exhausted = True  # retried, and no time for another attempt
+                    return call.mark_answer(response)
                 if retried is not None:
                     await retried.aclose()  # a discarded attempt must not hold its connection
                     retried = None
@@ -404,7 +406,7 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
                 else:
                     delay = call.on_response(response.status_code, response.headers.get)
                     if delay is None:
-                        return _bound_body(response, call, request)
+                        return _bound_body(call.mark_answer(response), call, request)
                     retried = response
                 await asleep(delay)
         finally:

@@ -175,7 +175,8 @@ class RetryAdapter(HTTPAdapter):
                         raise
                     # The wait left too little time (a sleep that overshot on a real clock).
                     response, retried = retried, None
-                    return response
+                    call.exhausted = True  # retried, and no time for another attempt
+                    return call.mark_answer(response)
                 if retried is not None:
                     retried.close()  # a discarded attempt must not hold its connection
                     retried = None
@@ -210,7 +211,7 @@ class RetryAdapter(HTTPAdapter):
                 else:
                     delay = call.on_response(response.status_code, response.headers.get)
                     if delay is None:
-                        return response
+                        return call.mark_answer(response)
                     retried = response
                 sleep(delay)
         finally:

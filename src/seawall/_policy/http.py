@@ -20,13 +20,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, MutableMapping
-from typing import Final, NamedTuple, Protocol, runtime_checkable
+from typing import Final, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from seawall._core import validate as _validate
-from seawall._core.errors import Overloaded, add_note, permanent
+from seawall._core.errors import _EXHAUSTED_MARK, Overloaded, add_note, is_exhausted, permanent
 from seawall._strategies.budget import Budget
 from seawall._strategies.deadline import deadline_headers as encode_deadline_headers
 from seawall._strategies.retry import RetryPolicy
+
+R = TypeVar("R")
 
 
 class RouteRules(Protocol):
@@ -532,6 +534,7 @@ class HttpCall:
         "_implicit",
         "attempt_deadline",
         "clock",
+        "exhausted",
         "method",
         "replayable",
         "rules",
@@ -550,6 +553,9 @@ class HttpCall:
         now = self.clock.now()
         state = self.state = policy.new_state(now)
         self.attempt_deadline = math.inf
+        #: The last response was given up on after retries (or said "overloaded"): see
+        #: :meth:`mark_answer`.
+        self.exhausted = False
         # The default total time, when nobody set a deadline (not sent downstream).
         self._implicit = math.inf
         if state.deadline == math.inf and rules.total_timeout is not None:
@@ -593,12 +599,18 @@ class HttpCall:
         return encode_deadline_headers(self.attempt_deadline - self.clock.now())
 
     def on_response(self, status: int, get_header: Callable[[str], str | None]) -> float | None:
-        """Classify a response: the wait before retrying, or ``None`` to return it."""
+        """Classify a response: the wait before retrying, or ``None`` to return it.
+
+        When it returns ``None`` for a response that no layer above should retry (the policy
+        retried it and gave up, or the server said "overloaded; don't retry"), the driver marks
+        the response with :meth:`mark_answer` before returning it.
+        """
         now = self.clock.now()
         state = self.state
         if is_overloaded(get_header):
             # The policy counts it as a failure for the budget and never retries it.
             state.on_error(Overloaded("the server answered overloaded; don't retry"), now)
+            self.exhausted = True
             return None
         if status not in self.rules.retry_statuses:
             state.on_success(now)  # the dependency answered, even with a 404
@@ -609,7 +621,22 @@ class HttpCall:
         )
         # A transient status is a failure of the dependency whether or not this request may be
         # sent again: retry=False still counts it against the budget, it only forbids the retry.
-        return state.on_error(signal, now, retry=self.safe and self.replayable)
+        delay = state.on_error(signal, now, retry=self.safe and self.replayable)
+        if delay is None:
+            self.exhausted = is_exhausted(signal)  # retried and given up (attempts, deadline...)
+        return delay
+
+    def mark_answer(self, response: R) -> R:
+        """Mark *response* as given up on, if it was, and return it.
+
+        ``raise_for_status()`` above then raises an error whose ``response`` carries the mark,
+        and no enclosing policy retries it: an outer ``@retry`` on ``HTTPStatusError`` around
+        this transport makes no more requests than the transport did (retry at one layer).
+        """
+        if self.exhausted:
+            with contextlib.suppress(AttributeError):  # a response class with __slots__
+                setattr(response, _EXHAUSTED_MARK, True)
+        return response
 
     def on_error(self, error: Exception, never_sent: bool, retryable: bool) -> float | None:
         """Classify a transport error: the wait before retrying, or ``None`` to raise it.
