@@ -31,6 +31,7 @@ import seawall.httpx
 import seawall.requests
 import seawall.testing
 from figures import record_figures
+from seawall import faults
 from seawall.server import LoadShedder
 
 # -- hostile values ---------------------------------------------------------------------------
@@ -237,6 +238,21 @@ async def ok_app(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"ok"})
 
 
+def use_plan(plan: faults.FaultPlan, clock: seawall.VirtualClock) -> None:
+    for _ in range(50):
+        decision = plan.decide()
+        assert 0.0 <= decision.delay < math.inf
+        clock.advance(0.1)
+
+
+def use_fault(fault: faults.Fault, clock: seawall.VirtualClock) -> None:
+    use_plan(faults.FaultPlan([fault], seed=0, clock=clock), clock)
+
+
+def use_schedule(schedule: faults.Schedule, clock: seawall.VirtualClock) -> None:
+    use_fault(faults.Status(503, schedule=schedule), clock)
+
+
 def use_nothing(obj: object, clock: seawall.VirtualClock) -> None:
     """Constructors whose objects are exercised against real servers elsewhere."""
 
@@ -279,6 +295,29 @@ CONSTRUCTORS: dict[str, tuple[Callable[..., Any], dict[str, Any], Callable[..., 
         {"app": ok_app, "max_concurrency": 1, "max_queue": 1, "clock": "clock"},
         use_shedder,
     ),
+    "faults.FaultPlan": (
+        faults.FaultPlan,
+        {"faults": [faults.Latency(0.1), faults.Status(503, rate=0.5)], "clock": "clock"},
+        use_plan,
+    ),
+    "faults.Latency": (faults.Latency, {"seconds": 0.1}, use_fault),
+    "faults.Status": (faults.Status, {"status": 503}, use_fault),
+    "faults.Error": (faults.Error, {"error": ConnectionError}, use_fault),
+    "faults.Reset": (faults.Reset, {}, use_fault),
+    "faults.Refuse": (faults.Refuse, {}, use_fault),
+    "faults.Drip": (faults.Drip, {}, use_fault),
+    "faults.window": (faults.window, {"start": 1.0, "end": 2.0}, use_schedule),
+    "faults.FaultMiddleware": (
+        faults.FaultMiddleware,
+        {"app": ok_app, "plan": faults.FaultPlan([])},
+        use_nothing,
+    ),
+    "faults.FaultTransport": (
+        faults.FaultTransport,
+        {"plan": faults.FaultPlan([])},
+        use_nothing,
+    ),
+    "faults.FaultAdapter": (faults.FaultAdapter, {"plan": faults.FaultPlan([])}, use_nothing),
     "RetryTransport": (seawall.httpx.RetryTransport, {}, use_nothing),
     "AsyncRetryTransport": (
         seawall.httpx.AsyncRetryTransport,

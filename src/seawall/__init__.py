@@ -9,8 +9,9 @@ The top level holds what most code needs. The rest lives in named modules:
 (deadline headers and intake), :mod:`seawall.config` (policy files and the registry),
 :mod:`seawall.http` (the HTTP rules), and the integrations :mod:`seawall.httpx`,
 :mod:`seawall.requests`, :mod:`seawall.server`, :mod:`seawall.instrumentation`,
-:mod:`seawall.testing` and :mod:`seawall.sim`. Every name, and every one of those modules, is
-loaded on first use (PEP 562), so ``import seawall`` costs next to nothing.
+:mod:`seawall.testing`, :mod:`seawall.faults` (fault injection) and :mod:`seawall.sim`. Every
+name, and every one of those modules, is loaded on first use (PEP 562), so ``import seawall``
+costs next to nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from seawall._version import __version__ as __version__
 if TYPE_CHECKING:  # what the names below resolve to, for type checkers and editors
     from seawall import (
         config,
+        faults,
         http,
         httpx,
         instrumentation,
@@ -113,6 +115,7 @@ _NAMES: dict[str, str] = {
 _MODULES = frozenset(
     {
         "config",
+        "faults",
         "http",
         "httpx",
         "instrumentation",
@@ -227,6 +230,7 @@ __all__ = [
     "VirtualClock",
     "config",
     "deadline",
+    "faults",
     "hedge",
     "http",
     "httpx",
