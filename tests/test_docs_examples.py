@@ -14,7 +14,7 @@ import re
 import pytest
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
-PAGES = ("config.md", "http.md", "observability.md", "server.md")
+PAGES = ("config.md", "http.md", "observability.md", "reliability.md", "server.md")
 
 
 def _blocks() -> list[tuple[str, str]]:
