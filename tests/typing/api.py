@@ -103,3 +103,24 @@ piped: int = through_pipeline(1)
 async def hedged() -> None:
     first: int = await seawall.hedge(_aget, 1, delay=0.05)
     del first
+
+
+# -- limits, redaction, fault injection -----------------------------------------------------
+probed = seawall.CircuitBreaker(probe_timeout=5.0)
+kept = seawall.VirtualClock(keep_sleeps=10)
+waits: list[float] = kept.sleeps
+count: int = kept.sleep_count
+clean: str = seawall.instrumentation.redact_url("https://u:p@h/x?k=v")
+cleaned: str = seawall.instrumentation.redact_text("url: /x?k=v")
+plan = seawall.faults.FaultPlan(
+    [
+        seawall.faults.Latency(0.1, rate=0.1),
+        seawall.faults.Status(503, {"Retry-After": "1"}, schedule=seawall.faults.nth(1)),
+        seawall.faults.Reset(after_send=True, schedule=seawall.faults.window(5.0, 10.0)),
+    ],
+    seed=1,
+)
+decision: seawall.faults.Decision = plan.decide()
+chaos = seawall.faults.FaultTransport(plan)
+achaos = seawall.faults.AsyncFaultTransport(plan)
+limited = seawall.httpx.RetryTransport(total_timeout=10.0, transport=chaos)
