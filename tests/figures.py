@@ -92,7 +92,8 @@ def render(directory: pathlib.Path = DOC_FIGURES) -> str:
         f"| latest end of a retry wait | {soak['max_retry_wait_end_seconds']:g} s "
         f"(deadline {soak['deadline_seconds']:g} s) |",
         f"| calls that ended after their deadline | {_n(soak['calls_past_deadline'])} (the "
-        f"latest end: {soak['latest_end_vs_deadline_seconds']:+g} s from its deadline) |",
+        f"slowest ended {abs(soak['latest_end_vs_deadline_seconds']):g} s "
+        f"{'before' if soak['latest_end_vs_deadline_seconds'] <= 0 else 'after'} it) |",
         f"| memory growth, first to second window | {soak['rss_growth_bytes'] / 2**20:.1f} MiB"
         f" resident; largest growth of one object type: {_n(soak['largest_object_growth'])} "
         f"over {_n(soak['calls_between_censuses'])} calls |",
