@@ -134,6 +134,7 @@ def test_negative_index_rejected() -> None:
         Backoff().raw(-1)
 
 
+@pytest.mark.volume
 @given(
     base=st.floats(0, 100),
     multiplier=st.floats(1, 10),
@@ -158,6 +159,7 @@ def test_every_delay_within_bounds(
         assert raw / 2 <= d <= raw
 
 
+@pytest.mark.volume
 @given(base=st.floats(0.001, 10), extra=st.floats(0, 100), n=st.integers(0, 200))
 def test_raw_is_monotonic(base: float, extra: float, n: int) -> None:
     b = Backoff(base=base, cap=base + extra, jitter="none")

@@ -129,7 +129,7 @@ def test_the_reopen_hook_runs_outside_the_lock() -> None:
     def hook(event: BreakerEvent) -> None:
         seen.append((event.new, breaker.state))  # reads the breaker: would deadlock under it
 
-    breaker = opened(clock, probe_timeout=1.0, on_state_change=[hook])
+    breaker = opened(clock, probe_timeout=1.0, hooks=[hook])
     clock.advance(10.0)
     breaker.acquire()
     clock.advance(1.0)

@@ -234,6 +234,7 @@ def test_retry_budget_works_with_the_system_clock() -> None:
     assert "ratio=0.5" in repr(budget)
 
 
+@pytest.mark.volume
 def test_retry_budget_no_lost_updates_with_8_threads(contention: None) -> None:
     clock = VirtualClock()
     budget = RetryBudget(ratio=0.5, min_per_second=0, window=10, clock=clock)
@@ -328,12 +329,14 @@ def storm(
     return calls, clock.now(), events
 
 
+@pytest.mark.volume
 def test_proof_without_budget_a_dead_dependency_sees_3x() -> None:
     calls, _, events = storm(lambda clock: None, 10_000, 100.0)
     assert calls == 30_000
     assert not events.kinds("budget_exhausted")
 
 
+@pytest.mark.volume
 def test_proof_retry_budget_bounds_amplification_to_ratio_plus_floor() -> None:
     requests = 10_000
     budgets: list[RetryBudget] = []
@@ -355,6 +358,7 @@ def test_proof_retry_budget_bounds_amplification_to_ratio_plus_floor() -> None:
     assert calls == requests + retries
 
 
+@pytest.mark.volume
 def test_proof_healthy_dependency_with_1_percent_failures_is_never_refused() -> None:
     requests = 10_000
     calls, _, events = storm(
@@ -466,6 +470,7 @@ def test_token_bucket_in_a_policy_stops_retries_of_a_dead_dependency() -> None:
     assert bucket.allow_retry(ConnectionError())
 
 
+@pytest.mark.volume
 def test_token_bucket_no_lost_updates_with_8_threads(contention: None) -> None:
     bucket = TokenBucket(max_tokens=1000, token_ratio=0.001)
 
@@ -490,8 +495,39 @@ class ReadTimeout(Exception):
     """Like a client library's timeout class that does not derive from TimeoutError."""
 
 
-def test_retry_quota_aws_standard_values() -> None:
+def test_retry_quota_aws_standard_is_todays_botocore() -> None:
     quota = RetryQuota.aws_standard()
+    assert (quota.capacity, quota.retry_cost, quota.success_reward) == (500, 14, 1)
+    assert quota.allow_retry(ConnectionError())
+    assert quota.available == 486
+    quota.on_failure(ConnectionError())
+    assert quota.allow_retry(TimeoutError())  # no separate timeout cost
+    assert quota.available == 472
+
+    class ThrottlingException(Exception):
+        pass
+
+    assert quota.allow_retry(ThrottlingException())  # throttling costs 5
+    assert quota.available == 467
+    quota.on_success()  # refunds the latest retry's cost, 5
+    assert quota.available == 472
+    quota.on_answer(ValueError("404"))  # an answer refunds nothing
+    assert quota.available == 472
+
+
+def test_retry_quota_per_error_cost() -> None:
+    quota = RetryQuota(capacity=100, cost=lambda e: 50 if isinstance(e, KeyError) else 1)
+    assert quota.allow_retry(ConnectionError())
+    assert quota.available == 99
+    assert quota.allow_retry(KeyError())
+    assert quota.available == 49
+    assert not quota.allow_retry(KeyError())
+    with pytest.raises(TypeError, match="cost"):
+        RetryQuota(cost=5)  # type: ignore[arg-type]
+
+
+def test_retry_quota_aws_standard_legacy_values() -> None:
+    quota = RetryQuota.aws_standard_legacy()
     assert (quota.capacity, quota.retry_cost, quota.timeout_cost, quota.success_reward) == (
         500,
         5,
@@ -525,7 +561,7 @@ def test_retry_quota_custom_timeout_predicate() -> None:
 
 def test_retry_quota_in_a_policy_refunds_successful_retries() -> None:
     clock = VirtualClock()
-    quota = RetryQuota.aws_standard()
+    quota = RetryQuota.aws_standard_legacy()
     policy = RetryPolicy(max_attempts=3, backoff=FAST, budget=quota, clock=clock, hooks=())
     outcomes: Iterator[Exception | str] = iter([ConnectionError(), TimeoutError(), "ok"])
 
@@ -542,7 +578,7 @@ def test_retry_quota_in_a_policy_refunds_successful_retries() -> None:
 
 def test_retry_quota_stops_retries_after_capacity_is_spent() -> None:
     clock = VirtualClock()
-    quota = RetryQuota.aws_standard()
+    quota = RetryQuota.aws_standard_legacy()
     events = Events()
     policy = RetryPolicy(max_attempts=3, backoff=FAST, budget=quota, clock=clock, hooks=(events,))
     counter = [0]
@@ -684,6 +720,7 @@ def test_adaptive_throttle_in_a_policy_does_not_touch_the_dependency() -> None:
     assert calls == 1  # rejected locally, and the outer policy does not retry Throttled either
 
 
+@pytest.mark.volume
 def test_adaptive_throttle_sheds_during_an_outage_and_recovers() -> None:
     clock = VirtualClock()
     throttle = AdaptiveThrottle(k=2, window=120, clock=clock, rng=random.Random(3))
@@ -727,6 +764,7 @@ def test_adaptive_throttle_sheds_during_an_outage_and_recovers() -> None:
     assert throttle.rejection_probability() == 0.0
 
 
+@pytest.mark.volume
 def test_adaptive_throttle_no_lost_counts_with_8_threads(contention: None) -> None:
     clock = VirtualClock()
     throttle = AdaptiveThrottle(clock=clock, rng=random.Random(5))

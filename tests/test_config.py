@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,13 +63,6 @@ routes:
       budget: {percent: 20, min: 3}
   search: {}
 """
-
-
-@pytest.fixture(autouse=True)
-def _switch_back_on() -> Iterator[None]:
-    yield
-    for name in ("users", "search", "orders"):
-        seawall.set_enabled(True, name=name)
 
 
 class Failing:
@@ -387,15 +379,15 @@ def test_kill_switch_per_name_from_the_file_and_at_runtime() -> None:
     assert once.calls == 1
     assert seawall.is_enabled("users") is False
     assert registry.describe()["users"]["enabled"] is False
-    registry.set_enabled("users", True)
+    registry.set_enabled(True, name="users")
     again = Failing()
     with pytest.raises(ConnectionError):
         users.call(again)
     assert again.calls == 3
-    registry.set_enabled("search", False)
+    registry.set_enabled(False, name="search")
     assert seawall.is_enabled("search") is False
     with pytest.raises(KeyError, match="known: search, users"):
-        registry.set_enabled("nope", False)
+        registry.set_enabled(False, name="nope")
 
 
 def test_budgets_survive_reloads_that_do_not_change_them() -> None:
@@ -436,7 +428,7 @@ def test_one_place_to_see_and_change_every_policy() -> None:
     registry.replace("orders", max_attempts=5)
     assert registry.describe()["orders"]["max_attempts"] == 5
     assert orders.policy.max_attempts == 5
-    assert registry.policy("users").hedge == seawall.config.HedgeConfig(0.05, 2)
+    assert registry.policy("users").hedge_config == seawall.config.HedgeConfig(0.05, 2)
     # Policies built from the configuration carry the registry's hooks: metrics for every route.
     registry.policy("users").call(lambda: "ok")
     assert counters.get("attempts", "users", "success") == 1

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,7 @@ UNITS = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "S": 1.0, "M": 60.0, "H": 3600.0}
 seconds = st.floats(min_value=0.0, max_value=GRPC_MAX, allow_nan=False)
 
 
+@pytest.mark.volume
 @given(seconds)
 def test_grpc_round_trip_never_adds_time_and_loses_under_one_unit(s: float) -> None:
     text = encode_grpc_timeout(s)
@@ -83,6 +85,7 @@ garbage = st.one_of(
 )
 
 
+@pytest.mark.volume
 @given(garbage)
 @settings(max_examples=300)
 def test_decoders_never_raise_and_give_sane_values(value: object) -> None:
@@ -97,6 +100,7 @@ header_names = st.sampled_from(
 header_value = st.one_of(st.text(max_size=20), st.binary(max_size=20), st.none(), st.integers())
 
 
+@pytest.mark.volume
 @given(
     st.lists(
         st.tuples(st.one_of(header_names, header_names.map(str.encode)), header_value),

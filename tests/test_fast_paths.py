@@ -27,6 +27,9 @@ from seawall import (
 
 JITTERS = ["none", "full", "equal", "decorrelated"]
 
+# The larger cases, and the second driver over the same lines, are volume (pyproject.toml).
+VOLUME = pytest.mark.volume
+
 
 # -- Backoff ----------------------------------------------------------------------------------
 
@@ -151,7 +154,9 @@ def exact_window_requests(times: list[float], now: float, window: float) -> int:
     return sum(1 for t in times if int(t // size) > current - 10)
 
 
-@pytest.mark.parametrize("per_slice", [500, 5000, 40_000])
+@pytest.mark.parametrize(
+    "per_slice", [500, pytest.param(5000, marks=VOLUME), pytest.param(40_000, marks=VOLUME)]
+)
 def test_budget_request_count_is_exact_or_a_little_low(per_slice: int) -> None:
     clock = VirtualClock()
     budget = RetryBudget(ratio=0.1, min_per_second=0.0, window=10.0, clock=clock)
@@ -174,6 +179,7 @@ def test_budget_request_count_is_exact_or_a_little_low(per_slice: int) -> None:
             assert counted == exact  # a quiet client reads the clock on every deposit
 
 
+@pytest.mark.volume
 def test_budget_on_request_and_the_decorator_count_alike() -> None:
     clocks = VirtualClock(), VirtualClock()
     budgets = [RetryBudget(clock=c) for c in clocks]
@@ -268,7 +274,9 @@ def throttled_calls(
 
 @pytest.mark.parametrize("driver", ["methods", "decorator"])
 @pytest.mark.parametrize("min_requests", [0, 20])
-@pytest.mark.parametrize("k", [1.0, 1.5, 2.0])
+@pytest.mark.parametrize(
+    "k", [pytest.param(1.0, marks=VOLUME), pytest.param(1.5, marks=VOLUME), 2.0]
+)
 def test_throttle_admits_exactly_as_the_formula(k: float, min_requests: int, driver: str) -> None:
     clock = VirtualClock()
     throttle = AdaptiveThrottle(
@@ -305,7 +313,7 @@ def test_throttle_accept_after_the_slice_ended_counts_in_the_next_one() -> None:
     assert (throttle.requests, throttle.accepts) == (0, 1)
 
 
-@pytest.mark.parametrize("driver", ["methods", "decorator"])
+@pytest.mark.parametrize("driver", [pytest.param("methods", marks=VOLUME), "decorator"])
 def test_throttle_on_a_busy_client_errs_by_at_most_a_stride_per_slice(driver: str) -> None:
     clock = VirtualClock()
     throttle = AdaptiveThrottle(k=2.0, window=10.0, clock=clock, rng=random.Random(5))
@@ -348,6 +356,7 @@ def _hammer(throttle: AdaptiveThrottle, clock: VirtualClock) -> Callable[[], Non
     return step
 
 
+@pytest.mark.volume
 def test_throttle_healthy_traffic_is_never_throttled_across_slices() -> None:
     clock = VirtualClock()
     throttle = AdaptiveThrottle(window=1.0, clock=clock, rng=random.Random(1))
@@ -371,7 +380,7 @@ class CountingClock(VirtualClock):
         return super().now()
 
 
-@pytest.mark.parametrize("driver", ["methods", "decorator"])
+@pytest.mark.parametrize("driver", [pytest.param("methods", marks=VOLUME), "decorator"])
 def test_budget_amortises_clock_reads_within_a_long_first_slice(driver: str) -> None:
     # A busy client on a long window: no slice ends for a long time, yet after 2048 deposits in
     # the slice, the clock is read only once every 1/1024 of the slice's deposits so far.

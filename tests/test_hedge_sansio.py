@@ -32,10 +32,8 @@ def test_admit_respects_the_kill_switch() -> None:
     policy = Hedge(0.05, name="sansio-search")
     policy.start_call()
     seawall.set_enabled(False, name="sansio-search")
-    try:
-        assert not policy.admit(HedgeDelayPassed("slow"))
-    finally:
-        seawall.set_enabled(True, name="sansio-search")
+    assert not policy.admit(HedgeDelayPassed("slow"))
+    seawall.set_enabled(True, name="sansio-search")
     assert policy.admit(HedgeDelayPassed("slow"))
     assert policy.hedges == 1
 

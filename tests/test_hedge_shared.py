@@ -198,6 +198,7 @@ async def test_transport_sharing_the_budget_leaves_the_callers_hedge_reporting(
 # -- 2. counters under threads, each with its own event loop -------------------------------------
 
 
+@pytest.mark.volume
 def test_counters_are_exact_with_event_loops_in_several_threads() -> None:
     threads, calls_each = 4, 300
     kinds: list[str] = []

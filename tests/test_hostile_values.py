@@ -329,7 +329,7 @@ CONSTRUCTORS: dict[str, tuple[Callable[..., Any], dict[str, Any], Callable[..., 
 }
 
 # Positional-only or structural parameters that are not configuration.
-_SKIP = {"app", "self"}
+_SKIP = {"app", "self", "on_state_change"}  # on_state_change: deprecated (hooks=)
 
 
 def _parameters() -> Iterator[tuple[str, str]]:

@@ -16,6 +16,7 @@ def exact(sorted_samples: list[float], q: float) -> float:
     return sorted_samples[math.floor(q * (len(sorted_samples) - 1))]
 
 
+@pytest.mark.volume
 def test_accuracy_on_a_million_heavy_tailed_samples() -> None:
     rng = random.Random(20261130)
     # Pareto with shape 1.2 (infinite variance): a heavy tail like real service latencies,
@@ -47,6 +48,7 @@ def test_accuracy_on_a_million_heavy_tailed_samples() -> None:
     assert tracker.p999() == tracker.quantile(0.999)
 
 
+@pytest.mark.volume
 @given(
     st.lists(st.floats(min_value=1e-6, max_value=1e4, allow_nan=False), min_size=1, max_size=300),
     st.floats(min_value=0.0, max_value=1.0),
@@ -95,6 +97,7 @@ def test_integers_are_accepted() -> None:
     assert tracker.quantile(0.5) == pytest.approx(2.0, rel=0.01)
 
 
+@pytest.mark.volume
 def test_decay_follows_the_live_distribution() -> None:
     clock = VirtualClock()
     tracker = LatencyTracker(half_life=60.0, clock=clock)
@@ -133,6 +136,7 @@ def test_long_idle_periods_neither_overflow_nor_keep_forgotten_buckets() -> None
     assert tracker.quantile(1.0) == pytest.approx(0.25, rel=0.01)
 
 
+@pytest.mark.volume
 def test_rescaling_keeps_the_quantiles() -> None:
     clock = VirtualClock()
     tracker = LatencyTracker(half_life=10.0, clock=clock)
@@ -167,6 +171,7 @@ def test_memory_is_bounded_by_collapsing_the_lowest_buckets() -> None:
     assert low >= exact(ordered, 0.01)
 
 
+@pytest.mark.volume
 def test_thread_safety_under_concurrent_records_and_queries() -> None:
     tracker = LatencyTracker(half_life=30.0)
     errors: list[BaseException] = []
@@ -296,6 +301,7 @@ def test_invalid_query_arguments_are_rejected(call: object, match: str) -> None:
         call(tracker)  # type: ignore[operator]
 
 
+@pytest.mark.volume
 @given(
     st.lists(
         st.tuples(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -16,19 +16,8 @@ from seawall import (
     VirtualClock,
     set_enabled,
 )
-from seawall._core.switch import SWITCH
 
 FAST = Backoff(base=0.01, multiplier=2.0, cap=0.1)
-
-
-@pytest.fixture(autouse=True)
-def switch_restored() -> Iterator[None]:
-    """Every test leaves the kill switch as it found it."""
-    enabled, names = SWITCH.enabled, SWITCH.disabled_names
-    try:
-        yield
-    finally:
-        SWITCH.enabled, SWITCH.disabled_names = enabled, names
 
 
 class Leaf:

@@ -57,13 +57,6 @@ def clock() -> VirtualClock:
     return VirtualClock()
 
 
-@pytest.fixture(autouse=True)
-def _switch_on() -> Iterator[None]:
-    seawall.set_enabled(True)
-    yield
-    seawall.set_enabled(True)
-
-
 def policy(clock: VirtualClock, **kw: object) -> RetryPolicy:
     kw.setdefault("rng", random.Random(0))
     kw.setdefault("hooks", ())
@@ -248,13 +241,11 @@ def test_kill_switch_makes_every_policy_single_attempt(clock: VirtualClock) -> N
 
 def test_kill_switch_per_policy_name(clock: VirtualClock) -> None:
     seawall.set_enabled(False, name="payments")
-    try:
-        with pytest.raises(ConnectionError):
-            policy(clock, name="payments").call(Flaky(ConnectionError()))
-        assert policy(clock, name="search").call(Flaky(ConnectionError())) == "ok"
-        assert not seawall.is_enabled("payments") and seawall.is_enabled("search")
-    finally:
-        seawall.set_enabled(True, name="payments")
+    with pytest.raises(ConnectionError):
+        policy(clock, name="payments").call(Flaky(ConnectionError()))
+    assert policy(clock, name="search").call(Flaky(ConnectionError())) == "ok"
+    assert not seawall.is_enabled("payments") and seawall.is_enabled("search")
+    seawall.set_enabled(True, name="payments")
     assert policy(clock, name="payments").call(Flaky(ConnectionError())) == "ok"
 
 
@@ -427,6 +418,7 @@ def test_bad_input(kwargs: dict[str, object], exc: type[Exception], word: str) -
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.volume
 @settings(max_examples=200, deadline=None)
 @given(
     max_attempts=st.integers(1, 8),

@@ -16,13 +16,15 @@ costs next to nothing.
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from typing import TYPE_CHECKING, Any
-
 from seawall._version import __version__ as __version__
 
-if TYPE_CHECKING:  # what the names below resolve to, for type checkers and editors
+# Not `from typing import TYPE_CHECKING`: importing typing would cost more than the rest of
+# this module (type checkers know the name either way).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    # what the names below resolve to, for type checkers and editors
     from seawall import (
         config,
         faults,
@@ -114,13 +116,16 @@ _NAMES: dict[str, str] = {
 
 _MODULES = frozenset(
     {
+        "aiohttp",
         "config",
         "faults",
+        "grpc",
         "http",
         "httpx",
         "instrumentation",
         "lowlevel",
         "propagation",
+        "redis",
         "requests",
         "server",
         "sim",
@@ -180,12 +185,16 @@ _MOVED: dict[str, str] = {
 
 
 def __getattr__(name: str) -> Any:
+    import importlib
+
     module = _NAMES.get(name)
     if module is not None:
         value = getattr(importlib.import_module(module), name)
     elif name in _MODULES:
         value = importlib.import_module(f"seawall.{name}")
     elif name in _MOVED:
+        import warnings
+
         home = _MOVED[name]
         warnings.warn(
             f"seawall.{name} moved to {home}.{name}; import it from there",
@@ -228,9 +237,11 @@ __all__ = [
     "Throttled",
     "TokenBucket",
     "VirtualClock",
+    "aiohttp",
     "config",
     "deadline",
     "faults",
+    "grpc",
     "hedge",
     "http",
     "httpx",
@@ -241,6 +252,7 @@ __all__ = [
     "lowlevel",
     "permanent",
     "propagation",
+    "redis",
     "remaining",
     "requests",
     "retry",

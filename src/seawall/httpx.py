@@ -361,7 +361,7 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
             KeyError: the registry has no policy named *name*.
         """
         handle = _handle(registry, name)
-        settings = handle.hedge
+        settings = handle.hedge_config
         if settings is not None and kwargs.get("hedge") is None:
             budget = handle.policy.budget
             kwargs["hedge"] = settings.build(

@@ -7,9 +7,21 @@ time now, retry after a delay or give up, and why. The synchronous and asynchron
 does I/O or sleeps.
 """
 
-from seawall._strategies.breaker import BreakerEvent, BreakerState, Permit
+from seawall._core.classify import (
+    ErrorMatcher,
+    RetryOn,
+    Verdict,
+    classify,
+    compile_errors,
+    is_transient,
+)
+from seawall._core.errors import error_summary
+from seawall._core.switch import one_attempt
+from seawall._strategies.breaker import BreakerEvent, BreakerState, Permit, StateHook
+from seawall._strategies.budget import FirstAttempt, answer_callback, first_attempt_callables
 from seawall._strategies.hedge import HedgeDelayPassed, HedgeEvent, HedgeHook, QuantileSource
 from seawall._strategies.retry import (
+    SNAPSHOT_VERSION,
     Attempt,
     AttemptRecord,
     Attempts,
@@ -23,11 +35,24 @@ __all__ = [
     "Attempts",
     "BreakerEvent",
     "BreakerState",
+    "ErrorMatcher",
+    "FirstAttempt",
     "GiveUpReason",
     "HedgeDelayPassed",
     "HedgeEvent",
     "HedgeHook",
     "Permit",
     "QuantileSource",
+    "RetryOn",
     "RetryState",
+    "SNAPSHOT_VERSION",
+    "StateHook",
+    "Verdict",
+    "answer_callback",
+    "classify",
+    "compile_errors",
+    "error_summary",
+    "first_attempt_callables",
+    "is_transient",
+    "one_attempt",
 ]

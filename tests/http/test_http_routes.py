@@ -103,12 +103,9 @@ def test_the_per_name_kill_switch_reaches_the_transport(
     write(file, retries=3)
     registry = seawall.config.PolicyRegistry(file, clock=clock, hooks=())
     transport = RetryTransport.from_route(registry, "users", httpx.HTTPTransport(verify=TLS))
-    registry.set_enabled("users", False)
-    try:
-        with httpx.Client(transport=transport, timeout=5.0) as c:
-            assert c.get(server.url + "/flaky/1/503").status_code == 503
-    finally:
-        registry.set_enabled("users", True)
+    registry.set_enabled(False, name="users")
+    with httpx.Client(transport=transport, timeout=5.0) as c:
+        assert c.get(server.url + "/flaky/1/503").status_code == 503
     assert server.count("GET", "/flaky/1/503") == 1
 
 

@@ -88,11 +88,8 @@ async def test_kill_switch_stops_hedges(server: Server) -> None:
     hedge = seawall.Hedge(0.05, name="reads")
     outer, _ = transport(hedge)
     seawall.set_enabled(False, name="reads")
-    try:
-        async with httpx.AsyncClient(transport=outer, timeout=httpx.Timeout(5.0, read=0.3)) as c:
-            r = await c.get(server.url + "/stall/1")
-    finally:
-        seawall.set_enabled(True, name="reads")
+    async with httpx.AsyncClient(transport=outer, timeout=httpx.Timeout(5.0, read=0.3)) as c:
+        r = await c.get(server.url + "/stall/1")
     assert r.text == "ok after 2"  # the read timeout, then a retry; no hedge
     assert hedge.hedges == 0
 

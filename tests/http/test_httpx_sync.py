@@ -110,12 +110,19 @@ def test_retry_after_http_date(server: Server, clock: seawall.VirtualClock) -> N
     assert 27.0 <= clock.sleeps[0] <= 30.0  # whole seconds on the wire, and time passes
 
 
-def test_retry_after_past_date_means_now(server: Server, clock: seawall.VirtualClock) -> None:
+def test_retry_after_past_date_waits_the_jittered_backoff(
+    server: Server, clock: seawall.VirtualClock
+) -> None:
+    # "Now" from every server at once would make every client retry in lockstep: the policy
+    # waits the larger of the pushback and its own jittered backoff.
     date = email.utils.formatdate(time.time() - 3600, usegmt=True)
-    with client(policy(clock)) as c:
+    p = policy(clock)
+    with client(p) as c:
         r = c.get(server.url + "/flaky/1/503", params={"retry_after": date})
     assert r.status_code == 200
-    assert clock.sleeps == [0.0]
+    assert len(clock.sleeps) == 1
+    assert 0.0 < clock.sleeps[0] <= p.backoff.raw(0)
+    assert clock.sleeps[0] == p.backoff.compute(0, random.Random(7))
 
 
 def test_huge_retry_after_is_clamped(server: Server, clock: seawall.VirtualClock) -> None:
@@ -395,11 +402,8 @@ def test_discarded_responses_are_closed(server: Server, clock: seawall.VirtualCl
 
 def test_kill_switch_makes_one_attempt(server: Server, clock: seawall.VirtualClock) -> None:
     seawall.set_enabled(False)
-    try:
-        with client(policy(clock)) as c:
-            r = c.get(server.url + "/flaky/1/503")
-    finally:
-        seawall.set_enabled(True)
+    with client(policy(clock)) as c:
+        r = c.get(server.url + "/flaky/1/503")
     assert r.status_code == 503
     assert server.count("GET", "/flaky/1/503") == 1
 

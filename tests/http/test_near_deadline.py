@@ -176,7 +176,9 @@ def test_no_attempt_starts_with_less_than_the_minimum(server: Server) -> None:
 def test_default_total_time_bounds_retry_after_waits(server: Server) -> None:
     # The server asks for 10 s before each of 10 attempts: without a limit, 90 s of waits.
     clock = seawall.VirtualClock()
-    policy = seawall.RetryPolicy(clock=clock, max_attempts=10, hooks=())
+    policy = seawall.RetryPolicy(
+        clock=clock, max_attempts=10, hooks=(), backoff=seawall.Backoff.constant(0.01)
+    )
     transport = seawall.httpx.RetryTransport(policy, budget=None)
     with httpx.Client(transport=transport) as client:
         response = client.get(server.url + "/flaky/100/503?retry_after=10")
@@ -187,7 +189,9 @@ def test_default_total_time_bounds_retry_after_waits(server: Server) -> None:
 
 def test_total_timeout_none_restores_unbounded_waits(server: Server) -> None:
     clock = seawall.VirtualClock()
-    policy = seawall.RetryPolicy(clock=clock, max_attempts=10, hooks=())
+    policy = seawall.RetryPolicy(
+        clock=clock, max_attempts=10, hooks=(), backoff=seawall.Backoff.constant(0.01)
+    )
     transport = seawall.httpx.RetryTransport(policy, budget=None, total_timeout=None)
     with httpx.Client(transport=transport) as client:
         client.get(server.url + "/flaky/100/503?retry_after=10")

@@ -78,11 +78,8 @@ def test_give_ups_are_counted_by_reason() -> None:
     with pytest.raises(seawall.Permanent):
         p.call(bad_input)
     seawall.set_enabled(False, name="users")
-    try:
-        with pytest.raises(ConnectionError):
-            p.call(Flaky(clock, failures=1))
-    finally:
-        seawall.set_enabled(True, name="users")
+    with pytest.raises(ConnectionError):
+        p.call(Flaky(clock, failures=1))
     assert counters.get("give_ups", "users", "not_retryable") == 1
     assert counters.get("give_ups", "users", "disabled") == 1
     assert counters.get("attempts", "users", "failure") == 2
@@ -110,7 +107,7 @@ def test_breaker_transitions_are_counted_by_state_entered() -> None:
         open_duration=5.0,
         open_jitter=0.0,
         clock=clock,
-        on_state_change=[MetricsHook(counters).breaker_hook],
+        hooks=[MetricsHook(counters).breaker_hook],
     )
     for _ in range(2):
         with pytest.raises(ConnectionError):
@@ -141,10 +138,10 @@ def test_only_hooks_that_ask_see_success_events_and_plain_policies_keep_the_fast
     plain = seawall.RetryPolicy(hooks=[lambda e: seen.append(e.kind)])
     assert plain.call(lambda: 1) == 1
     assert seen == []
-    assert plain._simple
+    assert plain._fast
     counters = Counters()
     observed = seawall.RetryPolicy(hooks=[lambda e: seen.append(e.kind), MetricsHook(counters)])
-    assert not observed._simple
+    assert not observed._fast
     assert observed.call(lambda: 1) == 1
     assert seen == []
     assert counters.get("attempts", "", "success") == 1
@@ -160,6 +157,7 @@ def test_counters_format_uses_the_exported_metric_names() -> None:
     counters.hedge_win("search")
     counters.budget_refusal("users")
     counters.give_up("users", "deadline")
+    counters.fleet_transition("shop", "degraded")
     text = counters.format()
     assert 'seawall_attempts_total{policy="users",outcome="success"} 1' in text
     assert 'seawall_attempt_duration_seconds_sum{policy="users",outcome="success"} 0.5' in text
@@ -168,6 +166,7 @@ def test_counters_format_uses_the_exported_metric_names() -> None:
     assert 'seawall_hedges_total{policy="search"} 1' in text
     assert 'seawall_hedge_wins_total{policy="search"} 1' in text
     assert 'seawall_give_ups_total{policy="users",reason="deadline"} 1' in text
+    assert 'seawall_fleet_transitions_total{fleet="shop",state="degraded"} 1' in text
     for metric in METRICS:
         if metric.kind == "counter":
             assert f"{metric.prometheus_name}{{" in text

@@ -61,7 +61,7 @@ def test_breaker_and_shed_metrics_land_in_the_registry() -> None:
     hook = MetricsHook(recorder)
     clock = VirtualClock()
     breaker = seawall.CircuitBreaker(
-        name="db", minimum_calls=1, window_calls=1, clock=clock, on_state_change=[hook.breaker_hook]
+        name="db", minimum_calls=1, window_calls=1, clock=clock, hooks=[hook.breaker_hook]
     )
     breaker.isolate()
     breaker.reset()

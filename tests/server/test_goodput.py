@@ -25,6 +25,8 @@ import uvicorn
 
 from seawall.server import OVERLOADED_HEADER, LoadShedder
 
+pytestmark = pytest.mark.slow  # seconds of real traffic on a real server
+
 CONCURRENCY = 10
 SERVICE = 0.2
 CAPACITY = CONCURRENCY / SERVICE  # 50 requests per second

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from seawall.cli import build_parser, main
 from seawall.sim import SCENARIOS, Scenario, register_scenario
 
 
+@pytest.mark.volume
 def test_sim_amplify_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sim", "amplify", "--requests", "100", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -77,8 +77,8 @@ def test_every_scenario_has_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.fixture
-def extra_scenario() -> Iterator[list[str]]:
-    """A scenario registered through the extension point, removed afterwards."""
+def extra_scenario() -> list[str]:
+    """A scenario registered through the extension point (tests/conftest.py removes it)."""
     calls: list[str] = []
 
     def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -103,10 +103,7 @@ def extra_scenario() -> Iterator[list[str]]:
             render=render,
         )
     )
-    try:
-        yield calls
-    finally:
-        del SCENARIOS["extra"]
+    return calls
 
 
 def test_a_registered_scenario_becomes_a_subcommand(
@@ -130,6 +127,7 @@ def test_ctrl_c_exits_130_without_a_traceback(
     assert "Traceback" not in err
 
 
+@pytest.mark.slow  # every scenario, with plots
 def test_demo_writes_plots_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_dir = tmp_path / "report"
     assert main(["demo", "--out", str(out_dir), "--workers", "2"]) == 0

@@ -12,6 +12,7 @@ from seawall.instrumentation import Counters, MetricsHook
 from seawall.sim import SCENARIOS, hedge
 
 
+@pytest.mark.volume
 @pytest.mark.parametrize("seed", [0, 1])
 def test_hedging_at_the_live_p95_cuts_the_p99_with_little_extra_load(seed: int) -> None:
     result = hedge(requests=1000, quantiles=(0.95,), seed=seed)
@@ -25,6 +26,7 @@ def test_hedging_at_the_live_p95_cuts_the_p99_with_little_extra_load(seed: int) 
     assert 0 < p95.wins <= p95.hedges == p95.attempts - p95.leaf_calls
 
 
+@pytest.mark.volume
 def test_same_seed_same_result_other_seed_other_result() -> None:
     a = hedge(requests=300, quantiles=(0.95,), seed=4)
     b = hedge(requests=300, quantiles=(0.95,), seed=4)
@@ -33,6 +35,7 @@ def test_same_seed_same_result_other_seed_other_result() -> None:
     assert a != c
 
 
+@pytest.mark.volume
 def test_hooks_count_the_hedges_the_scenario_reports() -> None:
     counters = Counters()
     result = hedge(requests=300, quantiles=(0.95,), hooks=[MetricsHook(counters).hedge_hook])
@@ -82,6 +85,7 @@ def test_bad_percentile_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--at: must be a percentile" in capsys.readouterr().err
 
 
+@pytest.mark.volume
 def test_demo_version_shows_the_cut() -> None:
     result = SCENARIOS["hedge"].demo(0, 1, None)
     assert result.p99_cut >= 2

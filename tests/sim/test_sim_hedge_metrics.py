@@ -39,6 +39,7 @@ def test_sweep_metrics_match_the_result(capsys: pytest.CaptureFixture[str]) -> N
     assert any(k.startswith("seawall_breaker_transitions_total{") for k in metrics)
 
 
+@pytest.mark.volume
 def test_hedge_metrics_match_the_result(capsys: pytest.CaptureFixture[str]) -> None:
     data = run_json(
         ["sim", "hedge", "--requests", "300", "--at", "p95", "--json", "--metrics"], capsys

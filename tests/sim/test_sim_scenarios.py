@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,12 +12,8 @@ from seawall.sim._report import histogram_lines, jsonable, occ_markdown
 
 
 @pytest.fixture
-def retries_off() -> Iterator[None]:
-    seawall.set_enabled(False)
-    try:
-        yield
-    finally:
-        seawall.set_enabled(True)
+def retries_off() -> None:
+    seawall.set_enabled(False)  # switched back on for the next test by tests/conftest.py
 
 
 # -- storm -----------------------------------------------------------------------------------
@@ -73,6 +68,7 @@ def test_storm_histogram_text_shows_the_lockstep() -> None:
 # -- occ ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.volume
 def test_occ_no_jitter_costs_more_than_full_jitter() -> None:
     r = occ((20, 40), trials=8, seed=1)
     for n in (20, 40):
@@ -219,6 +215,7 @@ def test_metastable_without_a_spike_nothing_collapses() -> None:
     assert r.get("naive").success > 0.99
 
 
+@pytest.mark.volume
 def test_metastable_same_seed_same_result() -> None:
     a = metastable(strategies=("naive", "budget"), duration=30.0, seed=5)
     b = metastable(strategies=("naive", "budget"), duration=30.0, seed=5)
@@ -237,6 +234,7 @@ def test_metastable_rejects_bad_parameters() -> None:
 # -- determinism and JSON ----------------------------------------------------------------------
 
 
+@pytest.mark.volume
 def test_every_scenario_is_deterministic_by_seed() -> None:
     assert storm(clients=10, seed=4) == storm(clients=10, seed=4)
     assert storm(clients=10, seed=4) != storm(clients=10, seed=5)

@@ -105,6 +105,64 @@ async def hedged() -> None:
     del first
 
 
+def fleet_shared() -> None:
+    from seawall import redis as fleet_redis
+
+    fleet = fleet_redis.Fleet("redis://localhost:6379/0", namespace="shop", interval=0.1)
+    budget: seawall.Budget = fleet_redis.SharedRetryBudget(fleet, "payments", ratio=0.1)
+    bucket: seawall.Budget = fleet_redis.SharedTokenBucket(fleet, "payments")
+    breaker: seawall.CircuitBreaker = fleet_redis.SharedCircuitBreaker(fleet, "payments")
+    shared_policy = RetryPolicy(budget=budget)
+    stats: fleet_redis.FleetStats = fleet.stats()
+    degraded: bool = stats.degraded
+    hosts: list[fleet_redis.SharedRetryBudget] = fleet_redis.share_hosts(fleet, ["https://a"])
+    del bucket, breaker, shared_policy, degraded, hosts
+    fleet.close()
+
+
+# -- integrations: gRPC, aiohttp, WSGI -------------------------------------------------------
+
+import aiohttp  # noqa: E402
+import grpc as grpcio  # noqa: E402
+
+import seawall.aiohttp  # noqa: E402
+import seawall.grpc  # noqa: E402
+from seawall.server.aiohttp import LoadShedder as AiohttpShedder  # noqa: E402
+from seawall.server.wsgi import LoadShedder as WsgiShedder  # noqa: E402
+
+grpc_channel: grpcio.Channel = grpcio.intercept_channel(
+    grpcio.insecure_channel("127.0.0.1:50051"),
+    seawall.grpc.RetryInterceptor(policy, budget=seawall.TokenBucket()),
+)
+aio_interceptor = seawall.grpc.AsyncRetryInterceptor(
+    policy, hedge=seawall.Hedge(delay=0.05), hedge_methods=["/pkg.Users/Get"]
+)
+grpc_server_interceptors: list[grpcio.ServerInterceptor] = [
+    seawall.grpc.LoadShedder(max_concurrency=8, retry_after=0.5),
+    seawall.grpc.DeadlineInterceptor(max_request_time=10.0),
+]
+pushback: float | object | None = seawall.grpc.parse_pushback([("grpc-retry-pushback-ms", "10")])
+
+
+async def with_aiohttp() -> int:
+    middleware = seawall.aiohttp.RetryMiddleware(policy, idempotency_key=True)
+    async with (
+        aiohttp.ClientSession(middlewares=[middleware]) as session,
+        session.get("http://127.0.0.1:8080/") as response,
+    ):
+        return response.status
+
+
+aiohttp_shedder = AiohttpShedder(max_concurrency=32, max_request_time=10.0)
+
+
+def wsgi_app(environ: dict[str, object], start_response: object) -> list[bytes]:
+    return [b"ok"]
+
+
+wsgi_shedder = WsgiShedder(wsgi_app, max_concurrency=8)
+
+
 # -- limits, redaction, fault injection -----------------------------------------------------
 probed = seawall.CircuitBreaker(probe_timeout=5.0)
 kept = seawall.VirtualClock(keep_sleeps=10)

@@ -7,18 +7,20 @@ of an hour costs nothing.
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import math
-import selectors
 import time
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
 from seawall._core import validate as _validate
+from seawall._core.public import public
 
-__all__ = ["Clock", "SystemClock", "VirtualClock", "VirtualEventLoop"]
+if TYPE_CHECKING:
+    from seawall._core.aio import VirtualEventLoop
+
+__all__ = ["Clock", "SystemClock", "VirtualClock"]
 
 
+@public("seawall")
 @runtime_checkable
 class Clock(Protocol):
     """What a policy needs from time: a monotonic reading and two ways to wait."""
@@ -33,6 +35,7 @@ class Clock(Protocol):
         """Suspend the calling task for *seconds*."""
 
 
+@public("seawall")
 class SystemClock:
     """The real monotonic clock (:func:`time.monotonic`), the same scale asyncio uses."""
 
@@ -46,7 +49,10 @@ class SystemClock:
             time.sleep(seconds)
 
     async def asleep(self, seconds: float) -> None:
-        await asyncio.sleep(max(0.0, seconds))
+        # Here, not at import: code that never awaits never loads asyncio (or trio).
+        from seawall._core.compat import sleep
+
+        await sleep(seconds)
 
     def __repr__(self) -> str:
         return "SystemClock()"
@@ -60,6 +66,7 @@ _MAX_KEEP: Final = 1_000_000
 _MAX_START: Final = 1e12
 
 
+@public("seawall")
 class VirtualClock:
     """Virtual time: ``sleep`` jumps the clock forward instead of waiting.
 
@@ -119,6 +126,17 @@ class VirtualClock:
 
     async def asleep(self, seconds: float) -> None:
         seconds = self._count(seconds)
+        from seawall._core.compat import running_trio
+
+        if running_trio():
+            # Jump at once, as on a plain asyncio loop (fine for one task at a time).
+            import trio
+
+            self._now += seconds
+            await trio.lowlevel.checkpoint()
+            return
+        import asyncio
+
         loop = asyncio.get_running_loop()
         if loop is self._loop:
             # The loop's timers run on this clock: it will jump when every task waits.
@@ -130,64 +148,3 @@ class VirtualClock:
 
     def __repr__(self) -> str:
         return f"VirtualClock(now={self._now!r})"
-
-
-class _JumpingSelector(selectors.BaseSelector):
-    """Wraps a real selector; instead of blocking until a timer is due, it moves the clock there."""
-
-    def __init__(self, inner: selectors.BaseSelector, clock: VirtualClock) -> None:
-        self._inner = inner
-        self._clock = clock
-
-    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        return self._inner.register(fileobj, events, data)
-
-    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
-        return self._inner.unregister(fileobj)
-
-    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        return self._inner.modify(fileobj, events, data)
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if timeout is None:
-            # No timer pending: only real I/O can wake us.
-            return self._inner.select(None)
-        ready = self._inner.select(0)
-        if not ready and timeout > 0:
-            self._clock._now += timeout
-        return ready
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def get_map(self) -> Any:
-        return self._inner.get_map()
-
-
-class VirtualEventLoop(asyncio.SelectorEventLoop):
-    """An asyncio event loop whose time is a :class:`VirtualClock`.
-
-    ``loop.time()`` reads the virtual clock; when no callback is ready, the loop jumps the clock to
-    the next timer instead of waiting. ``asyncio.sleep``, ``asyncio.timeout`` and ``wait_for``
-    therefore all run on virtual time, and a test of an hour of retries takes milliseconds.
-    """
-
-    def __init__(self, clock: VirtualClock | None = None) -> None:
-        self.clock = clock if clock is not None else VirtualClock()
-        super().__init__(_JumpingSelector(selectors.DefaultSelector(), self.clock))
-        self.clock._loop = self
-
-    # asyncio runs the timers due before time() + _clock_resolution. A fixed 1e-9 vanishes in
-    # the rounding of a large reading (at 1.5e9 s a float moves in steps of 2.4e-7): a timer
-    # reached exactly would never be due, and the loop would spin. A few units in the last place
-    # of the reading instead.
-    @property
-    def _clock_resolution(self) -> float:
-        return max(1e-9, 4.0 * math.ulp(self.clock._now))
-
-    @_clock_resolution.setter
-    def _clock_resolution(self, value: float) -> None:
-        pass  # asyncio sets the real clock's resolution in __init__: not ours
-
-    def time(self) -> float:
-        return self.clock._now

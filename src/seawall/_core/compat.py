@@ -1,4 +1,6 @@
-"""Timeouts by cancellation on every supported Python (``asyncio.timeout`` arrived in 3.11)."""
+"""Timeouts by cancellation on every supported Python (``asyncio.timeout`` arrived in 3.11), and
+on trio: the running library is detected (sniffio, which trio brings), never imported unused.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from collections.abc import Awaitable
 from types import TracebackType
 from typing import Any, TypeVar
 
-__all__ = ["timeout_at", "with_timeout"]
+__all__ = ["checkpoint", "running_trio", "sleep", "timeout_after", "timeout_at", "with_timeout"]
 
 T = TypeVar("T")
 
@@ -60,7 +62,81 @@ def timeout_at(when: float) -> Any:
     return _TimeoutAt(when)  # pragma: no cover - Python 3.10
 
 
+def running_trio() -> bool:
+    """Whether the running async library is trio (directly or as anyio's backend).
+
+    Free when trio was never imported: one dictionary lookup, then asyncio.
+    """
+    if "trio" not in sys.modules:
+        return False
+    import sniffio  # a dependency of trio: present whenever trio is
+
+    try:
+        return bool(sniffio.current_async_library() == "trio")
+    except sniffio.AsyncLibraryNotFoundError:
+        return False
+
+
+class _TrioTimeout:
+    """:func:`timeout_after` on trio: a cancel scope whose firing leaves as ``TimeoutError``."""
+
+    __slots__ = ("_scope", "_seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = max(0.0, seconds)
+        self._scope: Any = None
+
+    def expired(self) -> bool:
+        return self._scope is not None and bool(self._scope.cancelled_caught)
+
+    async def __aenter__(self) -> _TrioTimeout:
+        import trio
+
+        self._scope = trio.CancelScope(deadline=trio.current_time() + self._seconds)
+        self._scope.__enter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        suppressed = bool(self._scope.__exit__(exc_type, exc, tb))
+        if self._scope.cancelled_caught:
+            raise TimeoutError("the deadline passed") from exc
+        return suppressed
+
+
+def timeout_after(seconds: float) -> Any:
+    """:func:`timeout_at` *seconds* from now on the running loop (a negative value: at once);
+    on trio, a cancel scope with the same behaviour."""
+    if running_trio():
+        return _TrioTimeout(seconds)
+    return timeout_at(asyncio.get_running_loop().time() + max(0.0, seconds))
+
+
+async def sleep(seconds: float) -> None:
+    """Sleep on the running library's clock (asyncio's or trio's)."""
+    if running_trio():
+        import trio
+
+        await trio.sleep(max(0.0, seconds))
+    else:
+        await asyncio.sleep(max(0.0, seconds))
+
+
+async def checkpoint() -> None:
+    """Let other tasks run (and cancellation arrive) without waiting."""
+    if running_trio():
+        import trio
+
+        await trio.lowlevel.checkpoint()
+    else:
+        await asyncio.sleep(0)
+
+
 async def with_timeout(aw: Awaitable[T], seconds: float) -> T:
     """Await *aw*, cancelling it after *seconds* (raises the builtin :class:`TimeoutError`)."""
-    async with timeout_at(asyncio.get_running_loop().time() + max(0.0, seconds)):
+    async with timeout_after(seconds):
         return await aw

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 from typing import TypeVar
+
+from seawall._core.public import public
 
 __all__ = [
     "DeadlineExceeded",
@@ -14,6 +15,7 @@ __all__ = [
     "RetryAfter",
     "is_permanent",
     "permanent",
+    "error_summary",
     "retry_after_of",
 ]
 
@@ -26,10 +28,12 @@ _PERMANENT_MARK = "__seawall_permanent__"
 _EXHAUSTED_MARK = "__seawall_exhausted__"
 
 
+@public("seawall")
 class Permanent(Exception):
     """Base class for errors that no policy ever retries (bad input, auth, not found, ...)."""
 
 
+@public("seawall")
 class Overloaded(Exception):
     """ "Overloaded; don't retry": the callee shed this request.
 
@@ -43,9 +47,17 @@ class Overloaded(Exception):
 
     def __init__(self, message: str = "overloaded; don't retry", retry_after: float | None = None):
         super().__init__(message)
-        self.retry_after_hint = retry_after
+        #: The callee's suggested wait in seconds, or ``None`` (the one name seawall uses for
+        #: a server's pushback, as on :class:`RetryAfter` and :class:`~seawall.CircuitOpen`).
+        self.retry_after = retry_after
+
+    @property
+    def retry_after_hint(self) -> float | None:
+        """The former name of :attr:`retry_after`."""
+        return self.retry_after
 
 
+@public("seawall")
 class RetryAfter(Exception):
     """Ask the policy to wait *delay* seconds before the next attempt (server pushback).
 
@@ -62,6 +74,7 @@ class RetryAfter(Exception):
         self.retry_after = delay
 
 
+@public("seawall")
 class DeadlineExceeded(TimeoutError):
     """The deadline passed, or too little time was left to start an attempt.
 
@@ -80,20 +93,23 @@ def permanent(exc: E) -> E:
     return exc
 
 
-_NEVER_RETRIED: tuple[type[BaseException], ...] = (
-    Permanent,
-    Overloaded,
-    DeadlineExceeded,
-    asyncio.CancelledError,
-    KeyboardInterrupt,
-    SystemExit,
-    GeneratorExit,
-)
+_NEVER_RETRIED: tuple[type[BaseException], ...] = (Permanent, Overloaded, DeadlineExceeded)
 
 
 def is_permanent(exc: BaseException) -> bool:
-    """Whether *exc* is never retried, whatever a policy's ``retry_on`` says."""
-    return isinstance(exc, _NEVER_RETRIED) or getattr(exc, _PERMANENT_MARK, False) is True
+    """Whether *exc* is never retried, whatever a policy's ``retry_on`` says.
+
+    ``Permanent``, ``permanent()``-marked errors, ``Overloaded``, ``DeadlineExceeded``, and
+    anything that is not an ``Exception``: cancellation (``asyncio.CancelledError``, trio's
+    ``Cancelled``), ``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit``. (A
+    ``DeadlineExceeded`` from a deadline tighter than the retrying call's own is still retried
+    as a slow attempt; see :func:`seawall.lowlevel.classify`.)
+    """
+    return (
+        not isinstance(exc, Exception)
+        or isinstance(exc, _NEVER_RETRIED)
+        or getattr(exc, _PERMANENT_MARK, False) is True
+    )
 
 
 def mark_exhausted(exc: BaseException) -> None:
@@ -146,3 +162,22 @@ def add_note(exc: BaseException, note: str) -> None:
             notes.append(note)
         except AttributeError:
             pass
+
+
+#: The longest error summary kept (in logs of durable state, a saga's last_error).
+SUMMARY_LIMIT = 500
+
+
+def error_summary(exc: BaseException, limit: int = SUMMARY_LIMIT) -> str:
+    """``"Type: message"`` for *exc* (``"Type"`` alone when the message is empty), at most
+    *limit* characters: what a durable log keeps of an error. Never raises, whatever the
+    exception's ``__str__`` does."""
+    name = type(exc).__qualname__
+    try:
+        message = str(exc)
+    except Exception:  # a broken __str__ must not lose the record
+        message = "<unprintable>"
+    text = f"{name}: {message}" if message else name
+    if len(text) > limit:
+        text = text[: max(0, limit - 3)] + "..."
+    return text

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
+from collections.abc import Iterator
 
-__all__ = ["is_enabled", "set_enabled"]
+__all__ = ["is_enabled", "one_attempt", "set_enabled"]
 
 
 class _Switch:
@@ -57,3 +60,26 @@ def is_enabled(name: str | None = None) -> bool:
     if not SWITCH.enabled:
         return False
     return name is None or name not in SWITCH.disabled_names
+
+
+# True inside one_attempt(): an enclosing layer (a saga orchestrator, a task queue) owns the
+# retries. Read on the failure path only.
+ONE_ATTEMPT: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "seawall_one_attempt", default=False
+)
+
+
+@contextlib.contextmanager
+def one_attempt() -> Iterator[None]:
+    """Inside the block (this thread or task only), every policy makes one attempt.
+
+    For a layer that owns the retries of the code it runs, such as a durable orchestrator or a
+    task queue with its own redelivery: the policies inside give up after their first attempt
+    (reason ``"delegated"``) and leave the error unmarked, so the owner retries it, once, at its
+    own layer (retry at one layer).
+    """
+    token = ONE_ATTEMPT.set(True)
+    try:
+        yield
+    finally:
+        ONE_ATTEMPT.reset(token)

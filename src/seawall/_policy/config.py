@@ -33,6 +33,8 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
 
 from seawall._core.clock import Clock
+from seawall._core.decorate import decorate
+from seawall._core.public import public
 from seawall._core.switch import is_enabled, set_enabled
 from seawall._core.validate import MAX_SECONDS, MIN_WINDOW, shown
 from seawall._strategies.backoff import DEFAULT_BACKOFF, Backoff
@@ -60,6 +62,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+@public("seawall.config")
 class ConfigError(ValueError):
     """A policy file or mapping is invalid.
 
@@ -90,6 +93,7 @@ STATUS_CONDITIONS: Final[Mapping[str, frozenset[int]]] = {
 }
 
 
+@public("seawall.config")
 @dataclasses.dataclass(frozen=True, slots=True)
 class BudgetConfig:
     """``budget = {percent, min, window}``: a :class:`~seawall.RetryBudget` per route.
@@ -111,6 +115,7 @@ class BudgetConfig:
         )
 
 
+@public("seawall.config")
 @dataclasses.dataclass(frozen=True, slots=True)
 class HedgeConfig:
     """``hedge = {delay, max_attempts, percentile, max_extra_percent}``: a route's hedging.
@@ -160,6 +165,7 @@ class HedgeConfig:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
+@public("seawall.config")
 @dataclasses.dataclass(frozen=True, slots=True)
 class RouteConfig:
     """One validated route policy (see the module docs for the fields).
@@ -658,6 +664,7 @@ def load_config(
 # -- live policies ------------------------------------------------------------------------------
 
 
+@public("seawall.config")
 class PolicyHandle:
     """A named, reloadable policy: every call uses the registry's current policy for the name.
 
@@ -687,15 +694,28 @@ class PolicyHandle:
         return self._route
 
     @property
-    def hedge(self) -> HedgeConfig | None:
-        """The route's hedging settings, if configured."""
+    def hedge_config(self) -> HedgeConfig | None:
+        """The route's hedging settings, if configured (the live hedge itself is
+        :meth:`PolicyRegistry.hedge`)."""
         return None if self._route is None else self._route.hedge
 
+    @property
+    def hedge(self) -> HedgeConfig | None:
+        """The former name of :attr:`hedge_config`."""
+        import warnings
+
+        warnings.warn(
+            "PolicyHandle.hedge is now PolicyHandle.hedge_config", DeprecationWarning, stacklevel=2
+        )
+        return self.hedge_config
+
     def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self._policy.call(fn, *args, **kwargs)
+        result: T = self._policy._first(fn, args, kwargs)
+        return result
 
     async def acall(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self._policy.acall(fn, *args, **kwargs)
+        result: T = await self._policy._afirst(fn, args, kwargs)
+        return result
 
     def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T]:
         return self._policy.run(fn, *args, **kwargs)
@@ -708,6 +728,13 @@ class PolicyHandle:
     def attempts(self) -> Attempts:
         return self._policy.attempts()
 
+    # The current policy's own first-attempt paths, looked up at each call (a reload swaps it).
+    def _run(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        return self._policy._first(fn, args, kwargs)
+
+    async def _arun(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        return await self._policy._afirst(fn, args, kwargs)
+
     @overload
     def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]: ...
 
@@ -716,29 +743,13 @@ class PolicyHandle:
 
     def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
         """Decorate ``def`` or ``async def``: each call goes through the current policy."""
-        import functools
-        import inspect
-
-        if not callable(fn):
-            raise TypeError(f"can only decorate callables, got {fn!r}")
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                return await self._policy.acall(fn, *args, **kwargs)
-
-            return async_wrapper
-
-        @functools.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-            return self._policy.call(fn, *args, **kwargs)
-
-        return wrapper
+        return decorate(fn, "retry", self._run, self._arun)
 
     def __repr__(self) -> str:
         return f"<PolicyHandle {self.name!r} {self._policy!r}>"
 
 
+@public("seawall.config")
 class HedgeHandle:
     """A route's live hedging policy: every call uses the registry's current :class:`Hedge`.
 
@@ -768,23 +779,18 @@ class HedgeHandle:
 
     def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
         """Decorate an ``async def``: each call goes through the current hedge."""
-        import functools
-        import inspect
-
-        if not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"hedging needs an async def function, got {fn!r}")
         acall = self.acall
 
-        @functools.wraps(fn)
-        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        async def run(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
             return await acall(fn, *args, **kwargs)
 
-        return wrapper
+        return decorate(fn, "hedge", None, run)
 
     def __repr__(self) -> str:
         return f"<HedgeHandle {self.name!r} {self.policy!r}>"
 
 
+@public("seawall.config")
 class PolicyRegistry:
     """One place for every retry policy of an application: see, change, reload, switch off.
 
@@ -997,10 +1003,27 @@ class PolicyRegistry:
     def __len__(self) -> int:
         return len(self._handles)
 
-    def set_enabled(self, name: str, enabled: bool) -> None:
-        """The per-name kill switch: ``False`` makes *name*'s policy try once, never retry."""
+    def set_enabled(self, enabled: bool | str, name: str | bool | None = None) -> None:
+        """The per-name kill switch: ``set_enabled(False, name="users")`` makes that policy
+        try once, never retry. The same order as :func:`seawall.set_enabled`; the former
+        ``set_enabled("users", False)`` still works, with a DeprecationWarning.
+
+        Raises:
+            KeyError: no policy has that name.
+        """
+        if isinstance(enabled, str):
+            import warnings
+
+            warnings.warn(
+                "PolicyRegistry.set_enabled(name, enabled) is now set_enabled(enabled, name=name)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            enabled, name = name, enabled  # type: ignore[assignment]
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {name!r}")
         self._handle(name)
-        set_enabled(enabled, name=name)
+        set_enabled(enabled, name=name)  # type: ignore[arg-type]
 
     def describe(self) -> dict[str, dict[str, Any]]:
         """Every policy's settings and kill-switch state, as plain data (for an admin page)."""

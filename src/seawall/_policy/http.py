@@ -24,6 +24,7 @@ from typing import Final, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from seawall._core import validate as _validate
 from seawall._core.errors import _EXHAUSTED_MARK, Overloaded, add_note, is_exhausted, permanent
+from seawall._core.public import public
 from seawall._strategies.budget import Budget
 from seawall._strategies.deadline import deadline_headers as encode_deadline_headers
 from seawall._strategies.retry import RetryPolicy
@@ -37,6 +38,7 @@ class RouteRules(Protocol):
     def http_rules(self) -> HttpRules: ...
 
 
+@public("seawall.http")
 @runtime_checkable
 class LivePolicy(Protocol):
     """A policy that can change at runtime (:class:`seawall.config.PolicyHandle`): the HTTP
@@ -227,6 +229,7 @@ class RetryableResponse(Exception):
         self.retry_after = retry_after
 
 
+@public("seawall.http")
 @dataclasses.dataclass(frozen=True, slots=True)
 class HttpRules:
     """What the HTTP integrations treat as retryable, and how (validated, frozen).

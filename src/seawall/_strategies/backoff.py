@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Literal
 
 from seawall._core import validate as _validate
+from seawall._core.public import public
 
 __all__ = ["JITTERS", "Backoff", "Jitter"]
 
@@ -22,6 +23,7 @@ _TABLE = 64
 _DEFAULT_RNG = random.Random()
 
 
+@public("seawall")
 @dataclasses.dataclass(frozen=True, slots=True)
 class Backoff:
     """How long to wait before retry number *n* (``n = 0`` is the first retry).

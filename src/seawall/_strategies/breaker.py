@@ -12,19 +12,20 @@ tasks) never wait for each other.
 from __future__ import annotations
 
 import collections
-import dataclasses
-import functools
-import logging
 import math
 import random
 import threading
+import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, Literal, ParamSpec, TypeVar, overload
+from typing import Any, Literal, NamedTuple, ParamSpec, TypeVar, overload
 
 from seawall._core import validate as _validate
+from seawall._core.classify import RetryOn, classify, compile_errors
 from seawall._core.clock import SYSTEM_CLOCK, Clock
-from seawall._core.decorate import check_decoratable
-from seawall._core.errors import DeadlineExceeded, Overloaded, is_permanent
+from seawall._core.decorate import decorate
+from seawall._core.errors import Overloaded
+from seawall._core.events import check_hooks, emit
+from seawall._core.public import public
 
 __all__ = ["BreakerEvent", "BreakerState", "CircuitBreaker", "CircuitOpen"]
 
@@ -33,9 +34,8 @@ T = TypeVar("T")
 
 BreakerState = Literal["closed", "open", "half_open", "isolated"]
 
-logger = logging.getLogger("seawall")
 
-
+@public("seawall")
 class CircuitOpen(Overloaded):
     """The circuit breaker rejected the call without making it.
 
@@ -56,12 +56,14 @@ class CircuitOpen(Overloaded):
         self.retry_after = retry_after
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class BreakerEvent:
-    """What a state-change hook receives.
+@public("seawall.lowlevel")
+class BreakerEvent(NamedTuple):
+    """What a breaker's hook receives. Immutable and cheap to create (a named tuple), and shaped
+    like the other strategies' events: ``kind`` and ``policy`` first.
 
     Attributes:
-        breaker: the breaker's ``name`` (or ``None``).
+        kind: ``"state_change"``.
+        policy: the breaker's ``name`` (or ``None``).
         old: the state left.
         new: the state entered.
         at: clock reading of the change.
@@ -69,43 +71,32 @@ class BreakerEvent:
         slow_ratio: the window's slow-call ratio then (``nan`` if unknown).
     """
 
-    breaker: str | None
+    kind: Literal["state_change"]
+    policy: str | None
     old: BreakerState
     new: BreakerState
     at: float
     failure_ratio: float = math.nan
     slow_ratio: float = math.nan
 
+    @property
+    def breaker(self) -> str | None:
+        """The former name of :attr:`policy`."""
+        return self.policy
+
 
 StateHook = Callable[[BreakerEvent], None]
-FailureOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+FailureOn = RetryOn
 
 
 def default_is_failure(exc: BaseException) -> bool:
-    """Whether an error counts against the dependency.
+    """Whether an error counts against the dependency: what a budget would hear as a failure
+    (:func:`seawall.lowlevel.classify`).
 
-    Permanent errors (a 404, bad input) are answers, not sickness: they count as successes.
-    Overload signals and timeouts count as failures.
+    Permanent errors (a 404, bad input) are answers, not sickness. Overload signals, timeouts
+    and transient errors count as failures; cancellation counts as nothing.
     """
-    if isinstance(exc, (Overloaded, DeadlineExceeded)):
-        return True
-    return not is_permanent(exc)
-
-
-def _compile_failure_on(value: FailureOn) -> Callable[[BaseException], bool]:
-    if isinstance(value, type):
-        value = (value,)
-    if isinstance(value, tuple):
-        for cls in value:
-            if not (isinstance(cls, type) and issubclass(cls, BaseException)):
-                raise TypeError(
-                    f"failure_on must be exception classes or a predicate, got {value!r}"
-                )
-        classes = value
-        return lambda exc: isinstance(exc, classes) and default_is_failure(exc)
-    if callable(value):
-        return value
-    raise TypeError(f"failure_on must be exception classes or a predicate, got {value!r}")
+    return classify(exc).hears == "failure"
 
 
 class _CountWindow:
@@ -184,6 +175,7 @@ def _never(outcome: int) -> None:  # pragma: no cover - guarded by _lock_free_su
     raise AssertionError("lock-free success path used without a count window")
 
 
+@public("seawall")
 class CircuitBreaker:
     """Closed, open, half-open: fail fast while a dependency is sick, then probe it.
 
@@ -212,11 +204,14 @@ class CircuitBreaker:
             dependency's callers rejected (resilience4j's ``maxWaitDurationInHalfOpenState``).
         failure_on: exception classes, or a predicate ``(exc) -> bool``, that count as failures.
             By default every ``Exception`` does except permanent ones (``Permanent``,
-            ``permanent()``-marked): the dependency answered. ``Overloaded`` and timeouts count.
+            ``permanent()``-marked): the dependency answered. Whatever it says, permanent
+            errors never count and ``Overloaded`` always does (one classification for every
+            strategy).
         clock: where time comes from (the system clock by default).
         rng: a seedable :class:`random.Random` for the open-duration jitter.
         name: shows up in :class:`CircuitOpen` and in hook events.
-        on_state_change: callables receiving a :class:`BreakerEvent` after each state change.
+        hooks: callables receiving a :class:`~seawall.lowlevel.BreakerEvent` after each state
+            change (``on_state_change`` is its former name).
 
     Raises:
         TypeError: a parameter has the wrong type (the message names it).
@@ -241,8 +236,28 @@ class CircuitBreaker:
         clock: Clock | None = None,
         rng: random.Random | None = None,
         name: str | None = None,
-        on_state_change: Sequence[StateHook] = (),
+        hooks: Sequence[StateHook] = (),
+        on_state_change: Sequence[StateHook] | None = None,
     ) -> None:
+        # What pickling carries to another process: the configuration, not the state.
+        self._config: dict[str, Any] = {
+            "failure_ratio": failure_ratio,
+            "minimum_calls": minimum_calls,
+            "window_calls": window_calls,
+            "window_seconds": window_seconds,
+            "window_buckets": window_buckets,
+            "slow_call_duration": slow_call_duration,
+            "slow_call_ratio": slow_call_ratio,
+            "open_duration": open_duration,
+            "open_jitter": open_jitter,
+            "half_open_probes": half_open_probes,
+            "probe_timeout": probe_timeout,
+            "failure_on": failure_on,
+            "clock": clock,
+            "rng": rng,
+            "name": name,
+            "hooks": hooks if on_state_change is None else on_state_change,
+        }
         self.failure_ratio = _validate.ratio("failure_ratio", failure_ratio, zero=False)
         self.minimum_calls = _validate.count("minimum_calls", minimum_calls, minimum=1)
         self._window: _CountWindow | _TimeWindow
@@ -285,9 +300,7 @@ class CircuitBreaker:
             else _validate.seconds("probe_timeout", probe_timeout, zero=False, finite=True)
         )
         self._half_open_at = 0.0  # when the current half-open period began
-        self._is_failure = (
-            default_is_failure if failure_on is None else _compile_failure_on(failure_on)
-        )
+        self._matcher = None if failure_on is None else compile_errors(failure_on, "failure_on")
         if clock is not None and not isinstance(clock, Clock):
             raise TypeError(f"clock must implement seawall.Clock, got {clock!r}")
         self._clock: Clock = clock if clock is not None else SYSTEM_CLOCK
@@ -297,14 +310,15 @@ class CircuitBreaker:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {name!r}")
         self.name = name
-        if isinstance(on_state_change, (str, bytes)) or not isinstance(on_state_change, Sequence):
-            raise TypeError(
-                f"on_state_change must be a sequence of callables, got {on_state_change!r}"
+        if on_state_change is not None:
+            warnings.warn(
+                "CircuitBreaker(on_state_change=...) is now hooks=...",
+                DeprecationWarning,
+                stacklevel=2,
             )
-        for hook in on_state_change:
-            if not callable(hook):
-                raise TypeError(f"on_state_change must hold callables, got {hook!r}")
-        self._hooks = tuple(on_state_change)
+            self._hooks = check_hooks(on_state_change, "on_state_change")
+        else:
+            self._hooks = check_hooks(hooks)
 
         # Calls need a start time only to spot slow calls.
         self._timed = self.slow_call_duration is not None
@@ -364,17 +378,11 @@ class CircuitBreaker:
             self._window.clear()
         if old == new or not self._hooks:
             return None
-        return BreakerEvent(self.name, old, new, now, ratios[0], ratios[1])
+        return BreakerEvent("state_change", self.name, old, new, now, ratios[0], ratios[1])
 
     def _emit(self, event: BreakerEvent | None) -> None:
-        if event is None:
-            return
-        for hook in self._hooks:
-            try:
-                hook(event)
-            except Exception:
-                # A broken metrics hook must not turn into failures of the protected calls.
-                logger.exception("circuit breaker state hook %r failed", hook)
+        if event is not None:
+            emit(self._hooks, event)
 
     def isolate(self) -> None:
         """Hold the breaker open (every call fails fast) until :meth:`reset`."""
@@ -443,7 +451,7 @@ class CircuitBreaker:
             if generation == self._generation:
                 self._append(0)
             return
-        failed = error is not None and self._is_failure(error)
+        failed = error is not None and classify(error, self._matcher).hears == "failure"
         event = None
         with self._lock:
             now = self._clock.now()
@@ -489,6 +497,10 @@ class CircuitBreaker:
             CircuitOpen: the call was not made.
             BaseException: whatever *fn* raised, unchanged.
         """
+        result: T = self._run(fn, args, kwargs)
+        return result
+
+    def _run(self, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
         # acquire() and record() inlined for a closed count window: the success path is two
         # attribute reads, the call, and one atomic append.
         generation = self._generation
@@ -513,6 +525,10 @@ class CircuitBreaker:
 
     async def acall(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """The async twin of :meth:`call`. The caller's cancellation is not a failure."""
+        result: T = await self._arun(fn, args, kwargs)
+        return result
+
+    async def _arun(self, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any) -> T:
         generation = self._generation
         if self._state == "closed" and self._lock_free_success:
             permit: Permit = (generation, False, 0.0)
@@ -543,42 +559,16 @@ class CircuitBreaker:
 
     def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
         """Decorate a ``def`` or ``async def`` function; its signature is preserved."""
-        if check_decoratable(fn, "guard"):
-            acall = self.acall
+        return decorate(fn, "guard", self._run, self._arun)
 
-            @functools.wraps(fn)
-            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                return await acall(fn, *args, **kwargs)
-
-            return async_wrapper
-        call = self.call
-        if not self._lock_free_success:
-
-            @functools.wraps(fn)
-            def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                return call(fn, *args, **kwargs)
-
-            return wrapper
-
-        append = self._append
-
-        @functools.wraps(fn)
-        def fast_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-            # call() with its closed-state success path inlined (a frame less per call).
-            generation = self._generation
-            if self._state != "closed":
-                return call(fn, *args, **kwargs)
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as exc:
-                self.record((generation, False, 0.0), exc)
-                raise
-            if generation == self._generation:
-                append(0)
-            return result
-
-        return fast_wrapper
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The configuration travels (for process pools and task queues); the state does not.
+        return (_rebuild_breaker, (self._config,))
 
     def __repr__(self) -> str:
         name = f" {self.name!r}" if self.name else ""
         return f"<CircuitBreaker{name} {self.state}>"
+
+
+def _rebuild_breaker(config: dict[str, Any]) -> CircuitBreaker:
+    return CircuitBreaker(**config)

@@ -31,6 +31,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 from seawall._core import validate as _validate
 from seawall._core.clock import Clock
 from seawall._core.errors import Overloaded
+from seawall._core.public import public
 
 __all__ = [
     "AdaptiveThrottle",
@@ -39,9 +40,39 @@ __all__ = [
     "RetryQuota",
     "Throttled",
     "TokenBucket",
+    "answer_callback",
+    "first_attempt_callables",
 ]
 
+# What a budget's first_attempt() capability returns: (before, after), each None for nothing.
+FirstAttempt = tuple[Callable[[], None] | None, Callable[[], None] | None]
 
+
+def answer_callback(budget: Budget) -> Callable[[BaseException], None]:
+    """What *budget* is told when the dependency answered, not healthily: its ``on_answer``, or
+    (for a budget that predates the third outcome) its ``on_success``."""
+    on_answer = getattr(budget, "on_answer", None)
+    if callable(on_answer):
+        return on_answer  # type: ignore[no-any-return]
+    on_success = budget.on_success
+
+    def answered(error: BaseException) -> None:
+        on_success()
+
+    return answered
+
+
+def first_attempt_callables(budget: Budget) -> FirstAttempt:
+    """*budget*'s cheapest callables for a first attempt (its ``first_attempt()`` capability),
+    or its ``on_request`` and ``on_success``."""
+    offer = getattr(budget, "first_attempt", None)
+    if callable(offer):
+        before, after = offer()
+        return before, after
+    return budget.on_request, budget.on_success
+
+
+@public("seawall")
 @runtime_checkable
 class Budget(Protocol):
     """What a policy asks of a shared budget. One budget may serve many policies and threads.
@@ -49,8 +80,16 @@ class Budget(Protocol):
     A policy calls :meth:`on_request` before the first attempt of each logical call, then
     :meth:`on_success` or :meth:`on_failure` after every attempt, and :meth:`allow_retry` before
     each retry (only when it would otherwise retry). A failure is an error the policy would retry
-    (or ``Overloaded``); permanent errors such as a 404 count as successes: the dependency
-    answered.
+    (or ``Overloaded``).
+
+    Two optional capabilities, looked up on the object (a budget without them works as before):
+
+    * ``on_answer(error)``: the dependency answered, but not with a success (a permanent error,
+      a 4xx, a fatal gRPC status; :attr:`seawall.lowlevel.Verdict.ANSWERED`). Without it, such
+      an answer is reported to :meth:`on_success`.
+    * ``first_attempt() -> (before, after)``: the cheapest callables a first attempt needs,
+      called in place of :meth:`on_request` before it and of :meth:`on_success` after it
+      succeeds; ``None`` for "nothing to do". They must do exactly what those methods do.
 
     The calls for one logical call are made from the caller's thread or task, so an
     implementation may keep per-call state in a :class:`contextvars.ContextVar` (as
@@ -71,6 +110,7 @@ class Budget(Protocol):
         """An attempt failed with a transient error or an overload signal."""
 
 
+@public("seawall")
 class Throttled(Overloaded):
     """A call rejected locally by :class:`AdaptiveThrottle`, before touching the network.
 
@@ -174,6 +214,7 @@ _BUSY: Final = 2048
 # -- RetryBudget -------------------------------------------------------------------------------
 
 
+@public("seawall")
 class RetryBudget:
     """Retries may add at most ``ratio`` of the requests, plus a floor, over a sliding window.
 
@@ -205,6 +246,7 @@ class RetryBudget:
     __slots__ = (
         "_busy_at",
         "_check_at",
+        "_clock",
         "_deposits",
         "_index",
         "_lock",
@@ -234,6 +276,7 @@ class RetryBudget:
         self.min_per_second = _non_negative("min_per_second", min_per_second)
         self.window = _window(window)
         self._now = _clock_now(clock)
+        self._clock = clock
         # The floor is a reserve of retries per window that needs no deposit.
         self._reserve = self.min_per_second * self.window
         self._lock = threading.Lock()
@@ -266,7 +309,6 @@ class RetryBudget:
         ~0.1% of a slice's deposits.
         """
         # No lock: a deposit racing with a slice change lands in one slice or its neighbour.
-        # The same steps are inlined by first_attempt_wrapper(); keep the two alike.
         number = next(self._deposits)
         if number >= self._check_at and (number >= self._busy_at or self._now() >= self._slice_end):
             self._check(number)
@@ -306,8 +348,19 @@ class RetryBudget:
     def on_success(self) -> None:
         """Nothing to do: the budget counts requests and retries, not outcomes."""
 
+    def on_answer(self, error: BaseException) -> None:
+        """Nothing to do: the budget counts requests and retries, not outcomes."""
+
     def on_failure(self, error: BaseException) -> None:
         """Nothing to do: the budget counts requests and retries, not outcomes."""
+
+    def first_attempt(self) -> FirstAttempt:
+        """A deposit before the first attempt; nothing after it."""
+        return self.on_request, None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The configuration travels; counts and locks do not (a fresh budget on the other side).
+        return (type(self), (self.ratio, self.min_per_second, self.window, self._clock))
 
     @property
     def requests(self) -> int:
@@ -377,18 +430,10 @@ class RetryBudget:
         )
 
 
-def success_is_noop(budget: Budget) -> bool:
-    """Whether *budget*'s ``on_success`` does nothing, so a policy may skip calling it.
-
-    True for :class:`RetryBudget` (and subclasses that keep its ``on_success``): it counts
-    requests and retries, not outcomes. A success path then makes one call to the budget, not two.
-    """
-    return getattr(type(budget), "on_success", None) is RetryBudget.on_success
-
-
 # -- TokenBucket -------------------------------------------------------------------------------
 
 
+@public("seawall")
 class TokenBucket:
     """gRPC retry throttling: retries stop while more than about half the attempts fail.
 
@@ -443,10 +488,21 @@ class TokenBucket:
         with self._lock:
             self._milli = min(self._max, self._milli + self._ratio)
 
+    def on_answer(self, error: BaseException) -> None:
+        """An answer that is not a success (a fatal status) moves no token, as in gRPC: only
+        successes refill the bucket, so a run of fatal answers cannot reopen retries."""
+
     def on_failure(self, error: BaseException) -> None:
         """Take one token."""
         with self._lock:
             self._milli = max(0, self._milli - 1000)
+
+    def first_attempt(self) -> FirstAttempt:
+        """Nothing before the first attempt; a refill after its success."""
+        return None, self.on_success
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.max_tokens, self.token_ratio))
 
     def __repr__(self) -> str:
         return (
@@ -470,6 +526,24 @@ def _looks_like_timeout(error: BaseException) -> bool:
     return any("Timeout" in cls.__name__ for cls in type(error).__mro__)
 
 
+@public("seawall")
+def _looks_like_throttling(error: BaseException) -> bool:
+    """Whether *error* says "slow down": an HTTP 429, or a class named like throttling
+    (``ThrottlingException``, ``TooManyRequestsException``, ...)."""
+    if getattr(error, "status", None) == 429 or getattr(error, "status_code", None) == 429:
+        return True
+    return any(
+        "Throttl" in cls.__name__ or "TooManyRequests" in cls.__name__
+        for cls in type(error).__mro__
+    )
+
+
+def _aws_standard_cost(error: BaseException) -> int:
+    """botocore's standard-mode retry cost: 5 after throttling, 14 otherwise."""
+    return 5 if _looks_like_throttling(error) else 14
+
+
+@public("seawall")
 class RetryQuota:
     """A retry quota in the style of the AWS SDKs: each retry costs tokens; successes refund.
 
@@ -488,6 +562,9 @@ class RetryQuota:
         success_reward: tokens a first-attempt success adds (up to ``capacity``).
         is_timeout: a predicate telling timeouts; by default ``TimeoutError`` and any exception
             class whose name contains ``Timeout`` (such as ``httpx.ReadTimeout``).
+        cost: a function ``(error) -> int`` giving what a retry after *error* costs, replacing
+            ``retry_cost`` and ``timeout_cost`` (:meth:`aws_standard` charges less after
+            throttling this way).
 
     Raises:
         ValueError: ``capacity`` not > 0, or a cost or reward < 0.
@@ -495,6 +572,7 @@ class RetryQuota:
 
     __slots__ = (
         "_available",
+        "_cost",
         "_held",
         "_is_timeout",
         "_lock",
@@ -511,6 +589,7 @@ class RetryQuota:
         timeout_cost: int = 10,
         success_reward: int = 1,
         is_timeout: Callable[[BaseException], bool] | None = None,
+        cost: Callable[[BaseException], int] | None = None,
     ) -> None:
         self.capacity = _count("capacity", capacity, minimum=1)
         self.retry_cost = _count("retry_cost", retry_cost, minimum=0)
@@ -519,6 +598,9 @@ class RetryQuota:
         if is_timeout is not None and not callable(is_timeout):
             raise TypeError(f"is_timeout must be callable or None, got {is_timeout!r}")
         self._is_timeout = is_timeout or _looks_like_timeout
+        if cost is not None and not callable(cost):
+            raise TypeError(f"cost must be callable or None, got {cost!r}")
+        self._cost = cost
         self._available = self.capacity
         self._lock = threading.Lock()
         # The cost withdrawn by the latest retry of the call running in this thread or task, so
@@ -531,13 +613,23 @@ class RetryQuota:
 
     @classmethod
     def aws_standard(cls) -> RetryQuota:
-        """The AWS SDKs' "standard" retry mode quota: 500 tokens, retry 5, after a timeout 10.
+        """The AWS SDKs' "standard" retry mode quota as botocore ships it today: 500 tokens, a
+        retry costs 14, or 5 after throttling; no separate timeout cost.
 
         A first-attempt success adds 1 token; a success after retries refunds the latest
-        retry's cost.
+        retry's cost; an answer that is not a success (a 404) refunds nothing.
         """
-        # AWS SDKs and Tools reference guide, "Retry behavior", standard mode; botocore's
-        # retries/standard.py (INITIAL_RETRY_TOKENS, RETRY_COST, TIMEOUT_RETRY_COST).
+        # botocore retries/standard.py, RetryQuotaChecker: _RETRY_COST = 14,
+        # _THROTTLING_RETRY_COST = 5, _NO_RETRY_INCREMENT = 1; quota.py INITIAL_CAPACITY = 500.
+        return cls(
+            capacity=500, retry_cost=14, timeout_cost=14, success_reward=1, cost=_aws_standard_cost
+        )
+
+    @classmethod
+    def aws_standard_legacy(cls) -> RetryQuota:
+        """The earlier "standard" mode costs (the AWS SDKs before 2026): 500 tokens, a retry
+        costs 5, or 10 after a timeout; a first-attempt success adds 1 token."""
+        # botocore retries/standard.py of that time: RETRY_COST 5, TIMEOUT_RETRY_COST 10.
         return cls(capacity=500, retry_cost=5, timeout_cost=10, success_reward=1)
 
     @property
@@ -552,8 +644,11 @@ class RetryQuota:
 
     def allow_retry(self, error: BaseException | None = None) -> bool:
         """Take the cost of one retry after *error*; ``False`` when the quota cannot pay it."""
-        timeout = error is not None and self._is_timeout(error)
-        cost = self.timeout_cost if timeout else self.retry_cost
+        if self._cost is not None and error is not None:
+            cost = _count("cost(error)", self._cost(error), minimum=0)
+        else:
+            timeout = error is not None and self._is_timeout(error)
+            cost = self.timeout_cost if timeout else self.retry_cost
         with self._lock:
             if self._available < cost:
                 return False
@@ -572,10 +667,33 @@ class RetryQuota:
             with self._lock:
                 self._available = min(self.capacity, self._available + amount)
 
+    def on_answer(self, error: BaseException) -> None:
+        """An answer that is not a success (a 404): no refund and no reward, as in the AWS SDKs,
+        which refund only after a successful response; the cost held stays spent."""
+        if self._held.get() is not None:
+            self._held.set(None)
+
     def on_failure(self, error: BaseException) -> None:
         """The retry failed: its cost stays spent."""
         if self._held.get() is not None:
             self._held.set(None)
+
+    def first_attempt(self) -> FirstAttempt:
+        return self.on_request, self.on_success
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        custom = None if self._is_timeout is _looks_like_timeout else self._is_timeout
+        return (
+            type(self),
+            (
+                self.capacity,
+                self.retry_cost,
+                self.timeout_cost,
+                self.success_reward,
+                custom,
+                self._cost,
+            ),
+        )
 
     def __repr__(self) -> str:
         return (
@@ -592,6 +710,7 @@ def _count(name: str, value: object, *, minimum: int) -> int:
 # -- AdaptiveThrottle --------------------------------------------------------------------------
 
 
+@public("seawall")
 class AdaptiveThrottle:
     """Client-side adaptive throttling: reject requests locally when the dependency rejects most.
 
@@ -633,6 +752,7 @@ class AdaptiveThrottle:
         "_accepts",
         "_busy_at",
         "_check_at",
+        "_clock",
         "_index",
         "_lock",
         "_now",
@@ -640,6 +760,7 @@ class AdaptiveThrottle:
         "_req_marks",
         "_req_peeks",
         "_requests",
+        "_rng",
         "_slice",
         "_slice_end",
         "_slot",
@@ -666,7 +787,9 @@ class AdaptiveThrottle:
         if rng is not None and not isinstance(rng, random.Random):
             raise TypeError(f"rng must be a random.Random or None, got {rng!r}")
         self._random = (rng if rng is not None else random.Random()).random
+        self._rng = rng
         self._now = _clock_now(clock)
+        self._clock = clock
         self._lock = threading.Lock()  # for decisions with arithmetic and for moving slices
         # Running counts; each slice remembers both counts when it began (see RetryBudget).
         self._requests = _atomic_counter()
@@ -702,7 +825,6 @@ class AdaptiveThrottle:
         Raises:
             Throttled: the call is rejected locally.
         """
-        # The same steps are inlined by first_attempt_wrapper(); keep the two alike.
         number = next(self._requests)
         if number >= self._check_at and (number >= self._busy_at or self._now() >= self._slice_end):
             self._check(number)
@@ -726,8 +848,18 @@ class AdaptiveThrottle:
             self._tick()
         next(self._accepts)
 
+    def on_answer(self, error: BaseException) -> None:
+        """The dependency answered (a 404 is an answer): an accept, as for a success."""
+        self.on_success()
+
     def on_failure(self, error: BaseException) -> None:
         """The dependency did not answer (or shed the request): no accept."""
+
+    def first_attempt(self) -> FirstAttempt:
+        return self.on_request, self.on_success
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.k, self.window, self._clock, self._rng, self.min_requests))
 
     @property
     def requests(self) -> int:
@@ -828,150 +960,3 @@ class AdaptiveThrottle:
             f"AdaptiveThrottle(k={self.k!r}, window={self.window!r}, "
             f"min_requests={self.min_requests!r})"
         )
-
-
-# -- first attempts without method calls -------------------------------------------------------
-
-
-def _own(budget: object, cls: type, *names: str) -> bool:
-    """Whether *budget* is a *cls* whose methods *names* are *cls*'s own (not overridden)."""
-    kind = type(budget)
-    return isinstance(budget, cls) and all(getattr(kind, n) is getattr(cls, n) for n in names)
-
-
-def first_attempt_wrapper(
-    budget: Budget,
-    fn: Callable[..., Any],
-    slow: Callable[[Callable[..., Any], Any, Any, Exception], Any],
-    timed: Callable[[Callable[..., Any], Any, Any], Any],
-    get_deadline: Callable[[], object],
-) -> Callable[..., Any] | None:
-    """A policy's decorated *fn* with *budget*'s success path inlined, or ``None`` for a budget
-    this module does not know (the policy then calls its methods).
-
-    The wrapper makes the first attempt: it tells the budget that a call starts, calls *fn*,
-    and tells the budget of the success, with the steps of the budget's own ``on_request`` and
-    ``on_success`` written out here, so that a healthy call makes no Python-level call to the
-    budget at all. *fn* failing hands over to ``slow(fn, args, kwargs, exc)`` (the retry loop,
-    which reports the failure to the budget); under an ambient deadline the whole call goes to
-    ``timed(fn, args, kwargs)``. The budget's own methods stay the reference: each step below
-    is one of theirs, and tests compare the two.
-    """
-    if _own(budget, RetryBudget, "on_request", "on_success"):
-        return _retry_budget_wrapper(budget, fn, slow, timed, get_deadline)  # type: ignore[arg-type]
-    if _own(budget, TokenBucket, "on_request", "on_success"):
-        return _token_bucket_wrapper(budget, fn, slow, timed, get_deadline)  # type: ignore[arg-type]
-    if _own(budget, RetryQuota, "on_request", "on_success"):
-        return _retry_quota_wrapper(budget, fn, slow, timed, get_deadline)  # type: ignore[arg-type]
-    if _own(budget, AdaptiveThrottle, "on_request", "on_success"):
-        return _throttle_wrapper(budget, fn, slow, timed, get_deadline)  # type: ignore[arg-type]
-    return None
-
-
-def _retry_budget_wrapper(
-    budget: RetryBudget,
-    fn: Callable[..., Any],
-    slow: Callable[[Callable[..., Any], Any, Any, Exception], Any],
-    timed: Callable[[Callable[..., Any], Any, Any], Any],
-    get_deadline: Callable[[], object],
-) -> Callable[..., Any]:
-    # on_request inlined; on_success does nothing.
-    deposit, now, check = budget._deposits.__next__, budget._now, budget._check
-
-    def retry_budget_wrapper(*args: Any, **kwargs: Any) -> Any:
-        if get_deadline() is None:
-            number = deposit()
-            if number >= budget._check_at and (
-                number >= budget._busy_at or now() >= budget._slice_end
-            ):
-                check(number)
-            try:
-                return fn(*args, **kwargs)
-            except Exception as exc:
-                return slow(fn, args, kwargs, exc)
-        return timed(fn, args, kwargs)
-
-    return retry_budget_wrapper
-
-
-def _token_bucket_wrapper(
-    budget: TokenBucket,
-    fn: Callable[..., Any],
-    slow: Callable[[Callable[..., Any], Any, Any, Exception], Any],
-    timed: Callable[[Callable[..., Any], Any, Any], Any],
-    get_deadline: Callable[[], object],
-) -> Callable[..., Any]:
-    # on_request does nothing; on_success does nothing while the bucket is full.
-    on_success = budget.on_success
-
-    def token_bucket_wrapper(*args: Any, **kwargs: Any) -> Any:
-        if get_deadline() is None:
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as exc:
-                return slow(fn, args, kwargs, exc)
-            if budget._milli < budget._max:
-                on_success()
-            return result
-        return timed(fn, args, kwargs)
-
-    return token_bucket_wrapper
-
-
-def _retry_quota_wrapper(
-    budget: RetryQuota,
-    fn: Callable[..., Any],
-    slow: Callable[[Callable[..., Any], Any, Any, Exception], Any],
-    timed: Callable[[Callable[..., Any], Any, Any], Any],
-    get_deadline: Callable[[], object],
-) -> Callable[..., Any]:
-    # on_request does nothing unless a cost is held; on_success does nothing while the quota
-    # is full and no cost is held (a success then adds nothing to a full quota).
-    held = budget._held.get
-    on_request, on_success = budget.on_request, budget.on_success
-
-    def retry_quota_wrapper(*args: Any, **kwargs: Any) -> Any:
-        if get_deadline() is None:
-            if held() is not None:
-                on_request()
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as exc:
-                return slow(fn, args, kwargs, exc)
-            if budget._available < budget.capacity or held() is not None:
-                on_success()
-            return result
-        return timed(fn, args, kwargs)
-
-    return retry_quota_wrapper
-
-
-def _throttle_wrapper(
-    budget: AdaptiveThrottle,
-    fn: Callable[..., Any],
-    slow: Callable[[Callable[..., Any], Any, Any, Exception], Any],
-    timed: Callable[[Callable[..., Any], Any, Any], Any],
-    get_deadline: Callable[[], object],
-) -> Callable[..., Any]:
-    # on_request and on_success inlined.
-    request, accept = budget._requests.__next__, budget._accepts.__next__
-    now, check, tick = budget._now, budget._check, budget._tick
-
-    def throttle_wrapper(*args: Any, **kwargs: Any) -> Any:
-        if get_deadline() is None:
-            number = request()
-            if number >= budget._check_at and (
-                number >= budget._busy_at or now() >= budget._slice_end
-            ):
-                check(number)  # raises Throttled to reject the call
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as exc:
-                return slow(fn, args, kwargs, exc)
-            if budget._stride == 1 and now() >= budget._slice_end:
-                tick()
-            accept()
-            return result
-        return timed(fn, args, kwargs)
-
-    return throttle_wrapper

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import dataclasses
 import math
+import sys
 import threading
 from collections.abc import Iterable
 from types import TracebackType
@@ -13,8 +13,8 @@ from typing import Any, Final, NamedTuple, Protocol
 
 from seawall._core import validate as _validate
 from seawall._core.clock import SYSTEM_CLOCK, Clock
-from seawall._core.compat import timeout_at
 from seawall._core.errors import DeadlineExceeded
+from seawall._core.public import public
 
 __all__ = [
     "DEFAULT_TRANSIT_MARGIN",
@@ -22,6 +22,8 @@ __all__ = [
     "REQUEST_DEADLINE_HEADER",
     "Deadline",
     "DeadlineHeaderCounts",
+    "attempt_deadline",
+    "call_deadline",
     "current_deadline",
     "deadline",
     "deadline_from_headers",
@@ -31,6 +33,7 @@ __all__ = [
     "decode_request_deadline",
     "encode_grpc_timeout",
     "encode_request_deadline",
+    "install",
     "remaining",
     "timeout_from_headers",
 ]
@@ -46,6 +49,7 @@ def _relative(seconds: object) -> float:
     return _validate.number("seconds", seconds, maximum=_validate.MAX_SECONDS)
 
 
+@public("seawall.propagation")
 class Deadline(NamedTuple):
     """An absolute point in time on a clock; ``at = math.inf`` means no deadline.
 
@@ -86,6 +90,56 @@ def remaining() -> float:
     return math.inf if d is None else d.at - d.clock.now()
 
 
+_GRACE: Final = 0.001  # seconds a plain `with` in a coroutine waits past its deadline to cancel
+
+
+def _running_task() -> Any:
+    """The asyncio task running this code, or ``None`` (asyncio is not even imported for it)."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return None
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no running event loop in this thread
+        return None
+
+
+# -- deadline composition: the one place where the ambient deadline, a call's timeout and an
+# attempt's timeout meet. Every strategy and driver uses these three functions.
+
+_new_deadline = tuple.__new__  # skips the named tuple's Python-level __new__: half the cost
+
+
+def call_deadline(now: float, timeout: float | None) -> float:
+    """A call's absolute deadline on the clock read as *now*: the earlier of the ambient
+    deadline (converted to this clock through its time left) and ``now + timeout``."""
+    ambient = _DEADLINE.get()
+    at = math.inf if ambient is None else now + (ambient.at - ambient.clock.now())
+    if timeout is not None and now + timeout < at:
+        return now + timeout
+    return at
+
+
+def attempt_deadline(now: float, call_at: float, attempt_timeout: float | None) -> float:
+    """An attempt's absolute deadline: the earlier of the call's and ``now + attempt_timeout``."""
+    if attempt_timeout is not None and now + attempt_timeout < call_at:
+        return now + attempt_timeout
+    return call_at
+
+
+def install(at: float, now: float, clock: Clock) -> contextvars.Token[Deadline | None] | None:
+    """Make *at* (on *clock*, which reads *now*) the ambient deadline if it is earlier than the
+    one in force: nested scopes keep the earlier deadline, and an inner one can only shorten
+    the time left. Returns the token to reset, or ``None`` when nothing was installed."""
+    if at == math.inf:
+        return None
+    outer = _DEADLINE.get()
+    if outer is not None and outer.at - outer.clock.now() <= at - now:
+        return None
+    return _DEADLINE.set(_new_deadline(Deadline, (at, clock)))
+
+
+@public("seawall")
 class deadline:
     """Set an ambient deadline for the block: ``with deadline(2.0):`` or ``async with``.
 
@@ -93,9 +147,11 @@ class deadline:
     extend it. Every :class:`~seawall.RetryPolicy` called inside respects it: attempts get at most
     the time left, no wait crosses it, and no attempt starts with too little time left.
 
-    In ``async with``, work still running at the deadline is cancelled and the
-    block raises :class:`~seawall.DeadlineExceeded`. Synchronous code cannot be interrupted; the
-    deadline is visible to everything it calls through :func:`remaining`.
+    Work still awaiting at the deadline is cancelled and the block raises
+    :class:`~seawall.DeadlineExceeded`: in ``async with``, and in a plain ``with`` entered inside
+    a coroutine too (as anyio's ``fail_after`` does), so that ``with deadline(0.2): await
+    asyncio.sleep(1)`` does not silently sleep a second. Synchronous code cannot be
+    interrupted; the deadline is visible to everything it calls through :func:`remaining`.
 
     Args:
         seconds: time allowed from entry; resolved to an absolute :class:`Deadline` on entry.
@@ -103,7 +159,7 @@ class deadline:
         at: an absolute :class:`Deadline` to use instead of *seconds*.
     """
 
-    __slots__ = ("_at", "_clock", "_seconds", "_timeout", "_token", "deadline")
+    __slots__ = ("_at", "_clock", "_fired", "_handle", "_seconds", "_timeout", "_token", "deadline")
 
     def __init__(
         self,
@@ -125,6 +181,8 @@ class deadline:
         self._clock = clock
         self._token: contextvars.Token[Deadline | None] | None = None
         self._timeout: Any = None
+        self._handle: Any = None  # a plain `with` in a coroutine: the loop timer that cancels
+        self._fired: Any = None  # the task it cancelled, once it has
         self.deadline: Deadline | None = None
 
     def _enter(self) -> Deadline:
@@ -133,11 +191,12 @@ class deadline:
         else:
             assert self._seconds is not None
             new = Deadline.after(self._seconds, self._clock)
-        outer = _DEADLINE.get()
-        if outer is not None and outer.remaining() <= new.remaining():
-            new = outer  # nested scopes keep the earlier deadline
+        self._token = install(new.at, new.clock.now(), new.clock)
+        if self._token is None:  # nested scopes keep the earlier deadline
+            outer = _DEADLINE.get()
+            if outer is not None:
+                new = outer
         self.deadline = new
-        self._token = _DEADLINE.set(new)
         return new
 
     def _exit(self) -> None:
@@ -146,7 +205,23 @@ class deadline:
             self._token = None
 
     def __enter__(self) -> Deadline:
-        return self._enter()
+        new = self._enter()
+        task = _running_task()
+        if task is not None:
+            left = new.remaining()
+            if math.isfinite(left):
+                loop = task.get_loop()
+                # A hair after the deadline: the layers inside that enforce the same deadline
+                # (an attempt timeout, a transport's timeout) report it first, in their terms.
+                when = loop.time() + max(0.0, left) + _GRACE
+                self._handle = loop.call_at(when, self._cancel, task)
+        return new
+
+    def _cancel(self, task: Any) -> None:
+        # Runs only while the task is suspended inside the block (the timer is cancelled on
+        # exit), so the CancelledError arrives at an await inside it.
+        self._fired = task
+        task.cancel()
 
     def __exit__(
         self,
@@ -155,13 +230,25 @@ class deadline:
         tb: TracebackType | None,
     ) -> None:
         self._exit()
+        handle, self._handle = self._handle, None
+        if handle is None:
+            return
+        handle.cancel()
+        task, self._fired = self._fired, None
+        if task is not None and exc_type is not None and exc_type.__name__ == "CancelledError":
+            uncancel = getattr(task, "uncancel", None)  # Python 3.11+
+            if uncancel is not None:
+                uncancel()
+            raise DeadlineExceeded("the deadline passed while the block was waiting") from exc
 
     async def __aenter__(self) -> Deadline:
         new = self._enter()
         left = new.remaining()
         if math.isfinite(left):
-            loop = asyncio.get_running_loop()
-            self._timeout = timeout_at(loop.time() + max(0.0, left))
+            # Only async code reaches here: a plain import never loads asyncio.
+            from seawall._core.compat import timeout_after
+
+            self._timeout = timeout_after(left)
             await self._timeout.__aenter__()
         return new
 
@@ -359,6 +446,7 @@ def deadline_headers(
 # -- the server side: intake of untrusted headers -----------------------------------------------
 
 
+@public("seawall.propagation")
 @dataclasses.dataclass(frozen=True, slots=True)
 class DeadlineHeaderCounts:
     """Process-wide counts of deadline headers read by :func:`timeout_from_headers`.
@@ -397,6 +485,7 @@ def deadline_header_counts() -> DeadlineHeaderCounts:
         return DeadlineHeaderCounts(c.accepted, c.invalid, c.clamped)
 
 
+@public("seawall.propagation")
 class SupportsHeaderItems(Protocol):
     """Anything with ``items()`` giving ``(name, value)`` pairs: dicts and header containers."""
 

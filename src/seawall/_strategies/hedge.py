@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
-import inspect
 import math
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Literal, NamedTuple, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from seawall._core import validate as _validate
+from seawall._core.classify import RetryOn, Verdict, classify, compile_errors
 from seawall._core.clock import SYSTEM_CLOCK, Clock
-from seawall._core.errors import Overloaded, is_permanent
+from seawall._core.decorate import decorate
+from seawall._core.events import check_hooks, emit
+from seawall._core.public import public
 from seawall._core.switch import SWITCH
-from seawall._strategies.budget import Budget
+from seawall._strategies.budget import Budget, answer_callback
+from seawall._strategies.deadline import remaining
 
 __all__ = ["Hedge", "HedgeDelayPassed", "HedgeEvent", "HedgeHook", "QuantileSource", "hedge"]
 
@@ -30,9 +32,8 @@ T = TypeVar("T")
 # A whole token, less float rounding: ten calls earning 0.1 each make 0.9999999999999999.
 _ONE_TOKEN = 1.0 - 1e-9
 
-RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
 
-
+@public("seawall.lowlevel")
 @runtime_checkable
 class QuantileSource(Protocol):
     """What an adaptive hedge delay needs: a live latency distribution (a LatencyTracker)."""
@@ -44,10 +45,12 @@ class QuantileSource(Protocol):
         """The latency below which a fraction *q* of the samples fall (``None``: no data)."""
 
 
+@public("seawall.lowlevel")
 class HedgeDelayPassed(TimeoutError):
     """What a budget's ``allow_retry`` receives for a hedge started because an attempt was slow."""
 
 
+@public("seawall.lowlevel")
 class HedgeEvent(NamedTuple):
     """What a hedge hook receives. Immutable and cheap to create (a named tuple).
 
@@ -68,20 +71,6 @@ class HedgeEvent(NamedTuple):
 
 
 HedgeHook = Callable[[HedgeEvent], None]
-
-
-def _compile_retry_on(value: RetryOn) -> Callable[[BaseException], bool]:
-    if isinstance(value, type):
-        value = (value,)
-    if isinstance(value, tuple):
-        for cls in value:
-            if not (isinstance(cls, type) and issubclass(cls, BaseException)):
-                raise TypeError(f"retry_on must be exception classes or a predicate, got {value!r}")
-        classes = value
-        return lambda exc: isinstance(exc, classes)
-    if callable(value):
-        return value
-    raise TypeError(f"retry_on must be exception classes or a predicate, got {value!r}")
 
 
 class _Shared:
@@ -106,6 +95,7 @@ class _Shared:
         self.recorded = 0
 
 
+@public("seawall")
 class Hedge:
     """A reusable hedging policy for ``async`` calls; see :func:`hedge` for the one-shot form.
 
@@ -163,10 +153,11 @@ class Hedge:
     """
 
     __slots__ = (
+        "_answer",
         "_delay",
         "_hooks",
+        "_matcher",
         "_reports_to_budget",
-        "_retryable",
         "_shared",
         "_tracker",
         "budget",
@@ -230,19 +221,15 @@ class Hedge:
                 raise ValueError("replicas must not be empty")
             replicas = tuple(replicas)
         self.replicas = replicas
-        self._retryable = _compile_retry_on(retry_on)
+        self._matcher = compile_errors(retry_on, "retry_on")
+        self._answer = answer_callback(budget) if budget is not None else None
         if clock is not None and not isinstance(clock, Clock):
             raise TypeError(f"clock must implement seawall.Clock, got {clock!r}")
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {name!r}")
         self.name = name
-        if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):
-            raise TypeError(f"hooks must be a sequence of callables, got {hooks!r}")
-        for hook in hooks:
-            if not callable(hook):
-                raise TypeError(f"hooks must hold callables, got {hook!r}")
-        self._hooks: tuple[HedgeHook, ...] = tuple(hooks)
+        self._hooks: tuple[HedgeHook, ...] = check_hooks(hooks)
         # False only in the views withdrawing_only() returns; never changed on a policy in use.
         self._reports_to_budget = True
         self._shared = _Shared()
@@ -378,16 +365,18 @@ class Hedge:
             ``retry_on``): cancel the other attempts and raise it. ``False``: the next attempt
             may start at once (ask :meth:`admit`).
         """
-        fatal = is_permanent(error) or not self._retryable(error)
+        # The call's own deadline (the ambient one) decides whether a DeadlineExceeded is one
+        # slow attempt or the end of the call, as for a retry.
+        verdict = classify(error, self._matcher, None, remaining() > 0.0)
+        fatal = verdict is not Verdict.RETRY
         budget = self.budget
-        if budget is not None and self._reports_to_budget and isinstance(error, Exception):
-            # As in RetryState: an error not worth retrying is an answer, not sickness; overload
-            # and retryable errors are failures. A cancelled attempt (not an Exception) taught
-            # nothing about the dependency.
-            if fatal and not isinstance(error, Overloaded):
-                budget.on_success()
-            else:
+        if budget is not None and self._reports_to_budget:
+            hears = verdict.hears
+            if hears == "failure":
                 budget.on_failure(error)
+            elif hears == "answer":
+                assert self._answer is not None
+                self._answer(error)
         tracker = self._tracker
         if tracker is not None and latency is not None and isinstance(error, Exception):
             tracker.record(max(0.0, latency))
@@ -417,9 +406,7 @@ class Hedge:
 
     def _fire(self, kind: Any, attempt: int, error: BaseException | None) -> None:
         if self._hooks:
-            event = HedgeEvent(kind, self.name, attempt, error)
-            for hook in self._hooks:
-                hook(event)
+            emit(self._hooks, HedgeEvent(kind, self.name, attempt, error))
 
     # -- the asyncio driver ----------------------------------------------------------------
 
@@ -433,6 +420,10 @@ class Hedge:
             BaseException: the first non-retryable error, or the last error when every attempt
                 failed; the original exception, unchanged.
         """
+        from seawall._core.compat import running_trio
+
+        if running_trio():
+            return await self._trio_acall(fn, args, kwargs)
         loop = asyncio.get_running_loop()
         clock = self.clock
         started = clock.now()
@@ -500,19 +491,94 @@ class Hedge:
                 # Wait for the losers to unwind, so their cleanup (closing connections) has run.
                 await asyncio.wait(pending)
 
+    async def _trio_acall(self, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any) -> T:
+        """:meth:`acall` on trio: the same decisions, attempts run in a nursery."""
+        import functools
+
+        import trio
+
+        clock = self.clock
+        started = clock.now()
+        delay = self.start_call()
+        replicas = self.replicas
+        max_attempts = self.max_attempts
+        starts: list[float] = []  # when each attempt started, on the clock: its latency
+        send, receive = trio.open_memory_channel[tuple[int, bool, Any]](math.inf)
+        found: list[T] = []
+        failure: BaseException | None = None
+
+        async def attempt(index: int, call: Callable[[], Awaitable[T]]) -> None:
+            try:
+                value = await call()
+            except Exception as exc:
+                send.send_nowait((index, False, exc))
+            else:
+                send.send_nowait((index, True, value))
+
+        async with trio.open_nursery() as nursery:
+
+            def launch() -> None:
+                index = len(starts)
+                starts.append(clock.now())
+                if replicas is None:
+                    call = functools.partial(fn, *args, **kwargs)
+                else:
+                    call = functools.partial(fn, replicas[index % len(replicas)], *args, **kwargs)
+                nursery.start_soon(attempt, index, call)
+
+            launch()
+            running = 1
+            next_at = trio.current_time() + delay
+            while True:
+                wait_until = math.inf
+                if len(starts) < max_attempts and next_at != math.inf:
+                    wait_until = next_at
+                message = None
+                with trio.move_on_at(wait_until):
+                    message = await receive.receive()
+                if message is None:
+                    # The delay passed with every attempt still running: hedge.
+                    passed = HedgeDelayPassed(f"no answer after {delay:.3f} s")
+                    if self.admit(passed, len(starts) + 1):
+                        launch()
+                        running += 1
+                        next_at = trio.current_time() + delay
+                    else:
+                        next_at = math.inf
+                    continue
+                index, ok, payload = message
+                running -= 1
+                if ok:
+                    self.on_success(clock.now() - started, index + 1)
+                    found.append(payload)
+                    break
+                if self.on_error(payload, clock.now() - starts[index]):
+                    failure = payload
+                    break
+                if not running:
+                    if len(starts) < max_attempts and self.admit(payload, len(starts) + 1):
+                        launch()  # gRPC hedging: a retryable failure sends the next at once
+                        running += 1
+                        next_at = trio.current_time() + delay
+                        continue
+                    failure = payload
+                    break
+            # The losers are cancelled; leaving the nursery waits for them to unwind.
+            nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return found[0]
+
     def __call__(
         self, fn: Callable[P, Coroutine[Any, Any, T]]
     ) -> Callable[P, Coroutine[Any, Any, T]]:
-        """Decorate an ``async def`` function (hedging needs asyncio)."""
-        if not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"hedging needs an async def function, got {fn!r}")
+        """Decorate an ``async def`` function (asyncio or trio)."""
         acall = self.acall
 
-        @functools.wraps(fn)
-        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        async def run(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
             return await acall(fn, *args, **kwargs)
 
-        return wrapper
+        return decorate(fn, "hedge", None, run)
 
     def __repr__(self) -> str:
         delay = "adaptive" if self._tracker is not None else f"{self._delay!r}"

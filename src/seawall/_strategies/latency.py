@@ -23,6 +23,7 @@ from collections.abc import Iterator
 
 from seawall._core import validate as _validate
 from seawall._core.clock import SYSTEM_CLOCK, Clock
+from seawall._core.public import public
 
 __all__ = ["LatencyTracker"]
 
@@ -40,6 +41,7 @@ _FORGOTTEN = 1e-12
 _MIN_HALF_LIFE = 1e-3
 
 
+@public("seawall")
 class LatencyTracker:
     """Record latencies; answer quantiles (p50, p95, p99, p99.9) from a bounded-memory sketch.
 

@@ -15,17 +15,16 @@ circuit breaker inside it).
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar, overload
 
 from seawall._core import validate as _validate
 from seawall._core.clock import SYSTEM_CLOCK, Clock, SystemClock
-from seawall._core.compat import with_timeout
-from seawall._core.decorate import check_decoratable
+from seawall._core.decorate import decorate
+from seawall._core.public import public
 from seawall._strategies.breaker import CircuitBreaker
-from seawall._strategies.deadline import _DEADLINE, Deadline, deadline
+from seawall._strategies.deadline import _DEADLINE, deadline, install
 from seawall._strategies.hedge import Hedge
 from seawall._strategies.retry import RetryPolicy
 
@@ -39,6 +38,7 @@ _Sync = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 _Async = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Awaitable[Any]]
 
 
+@public("seawall")
 class Pipeline:
     """Strategies composed in the documented order, used like a policy.
 
@@ -180,35 +180,12 @@ class Pipeline:
 
     def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
         """Decorate a ``def`` or ``async def`` function; its signature is preserved."""
-        is_async = check_decoratable(fn, "wrap")
-        if self.timeout is None and self.attempt_timeout is None and (is_async or not self.hedge):
-            # Without timeouts, nest the layers' own decorators (each keeps its fast path), so
-            # the pipeline costs what the layers cost and nothing more.
-            decorated: Callable[..., Any] = fn
-            if self.hedge is not None:
-                decorated = self.hedge(decorated)
-            if self.breaker is not None:
-                decorated = self.breaker(decorated)
-            if self.retry is not None:
-                decorated = self.retry(decorated)
-            return decorated
-        if is_async:
-            acall = self._acall
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                return await acall(fn, args, kwargs)
-
-            return async_wrapper
-        if self.hedge is not None:
-            raise TypeError(f"a pipeline with a hedge can only decorate async def, got {fn!r}")
-        call = self._call
-
-        @functools.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-            return call(fn, args, kwargs)
-
-        return wrapper
+        # Hedging needs an event loop: with a hedge, only async def functions.
+        return (
+            decorate(fn, "hedge", None, self._acall)
+            if self.hedge
+            else decorate(fn, "wrap", self._call, self._acall)
+        )
 
     def __repr__(self) -> str:
         parts = [
@@ -217,10 +194,6 @@ class Pipeline:
             if getattr(self, name) is not None
         ]
         return f"Pipeline({', '.join(parts)})"
-
-
-# tuple.__new__ skips the named tuple's Python-level __new__: half the cost of a Deadline.
-_new_deadline = tuple.__new__
 
 
 def _direct(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
@@ -234,17 +207,15 @@ async def _adirect(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
 def _sync_deadline(inner: _Sync | None, seconds: float, clock: Clock) -> _Sync:
     call = inner if inner is not None else _direct
     now = time.monotonic if type(clock) is SystemClock else clock.now
-    get, set_, reset = _DEADLINE.get, _DEADLINE.set, _DEADLINE.reset
+    reset = _DEADLINE.reset
 
     def layer(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         # What `with deadline(seconds, clock=clock)` does, minus the scope object: this runs
-        # on every call. An earlier ambient deadline is kept (nothing to install then).
+        # on every call. An earlier ambient deadline is kept (nothing is installed then).
         start = now()
-        at = start + seconds
-        outer = get()
-        if outer is not None and outer.remaining() <= at - start:
+        token = install(start + seconds, start, clock)
+        if token is None:
             return call(fn, args, kwargs)
-        token = set_(_new_deadline(Deadline, (at, clock)))
         try:
             return call(fn, args, kwargs)
         finally:
@@ -253,27 +224,37 @@ def _sync_deadline(inner: _Sync | None, seconds: float, clock: Clock) -> _Sync:
     return layer
 
 
-def _sync_breaker(inner: _Sync | None, breaker: CircuitBreaker) -> _Sync:
-    breaker_call = breaker.call
+def _sync_around(inner: _Sync | None, run: _Sync) -> _Sync:
+    """*run* (a strategy's driver) around *inner* (the layers below), or around the function."""
     if inner is None:
-        return lambda fn, args, kwargs: breaker_call(fn, *args, **kwargs)
-    return lambda fn, args, kwargs: breaker_call(inner, fn, args, kwargs)
+        return run
+    return lambda fn, args, kwargs: run(inner, (fn, args, kwargs), {})
+
+
+def _sync_breaker(inner: _Sync | None, breaker: CircuitBreaker) -> _Sync:
+    return _sync_around(inner, breaker._run)
 
 
 def _sync_retry(inner: _Sync | None, retry: RetryPolicy) -> _Sync:
-    retry_call = retry.call
-    if inner is None:
-        return lambda fn, args, kwargs: retry_call(fn, *args, **kwargs)
-    return lambda fn, args, kwargs: retry_call(inner, fn, args, kwargs)
+    return _sync_around(inner, retry._first)  # the policy's one first-attempt path
 
 
 def _async_attempt_timeout(inner: _Async | None, seconds: float, clock: Clock) -> _Async:
+    reset = _DEADLINE.reset
+
     async def layer(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         # The ambient deadline lets the attempt see its time left; the timeout cancels it. A
         # plain TimeoutError (not DeadlineExceeded): one slow attempt is worth retrying.
-        with deadline(seconds, clock=clock):
+        from seawall._core.compat import with_timeout
+
+        start = clock.now()
+        token = install(start + seconds, start, clock)
+        try:
             aw = fn(*args, **kwargs) if inner is None else inner(fn, args, kwargs)
             return await with_timeout(aw, seconds)
+        finally:
+            if token is not None:
+                reset(token)
 
     return layer
 
@@ -287,30 +268,20 @@ def _async_total_timeout(inner: _Async, seconds: float, clock: Clock) -> _Async:
 
 
 def _async_breaker(inner: _Async | None, breaker: CircuitBreaker) -> _Async:
-    breaker_acall = breaker.acall
-    if inner is None:
-
-        async def direct(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-            return await breaker_acall(fn, *args, **kwargs)
-
-        return direct
-
-    async def layer(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        return await breaker_acall(inner, fn, args, kwargs)
-
-    return layer
+    return _async_around(inner, breaker._arun)
 
 
 def _async_retry(inner: _Async | None, retry: RetryPolicy) -> _Async:
-    retry_acall = retry.acall
+    return _async_around(inner, retry._afirst)  # the policy's one first-attempt path
+
+
+def _async_around(inner: _Async | None, run: _Async) -> _Async:
+    """*run* (a strategy's async driver) around *inner* (the layers below), or around the
+    function itself."""
     if inner is None:
-
-        async def direct(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-            return await retry_acall(fn, *args, **kwargs)
-
-        return direct
+        return run
 
     async def layer(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        return await retry_acall(inner, fn, args, kwargs)
+        return await run(inner, (fn, args, kwargs), {})
 
     return layer

@@ -8,37 +8,49 @@ decisions.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import functools
+import linecache
 import logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
-from types import TracebackType
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from types import CoroutineType, TracebackType
 from typing import Any, Final, Generic, Literal, NamedTuple, ParamSpec, TypeVar, overload
 
 from seawall._core import validate as _validate
+from seawall._core.classify import (
+    ErrorMatcher,
+    RetryOn,
+    Verdict,
+    classify,
+    compile_errors,
+    is_transient,
+)
 from seawall._core.clock import SYSTEM_CLOCK, Clock, SystemClock
-from seawall._core.compat import timeout_at, with_timeout
-from seawall._core.decorate import check_decoratable
+from seawall._core.decorate import decorate
 from seawall._core.errors import (
-    _EXHAUSTED_MARK,
-    _NEVER_RETRIED,
-    _PERMANENT_MARK,
+    SUMMARY_LIMIT,
     DeadlineExceeded,
-    Overloaded,
-    RetryAfter,
     add_note,
-    answer_exhausted,
+    error_summary,
+    is_permanent,
     mark_exhausted,
     retry_after_of,
 )
-from seawall._core.switch import SWITCH
+from seawall._core.events import check_hooks, emit
+from seawall._core.public import public
+from seawall._core.switch import ONE_ATTEMPT, SWITCH
 from seawall._strategies.backoff import DEFAULT_BACKOFF, Backoff
-from seawall._strategies.budget import Budget, first_attempt_wrapper, success_is_noop
-from seawall._strategies.deadline import _DEADLINE, Deadline
+from seawall._strategies.budget import Budget, answer_callback, first_attempt_callables
+from seawall._strategies.deadline import _DEADLINE, attempt_deadline, call_deadline, install
 
 __all__ = [
     "AttemptRecord",
@@ -55,7 +67,6 @@ __all__ = [
 P = ParamSpec("P")
 T = TypeVar("T")
 
-RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
 
 GiveUpReason = Literal[
     "not_retryable",  # permanent, Overloaded, cancellation, or not matched by retry_on
@@ -64,7 +75,14 @@ GiveUpReason = Literal[
     "deadline",  # the next wait (plus min_attempt_time) would cross the deadline
     "budget",  # the shared budget refused the retry
     "disabled",  # the kill switch is off, globally or for this policy's name
+    "delegated",  # inside seawall.lowlevel.one_attempt(): an enclosing layer owns the retries
+    "retry_after",  # the server asked for a wait beyond max_retry_after (retry_after_beyond_max)
 ]
+
+_GIVE_UP_REASONS: Final = frozenset(GiveUpReason.__args__)  # type: ignore[attr-defined]
+
+#: The version of :meth:`RetryState.snapshot`'s format; :meth:`RetryState.restore` refuses newer.
+SNAPSHOT_VERSION: Final = 1
 
 logger = logging.getLogger("seawall")
 
@@ -79,6 +97,7 @@ class _Testing:
 TESTING: Final = _Testing()
 
 
+@public("seawall")
 class RetryEvent(NamedTuple):
     """What a hook receives. Immutable and cheap to create (a named tuple).
 
@@ -91,7 +110,10 @@ class RetryEvent(NamedTuple):
         attempt: the number of the attempt that just failed, from 1.
         error: the exception of that attempt (``None`` for a retried bad result).
         delay: the wait before the next attempt (0 when giving up).
-        elapsed: seconds since the call started, waits included.
+        elapsed: seconds since the call started, waits included. A policy without timeouts,
+            result check or attempt-observing hooks makes its first attempt without reading the
+            clock (that is its fast path): there, ``elapsed`` counts from the end of the first
+            attempt. Hooks with ``observes_attempts = True`` get exact figures.
         reason: why the policy gave up (``give_up`` and ``budget_exhausted`` only).
         duration: seconds the attempt itself took (0 when a policy without attempt-observing
             hooks made its first attempt on the fast path).
@@ -138,6 +160,7 @@ def logging_hook(event: RetryEvent) -> None:
         logger.log(level, "retry budget exhausted for %s", event.policy or "", extra=extra)
 
 
+@public("seawall.lowlevel")
 @dataclasses.dataclass(frozen=True, slots=True)
 class AttemptRecord:
     """One attempt in an :class:`Outcome`'s history.
@@ -157,6 +180,7 @@ class AttemptRecord:
     delay: float | None
 
 
+@public("seawall")
 @dataclasses.dataclass(frozen=True, slots=True)
 class Outcome(Generic[T]):
     """The result of :meth:`RetryPolicy.run`: what happened, without raising.
@@ -188,13 +212,15 @@ class Outcome(Generic[T]):
         return self.value  # type: ignore[return-value]
 
 
+@public("seawall.lowlevel")
 class RetryState:
     """The retry decisions for one logical call, free of I/O (sans-I/O).
 
     A driver calls :meth:`begin_attempt` before each attempt, then :meth:`on_error`,
     :meth:`on_result` or :meth:`on_success` with the time now. ``on_error``/``on_result`` return
     the delay before the next attempt, or ``None`` to give up (``reason`` then says why). The
-    driver does the waiting: a thread sleeps, a task awaits, the simulator schedules an event.
+    driver does the waiting: a thread sleeps, a task awaits, the simulator schedules an event, a
+    durable orchestrator writes ``next_retry_at`` (see :meth:`snapshot`).
     """
 
     __slots__ = (
@@ -203,6 +229,8 @@ class RetryState:
         "attempts",
         "deadline",
         "history",
+        "last_error",
+        "next_retry",
         "policy",
         "reason",
         "started",
@@ -219,6 +247,11 @@ class RetryState:
         self.history: list[AttemptRecord] | None = None
         self._previous_delay: float | None = None
         self._attempt_started = now
+        #: The latest attempt's error (an ``Exception``, or a summary string after
+        #: :meth:`restore`); ``None`` before any failure.
+        self.last_error: BaseException | str | None = None
+        #: When the next attempt is due, on the policy's clock (``None``: none scheduled).
+        self.next_retry: float | None = None
 
     def begin_attempt(self, now: float) -> float:
         """Count an attempt starting at *now*; return its absolute deadline.
@@ -239,9 +272,10 @@ class RetryState:
             raise error
         self.attempts += 1
         self._attempt_started = now
-        if p.attempt_timeout is not None and now + p.attempt_timeout < self.deadline:
-            return now + p.attempt_timeout
-        return self.deadline
+        self.next_retry = None
+        if p.attempt_timeout is None:
+            return self.deadline
+        return attempt_deadline(now, self.deadline, p.attempt_timeout)
 
     def _record(self, now: float, error: BaseException | None, delay: float | None) -> None:
         if self.history is not None:
@@ -266,7 +300,14 @@ class RetryState:
                 None,
                 now - self._attempt_started,
             )
-            _run_hooks(p._attempt_hooks, event)
+            emit(p._attempt_hooks, event)
+
+    def classify(self, error: BaseException, now: float, *, retry: bool | None = None) -> Verdict:
+        """The verdict on *error* for this call (see :func:`seawall.lowlevel.classify`), with
+        this policy's ``retry_on``, its one-layer rule, and its deadline's room at *now*."""
+        p = self.policy
+        room = self.deadline - now > p.min_attempt_time
+        return classify(error, p._matcher, retry, room, p.retry_nested)
 
     def on_error(
         self, error: BaseException, now: float, *, retry: bool | None = None
@@ -282,51 +323,42 @@ class RetryState:
                 (for budgets), e.g. a 503 answer to a POST that cannot be replayed. ``None``
                 asks the policy's ``retry_on``.
         """
+        self.last_error = error
         p = self.policy
-        # The checks of is_permanent() and is_exhausted(), inlined: this runs on every failure,
-        # and in the simulator on every simulated attempt.
-        if isinstance(error, _NEVER_RETRIED) or getattr(error, _PERMANENT_MARK, False) is True:
-            if isinstance(error, Overloaded):
-                kind = _OVERLOADED
-            elif (
-                isinstance(error, DeadlineExceeded)
-                and getattr(error, _PERMANENT_MARK, False) is not True
-            ):
-                # A deadline below this call's own (an attempt's, or a hop's that needed more
-                # time than the attempt had) is one slow attempt: retryable (and a failure, like
-                # any timeout) while this call's deadline has room. Past it, the deadline is gone
-                # for every layer: not retried, and neither success nor failure for budgets.
-                room = self.deadline - now > p.min_attempt_time
-                kind = _RETRY if room and retry is not False and p._retryable(error) else _NEUTRAL
-            else:
-                kind = _PERMANENT
-        elif isinstance(error, RetryAfter) and retry is not False:
-            kind = _RETRY
-        elif not p.retry_nested and (
-            getattr(error, _EXHAUSTED_MARK, False) is True or answer_exhausted(error)
-        ):
-            kind = _EXHAUSTED
-        elif retry is None:
-            classes = p._retry_classes
-            if classes is not None:
-                kind = _RETRY if isinstance(error, classes) else _PERMANENT
-            else:
-                kind = _RETRY if p._retryable(error) else _PERMANENT
-        else:
-            kind = _RETRY if retry else _FAILED
-        budget = p.budget
-        if budget is not None:
-            if kind == _PERMANENT:
-                budget.on_success()  # the dependency answered; this is not sickness
-            elif kind != _NEUTRAL:
-                budget.on_failure(error)
-        if kind != _RETRY:
+        room = self.deadline - now > p.min_attempt_time
+        verdict = classify(error, p._matcher, retry, room, p.retry_nested)
+        if p.budget is not None:
+            if verdict is _ANSWERED:
+                p._answer(error)  # answered, not healthily: neither sickness nor a success
+            elif verdict is not _NEUTRAL:
+                p.budget.on_failure(error)
+        if verdict is not _RETRY:
+            if verdict is _ANSWERED and not is_permanent(error):
+                self._unmatched(error)
             return self._give_up(
-                "exhausted_below" if kind == _EXHAUSTED else "not_retryable", error, now
+                "exhausted_below" if verdict is _EXHAUSTED else "not_retryable", error, now
             )
         # Most errors have no retry_after at all: one lookup, and validation only when present.
         wanted = None if getattr(error, "retry_after", None) is None else retry_after_of(error)
         return self._schedule(error, now, wanted)
+
+    def _unmatched(self, error: BaseException) -> None:
+        """Say why an error outside ``retry_on`` was not retried (a note, a debug line): a
+        silent give-up is the first trap of a new user (an ``httpx.ConnectError`` where
+        ``retry_on`` names only built-in classes)."""
+        p = self.policy
+        wanted = p._matcher.classes
+        if wanted is None:
+            what = getattr(p.retry_on, "__name__", repr(p.retry_on))
+        else:
+            what = ", ".join(c.__name__ for c in wanted)
+        name = f" {p.name!r}" if p.name else ""
+        text = (
+            f"seawall{name}: not retried: {type(error).__name__} does not match retry_on ({what})"
+        )
+        add_note(error, text)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(text)
 
     def on_result(self, result: object, now: float) -> float | None:
         """The attempt returned *result*: a delay if ``retry_if_result`` rejects it, else ``None``.
@@ -354,12 +386,20 @@ class RetryState:
             return self._give_up("attempts_exhausted", error, now, mark=attempts > 1)
         if not SWITCH.enabled or (p.name is not None and p.name in SWITCH.disabled_names):
             return self._give_up("disabled", error, now)
-        if wanted is not None:
-            # Server pushback replaces the backoff delay, but an untrusted value is clamped.
-            delay = min(wanted, p.max_retry_after)
-        else:
-            delay = p.backoff.compute(attempts - 1, p.rng, self._previous_delay)
-            self._previous_delay = delay
+        if ONE_ATTEMPT.get():
+            return self._give_up("delegated", error, now)
+        delay = p.backoff.compute(attempts - 1, p.rng, self._previous_delay)
+        self._previous_delay = delay
+        if wanted is not None and p.honor_retry_after:
+            # Server pushback: wait the larger of what it asks and our own jittered backoff, so
+            # that a "Retry-After: 0" (or a date already past) cannot make every client retry
+            # in lockstep. The untrusted value is clamped, or ends the call if so configured.
+            if wanted > p.max_retry_after:
+                if p.retry_after_beyond_max == "give_up":
+                    return self._give_up("retry_after", error, now, mark=True)
+                wanted = p.max_retry_after
+            if wanted > delay:
+                delay = wanted
         if TESTING.instant:
             delay = 0.0
         if now + delay + p.min_attempt_time >= self.deadline:
@@ -369,11 +409,10 @@ class RetryState:
         if budget is not None and not budget.allow_retry(error or _BadResult(None)):
             self._emit("budget_exhausted", error, 0.0, now, "budget")
             return self._give_up("budget", error, now, mark=True)
-        history = self.history
-        if history is not None:
-            start = self._attempt_started
-            history.append(AttemptRecord(attempts, start, now - start, error, delay))
+        if self.history is not None:
+            self._record(now, error, delay)
         self.total_delay += delay
+        self.next_retry = now + delay
         if p._hooks:
             self._emit("retry", error, delay, now, None)
         return delay
@@ -417,21 +456,118 @@ class RetryState:
                 reason,
                 now - self._attempt_started,
             )
-            _run_hooks(hooks, event)
+            emit(hooks, event)
+
+    # -- persistence: a durable driver stores this and continues elsewhere, later ----------
+
+    def snapshot(
+        self, *, now: float | None = None, wall_now: float | None = None
+    ) -> dict[str, Any]:
+        """The state as JSON-compatible data, with times on the wall clock (seconds since the
+        epoch, UTC), for a durable driver to store and :meth:`restore` in another process.
+
+        Args:
+            now: the policy clock's reading (default: read it).
+            wall_now: the wall clock's reading at the same moment (default: ``time.time()``).
+
+        Returns:
+            ``{"version", "attempts", "total_delay", "previous_delay", "started_at",
+            "deadline_at", "next_retry_at", "last_error", "reason"}``: ``deadline_at`` and
+            ``next_retry_at`` are ``None`` when there is none; ``last_error`` is
+            ``"Type: message"`` (at most 500 characters) or ``None``.
+        """
+        if now is None:
+            now = self.policy._now()
+        if wall_now is None:
+            wall_now = time.time()
+        offset = wall_now - now
+        error = self.last_error
+        return {
+            "version": SNAPSHOT_VERSION,
+            "attempts": self.attempts,
+            "total_delay": self.total_delay,
+            "previous_delay": self._previous_delay,
+            "started_at": self.started + offset,
+            "deadline_at": None if self.deadline == math.inf else self.deadline + offset,
+            "next_retry_at": None if self.next_retry is None else self.next_retry + offset,
+            "last_error": error_summary(error) if isinstance(error, BaseException) else error,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def restore(
+        cls,
+        policy: RetryPolicy,
+        data: Mapping[str, Any],
+        *,
+        now: float | None = None,
+        wall_now: float | None = None,
+    ) -> RetryState:
+        """Continue a call from a :meth:`snapshot` (the budget's ``on_request`` is not called
+        again: it is the same logical call).
+
+        The data is untrusted (a database row, maybe written by a newer version): a newer
+        format is refused, and every field is checked.
+
+        Raises:
+            ValueError: *data* is not a snapshot this version can read.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a retry state snapshot must be a mapping, got {data!r}")
+        version = data.get("version")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ValueError(f"snapshot version must be an int >= 1, got {version!r}")
+        if version > SNAPSHOT_VERSION:
+            raise ValueError(
+                f"snapshot version {version} is newer than this seawall reads "
+                f"({SNAPSHOT_VERSION}); upgrade seawall"
+            )
+        if now is None:
+            now = policy._now()
+        if wall_now is None:
+            wall_now = time.time()
+        offset = wall_now - now
+
+        def number(key: str, *, optional: bool) -> float | None:
+            value = data.get(key)
+            if value is None and optional:
+                return None
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"snapshot field {key} must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"snapshot field {key} must be finite, got {value!r}")
+            return float(value)
+
+        attempts = data.get("attempts")
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
+            raise ValueError(f"snapshot field attempts must be an int >= 0, got {attempts!r}")
+        started_at = number("started_at", optional=False)
+        assert started_at is not None
+        deadline_at = number("deadline_at", optional=True)
+        next_retry_at = number("next_retry_at", optional=True)
+        total_delay = number("total_delay", optional=False)
+        previous_delay = number("previous_delay", optional=True)
+        error = data.get("last_error")
+        if error is not None and not isinstance(error, str):
+            raise ValueError(f"snapshot field last_error must be a str or None, got {error!r}")
+        reason = data.get("reason")
+        if reason is not None and reason not in _GIVE_UP_REASONS:
+            raise ValueError(f"snapshot field reason is not a known reason, got {reason!r}")
+        state = cls(
+            policy, started_at - offset, math.inf if deadline_at is None else deadline_at - offset
+        )
+        state.attempts = attempts
+        state.total_delay = max(0.0, total_delay or 0.0)
+        state._previous_delay = None if previous_delay is None else max(0.0, previous_delay)
+        state.next_retry = None if next_retry_at is None else next_retry_at - offset
+        state.last_error = None if error is None else error[:SUMMARY_LIMIT]
+        state.reason = reason
+        return state
 
     def outcome(self, value: Any, error: BaseException | None) -> Outcome[Any]:
         return Outcome(
             value, error, self.attempts, self.total_delay, tuple(self.history or ()), self.reason
         )
-
-
-def _run_hooks(hooks: tuple[Hook, ...], event: RetryEvent) -> None:
-    """Call every hook; one that raises is logged and skipped: it never changes the outcome."""
-    for hook in hooks:
-        try:
-            hook(event)
-        except Exception:
-            logger.exception("seawall hook %r failed on a %s event", hook, event.kind)
 
 
 class _BadResult(Exception):
@@ -442,30 +578,21 @@ class _BadResult(Exception):
         self.result = result
 
 
-_RETRY, _PERMANENT, _OVERLOADED, _EXHAUSTED, _FAILED, _NEUTRAL = range(6)
-_new_tuple = tuple.__new__
-_DEFAULT_RETRY_ON: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+_RETRY, _ANSWERED, _EXHAUSTED, _NEUTRAL = (
+    Verdict.RETRY,
+    Verdict.ANSWERED,
+    Verdict.EXHAUSTED,
+    Verdict.NEUTRAL,
+)
+# Transient errors of the standard library and of the popular HTTP clients, by name.
+_DEFAULT_RETRY_ON: RetryOn = is_transient
 _DEFAULT_HOOKS: tuple[Hook, ...] = (logging_hook,)
 
-
-def _compile_retry_on(retry_on: RetryOn) -> Callable[[BaseException], bool]:
-    if isinstance(retry_on, type):
-        if not issubclass(retry_on, BaseException):
-            raise TypeError(f"retry_on must be exception classes or a predicate, got {retry_on!r}")
-        retry_on = (retry_on,)
-    if isinstance(retry_on, tuple):
-        for cls in retry_on:
-            if not (isinstance(cls, type) and issubclass(cls, BaseException)):
-                raise TypeError(
-                    f"retry_on must be exception classes or a predicate, got {retry_on!r}"
-                )
-        classes = retry_on
-        return lambda exc: isinstance(exc, classes)
-    if callable(retry_on):
-        return retry_on
-    raise TypeError(f"retry_on must be exception classes or a predicate, got {retry_on!r}")
+# The drivers' signatures: fn, its positional arguments, its keyword arguments.
+_Runner = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 
 
+@public("seawall")
 @dataclasses.dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """A frozen description of how to retry; use it with :meth:`call`, as a decorator, or in a loop.
@@ -474,6 +601,8 @@ class RetryPolicy:
         max_attempts: total tries, the first included (gRPC, resilience4j and AWS SDK naming).
         backoff: the delays between attempts.
         retry_on: exception classes, or a predicate ``(exc) -> bool``, that are worth retrying.
+            The default, :func:`seawall.lowlevel.is_transient`, knows the transient errors of
+            the standard library, httpx, requests/urllib3, aiohttp and gRPC (by name).
             Whatever it says, ``Permanent``, ``permanent()``-marked exceptions, ``Overloaded``,
             cancellation, ``KeyboardInterrupt``, ``SystemExit`` and ``GeneratorExit`` are never
             retried, nor ``DeadlineExceeded`` once the call's own deadline has passed.
@@ -489,9 +618,18 @@ class RetryPolicy:
         name: shows up in hooks, notes and logs, and keys the per-name kill switch.
         hooks: callables receiving a :class:`RetryEvent`; ``None`` means the logging hook.
         max_retry_after: the longest wait a server's ``retry_after`` can ask for (seconds).
+        honor_retry_after: wait what the server asks (``Retry-After``, ``RetryAfter``, a
+            ``retry_after`` attribute) when that is longer than the backoff; ``False`` ignores
+            pushback and uses the backoff alone.
+        retry_after_beyond_max: what to do when the server asks for more than
+            ``max_retry_after``: ``"clamp"`` (wait ``max_retry_after``) or ``"give_up"`` (stop
+            at once, reason ``"retry_after"``).
         min_attempt_time: do not start an attempt with less than this left before the deadline.
         retry_nested: retry errors that an inner policy already retried and gave up on. Off by
             default, so nested policies multiply nothing: only one layer retries.
+
+    A policy pickles (for process pools and task queues) as its configuration; a budget in it
+    travels as its configuration too, so the other process starts with a fresh budget.
     """
 
     max_attempts: int = 3
@@ -508,46 +646,36 @@ class RetryPolicy:
     max_retry_after: float = 60.0
     min_attempt_time: float = 0.0
     retry_nested: bool = False
+    honor_retry_after: bool = True
+    retry_after_beyond_max: Literal["clamp", "give_up"] = "clamp"
 
-    _retryable: Callable[[BaseException], bool] = dataclasses.field(
-        init=False, repr=False, compare=False
-    )
-    # retry_on as a tuple of classes (None for a predicate): one isinstance() per failure.
-    _retry_classes: tuple[type[BaseException], ...] | None = dataclasses.field(
-        init=False, repr=False, compare=False
-    )
+    _matcher: ErrorMatcher = dataclasses.field(init=False, repr=False, compare=False)
     _hooks: tuple[Hook, ...] = dataclasses.field(init=False, repr=False, compare=False)
     # Hooks that also want "success" events (metrics); empty for most policies.
     _attempt_hooks: tuple[Hook, ...] = dataclasses.field(init=False, repr=False, compare=False)
     _clock: Clock = dataclasses.field(init=False, repr=False, compare=False)
     # _clock.now, or time.monotonic itself for the system clock (what SystemClock.now returns).
     _now: Callable[[], float] = dataclasses.field(init=False, repr=False, compare=False)
-    # True when a call needs no bookkeeping before its first attempt: no budget, no timeouts,
-    # no result check. The fast path is then a bare try/except around the function.
-    _simple: bool = dataclasses.field(init=False, repr=False, compare=False)
-    # Like _simple, but with a budget: the fast path only tells the budget of the call and of
-    # its success, and builds no RetryState unless the first attempt fails.
-    _lean_budget: Budget | None = dataclasses.field(init=False, repr=False, compare=False)
-    # The budget's on_success, or None when it does nothing (RetryBudget): the fast path skips
-    # the call.
-    _lean_success: Callable[[], None] | None = dataclasses.field(
+    # What the budget hears when the dependency answered, not healthily (Verdict.ANSWERED).
+    _answer: Callable[[BaseException], None] = dataclasses.field(
         init=False, repr=False, compare=False
     )
-    # True when the first attempt needs no RetryState even with timeouts or an ambient
-    # deadline: no result check and no hook that observes attempts. The fast path then computes
-    # the deadline, installs it for the attempt, and builds a state only if the attempt fails.
-    _lean: bool = dataclasses.field(init=False, repr=False, compare=False)
+    # The one synchronous and the one asynchronous first-attempt path: call(), acall(), both
+    # decorators, registry handles and pipelines all go through these (see _first_attempts).
+    _first: _Runner = dataclasses.field(init=False, repr=False, compare=False)
+    _afirst: _Runner = dataclasses.field(init=False, repr=False, compare=False)
+    # Whether a first attempt needs no bookkeeping (no RetryState unless it fails).
+    _fast: bool = dataclasses.field(init=False, repr=False, compare=False)
+    # The budget's first-attempt callables (its first_attempt() capability), or None.
+    _before: Callable[[], None] | None = dataclasses.field(init=False, repr=False, compare=False)
+    _after: Callable[[], None] | None = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         _validate.count("max_attempts", self.max_attempts, minimum=1)
         if not isinstance(self.backoff, Backoff):
             raise TypeError(f"backoff must be a seawall.Backoff, got {self.backoff!r}")
-        set_(self, "_retryable", _compile_retry_on(self.retry_on))
-        retry_on = self.retry_on
-        if isinstance(retry_on, type):
-            retry_on = (retry_on,)
-        set_(self, "_retry_classes", retry_on if isinstance(retry_on, tuple) else None)
+        set_(self, "_matcher", compile_errors(self.retry_on, "retry_on"))
         if self.retry_if_result is not None and not callable(self.retry_if_result):
             raise TypeError(f"retry_if_result must be callable, got {self.retry_if_result!r}")
         optional_seconds = _validate.optional_seconds
@@ -568,15 +696,17 @@ class RetryPolicy:
             raise TypeError(f"name must be a str or None, got {self.name!r}")
         if not isinstance(self.retry_nested, bool):
             raise TypeError(f"retry_nested must be a bool, got {self.retry_nested!r}")
+        if not isinstance(self.honor_retry_after, bool):
+            raise TypeError(f"honor_retry_after must be a bool, got {self.honor_retry_after!r}")
+        if self.retry_after_beyond_max not in ("clamp", "give_up"):
+            raise ValueError(
+                "retry_after_beyond_max must be 'clamp' or 'give_up', "
+                f"got {self.retry_after_beyond_max!r}"
+            )
         if self.hooks is None:
             hooks = _DEFAULT_HOOKS
         else:
-            if isinstance(self.hooks, (str, bytes)) or not isinstance(self.hooks, Sequence):
-                raise TypeError(f"hooks must be a sequence of callables, got {self.hooks!r}")
-            hooks = tuple(self.hooks)
-            for h in hooks:
-                if not callable(h):
-                    raise TypeError(f"hooks must be callables, got {h!r}")
+            hooks = check_hooks(self.hooks)
             set_(self, "hooks", hooks)  # a tuple, so that policies stay hashable
         set_(self, "_hooks", hooks)
         attempt_hooks = tuple(h for h in hooks if getattr(h, "observes_attempts", False) is True)
@@ -584,19 +714,31 @@ class RetryPolicy:
         clock = self.clock if self.clock is not None else SYSTEM_CLOCK
         set_(self, "_clock", clock)
         set_(self, "_now", time.monotonic if type(clock) is SystemClock else clock.now)
-        lean = self.retry_if_result is None and not attempt_hooks
-        untimed = lean and self.timeout is None and self.attempt_timeout is None
-        set_(self, "_lean", lean)
-        set_(self, "_simple", untimed and self.budget is None)
-        set_(self, "_lean_budget", self.budget if untimed else None)
-        success = None
-        if self.budget is not None and not success_is_noop(self.budget):
-            success = self.budget.on_success
-        set_(self, "_lean_success", success)
+        set_(self, "_answer", answer_callback(self.budget) if self.budget is not None else _nothing)
+        fast = not (
+            self.timeout is not None
+            or self.attempt_timeout is not None
+            or self.retry_if_result is not None
+            or attempt_hooks
+        )
+        set_(self, "_fast", fast)
+        before, after = (
+            (None, None) if self.budget is None else first_attempt_callables(self.budget)
+        )
+        set_(self, "_before", before)
+        set_(self, "_after", after)
+        first, afirst = _first_attempts(self)
+        set_(self, "_first", first)
+        set_(self, "_afirst", afirst)
 
     def replace(self, **changes: Any) -> RetryPolicy:
         """A new policy with some parameters changed (validated like the constructor)."""
         return dataclasses.replace(self, **changes)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The configuration, not the derived fields (closures do not pickle): rebuilt on load.
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        return (_rebuild_policy, (type(self), fields))
 
     # -- the sans-I/O core ------------------------------------------------------------------
 
@@ -608,25 +750,12 @@ class RetryPolicy:
         """
         if now is None:
             now = self._now()
-        ambient = _DEADLINE.get()
-        at = math.inf if ambient is None else now + ambient.remaining()
-        if self.timeout is not None and now + self.timeout < at:
-            at = now + self.timeout
-        state = RetryState(self, now, at)
+        state = RetryState(self, now, call_deadline(now, self.timeout))
         if record:
             state.history = []
         if self.budget is not None:
             self.budget.on_request()
         return state
-
-    def _scope(self, attempt_deadline: float, now: float) -> Any:
-        """Install the attempt's deadline as the ambient one when it is tighter; a reset token."""
-        if attempt_deadline == math.inf:
-            return None
-        ambient = _DEADLINE.get()
-        if ambient is not None and now + ambient.remaining() <= attempt_deadline:
-            return None
-        return _DEADLINE.set(_new_tuple(Deadline, (attempt_deadline, self._clock)))
 
     # -- synchronous driver -----------------------------------------------------------------
 
@@ -642,78 +771,8 @@ class RetryPolicy:
                 how many attempts were made and why the policy gave up.
             DeadlineExceeded: the deadline left too little time to start an attempt.
         """
-        if self._simple and _DEADLINE.get() is None:
-            try:
-                return fn(*args, **kwargs)
-            except Exception as exc:
-                return self._call_retrying(fn, args, kwargs, exc)
-        budget = self._lean_budget
-        if budget is not None and _DEADLINE.get() is None:
-            budget.on_request()
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as exc:
-                return self._call_retrying(fn, args, kwargs, exc)
-            on_success = self._lean_success
-            if on_success is not None:
-                on_success()
-            return result
-        if self._lean:
-            return self._call_timed(fn, args, kwargs)
-        return self._call_retrying(fn, args, kwargs, None)
-
-    def _call_timed(self, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
-        """The first attempt of a lean policy with a timeout or under an ambient deadline.
-
-        It makes the decisions of :meth:`_call_retrying` (the same deadlines, the same
-        DeadlineExceeded, the attempt's deadline installed when tighter), but builds a
-        :class:`RetryState` only if the attempt fails.
-        """
-        clock = self._clock
-        now = self._now()
-        # The deadlines of new_state() and begin_attempt(): the ambient one, the call's, and the
-        # first attempt's (conditional expressions: cheaper than min() on this path).
-        ambient = _DEADLINE.get()
-        outer = math.inf if ambient is None else now + ambient.remaining()
-        at = outer
-        if self.timeout is not None and now + self.timeout < at:
-            at = now + self.timeout
-        first = at
-        if self.attempt_timeout is not None and now + self.attempt_timeout < first:
-            first = now + self.attempt_timeout
-        left = at - now
-        if left < self.min_attempt_time or left <= 0.0:
-            return self._call_retrying(fn, args, kwargs, None)  # raises DeadlineExceeded
-        budget = self.budget
-        if budget is not None:
-            budget.on_request()
-        # tuple.__new__ skips the named tuple's Python-level __new__ (half the cost).
-        token = _DEADLINE.set(_new_tuple(Deadline, (first, clock))) if first < outer else None
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:
-            state = RetryState(self, now, at)
-            state.attempts = 1
-            try:
-                delay = state.on_error(exc, self._now())
-            finally:
-                if token is not None:
-                    _DEADLINE.reset(token)
-            if delay is None:
-                raise
-        except BaseException:
-            if token is not None:
-                _DEADLINE.reset(token)
-            raise
-        else:
-            if token is not None:
-                _DEADLINE.reset(token)
-            if budget is not None:
-                budget.on_success()
-            return result
-        # Outside the except block, so that later errors are not chained to this one.
-        clock.sleep(delay)
-        return self._call_retrying(fn, args, kwargs, None, state)
+        result: T = self._first(fn, args, kwargs)
+        return result
 
     def _call_retrying(
         self,
@@ -723,47 +782,57 @@ class RetryPolicy:
         first_error: Exception | None,
         state: RetryState | None = None,
     ) -> T:
+        """The synchronous loop over :class:`RetryState`. With *first_error*, the first-attempt
+        path already made attempt 1 (and told the budget of the request)."""
         clock = self._clock
         clock_now = self._now
         now = clock_now()
-        if state is None:
-            # After a fast-path first attempt, on_request was already called and there is no
-            # deadline: a bare state.
-            state = self.new_state(now) if first_error is None else RetryState(self, now)
         if first_error is not None:
-            # The fast path already made attempt 1; account for it.
+            state = RetryState(self, now)
             state.attempts = 1
             delay = state.on_error(first_error, now)
             if delay is None:
                 raise first_error
             clock.sleep(delay)
+        elif state is None:
+            state = self.new_state(now)
+        begin, on_error, on_result, sleep = (
+            state.begin_attempt,
+            state.on_error,
+            state.on_result,
+            clock.sleep,
+        )
         while True:
             now = clock_now()
-            attempt_deadline = state.begin_attempt(now)
-            token = self._scope(attempt_deadline, now)
+            at = begin(now)
+            token = None if at == math.inf else install(at, now, clock)
             try:
                 result = fn(*args, **kwargs)
             except Exception as exc:
                 if first_error is not None and exc.__context__ is first_error:
-                    # Attempt 1's error was handed over from inside the fast path's `except`:
-                    # later errors were not raised while handling it.
+                    # Attempt 1's error was handed over from inside the first attempt's
+                    # `except`: later errors were not raised while handling it.
                     exc.__context__ = None
-                delay = state.on_error(exc, clock_now())
+                delay = on_error(exc, clock_now())
                 if delay is None:
                     raise
             else:
-                delay = state.on_result(result, clock_now())
+                if type(result) is _COROUTINE:
+                    _refuse_coroutine(fn, result)
+                delay = on_result(result, clock_now())
                 if delay is None:
                     return result
             finally:
                 if token is not None:
                     _DEADLINE.reset(token)
-            clock.sleep(delay)
+            sleep(delay)
 
     def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T]:
         """Like :meth:`call`, but return an :class:`Outcome` instead of raising ``Exception``s."""
-        clock = self._clock
-        state = self.new_state(clock.now(), record=True)
+        try:
+            state = self.new_state(self._now(), record=True)
+        except Exception as exc:  # the budget rejected the call locally (Throttled)
+            return Outcome(None, exc, 0, 0.0, ())
         try:
             value = self._call_retrying(fn, args, kwargs, None, state)
         except Exception as exc:
@@ -778,75 +847,8 @@ class RetryPolicy:
         ``attempt_timeout`` and deadlines are enforced by cancelling the attempt; the caller's own
         cancellation is never retried.
         """
-        if self._simple and _DEADLINE.get() is None:
-            try:
-                return await fn(*args, **kwargs)
-            except Exception as exc:
-                return await self._acall_retrying(fn, args, kwargs, exc)
-        budget = self._lean_budget
-        if budget is not None and _DEADLINE.get() is None:
-            budget.on_request()
-            try:
-                result = await fn(*args, **kwargs)
-            except Exception as exc:
-                return await self._acall_retrying(fn, args, kwargs, exc)
-            on_success = self._lean_success
-            if on_success is not None:
-                on_success()
-            return result
-        if self._lean:
-            return await self._acall_timed(fn, args, kwargs)
-        return await self._acall_retrying(fn, args, kwargs, None)
-
-    async def _acall_timed(self, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any) -> T:
-        """The async twin of :meth:`_call_timed`."""
-        clock = self._clock
-        now = self._now()
-        # The deadlines of new_state() and begin_attempt(): the ambient one, the call's, and the
-        # first attempt's (conditional expressions: cheaper than min() on this path).
-        ambient = _DEADLINE.get()
-        outer = math.inf if ambient is None else now + ambient.remaining()
-        at = outer
-        if self.timeout is not None and now + self.timeout < at:
-            at = now + self.timeout
-        first = at
-        if self.attempt_timeout is not None and now + self.attempt_timeout < first:
-            first = now + self.attempt_timeout
-        left = at - now
-        if left < self.min_attempt_time or left <= 0.0:
-            return await self._acall_retrying(fn, args, kwargs, None)  # raises DeadlineExceeded
-        budget = self.budget
-        if budget is not None:
-            budget.on_request()
-        # tuple.__new__ skips the named tuple's Python-level __new__ (half the cost).
-        token = _DEADLINE.set(_new_tuple(Deadline, (first, clock))) if first < outer else None
-        try:
-            if first == math.inf:
-                result = await fn(*args, **kwargs)
-            else:
-                result = await with_timeout(fn(*args, **kwargs), first - now)
-        except Exception as exc:
-            state = RetryState(self, now, at)
-            state.attempts = 1
-            try:
-                delay = state.on_error(exc, self._now())
-            finally:
-                if token is not None:
-                    _DEADLINE.reset(token)
-            if delay is None:
-                raise
-        except BaseException:
-            if token is not None:
-                _DEADLINE.reset(token)
-            raise
-        else:
-            if token is not None:
-                _DEADLINE.reset(token)
-            if budget is not None:
-                budget.on_success()
-            return result
-        await clock.asleep(delay)
-        return await self._acall_retrying(fn, args, kwargs, None, state)
+        result: T = await self._afirst(fn, args, kwargs)
+        return result
 
     async def _acall_retrying(
         self,
@@ -856,32 +858,33 @@ class RetryPolicy:
         first_error: Exception | None,
         state: RetryState | None = None,
     ) -> T:
+        """The async twin of :meth:`_call_retrying`."""
+        from seawall._core.compat import with_timeout
+
         clock = self._clock
         clock_now = self._now
         now = clock_now()
-        if state is None:
-            # After a fast-path first attempt, on_request was already called and there is no
-            # deadline: a bare state.
-            state = self.new_state(now) if first_error is None else RetryState(self, now)
         if first_error is not None:
+            state = RetryState(self, now)
             state.attempts = 1
             delay = state.on_error(first_error, now)
             if delay is None:
                 raise first_error
             await clock.asleep(delay)
+        elif state is None:
+            state = self.new_state(now)
         while True:
             now = clock_now()
-            attempt_deadline = state.begin_attempt(now)
-            token = self._scope(attempt_deadline, now)
+            at = state.begin_attempt(now)
+            token = None if at == math.inf else install(at, now, clock)
             try:
-                if attempt_deadline == math.inf:
+                if at == math.inf:
                     result = await fn(*args, **kwargs)
                 else:
-                    result = await with_timeout(fn(*args, **kwargs), attempt_deadline - now)
+                    result = await with_timeout(fn(*args, **kwargs), at - now)
             except Exception as exc:
+                _check_awaited(fn, exc)
                 if first_error is not None and exc.__context__ is first_error:
-                    # Attempt 1's error was handed over from inside the fast path's `except`:
-                    # later errors were not raised while handling it.
                     exc.__context__ = None
                 delay = state.on_error(exc, clock_now())
                 if delay is None:
@@ -899,7 +902,10 @@ class RetryPolicy:
         self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
     ) -> Outcome[T]:
         """The async twin of :meth:`run`."""
-        state = self.new_state(self._clock.now(), record=True)
+        try:
+            state = self.new_state(self._now(), record=True)
+        except Exception as exc:  # the budget rejected the call locally (Throttled)
+            return Outcome(None, exc, 0, 0.0, ())
         try:
             value = await self._acall_retrying(fn, args, kwargs, None, state)
         except Exception as exc:
@@ -917,74 +923,27 @@ class RetryPolicy:
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]: ...
 
     def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
-        """Decorate a ``def`` or ``async def`` function; its signature is preserved."""
-        if check_decoratable(fn, "retry"):
-            acall = self.acall
+        """Decorate a ``def`` or ``async def`` function; its signature is preserved.
 
-            @functools.wraps(fn)
-            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                return await acall(fn, *args, **kwargs)
+        The wrapper carries its policy as ``wrapper.policy`` and a per-call override:
+        ``wrapper.retry_with(max_attempts=5)(*args)`` calls the function once with a policy
+        changed that way (:meth:`replace`), leaving the decorated function as it is.
+        """
+        bind = None
+        if self._fast:
 
-            return async_wrapper
+            def bind(fn: Callable[..., Any], asynchronous: bool) -> Any:
+                return _bound_first_attempt(self, fn, asynchronous)
 
-        # One wrapper per kind of policy, chosen here once, so that a call tests nothing that
-        # the policy's configuration already decided.
-        slow = self._call_retrying
-        timed = self._call_timed
-        get_deadline = _DEADLINE.get
-        budget = self._lean_budget
-        inlined = None
-        if budget is not None:
-            inlined = first_attempt_wrapper(budget, fn, slow, timed, get_deadline)
-        if inlined is not None:
-            # A budget of seawall's own: its success path written out in the wrapper (no
-            # Python-level call to the budget on most successful calls).
-            return functools.wraps(fn)(inlined)
+        wrapper = decorate(fn, "retry", self._first, self._afirst, bind=bind)
+        policy = self
 
-        if budget is not None:
-            on_request, on_success = budget.on_request, self._lean_success
+        def retry_with(**changes: Any) -> Callable[P, Any]:
+            return policy.replace(**changes)(fn)
 
-            @functools.wraps(fn)
-            def budget_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                if get_deadline() is None:
-                    on_request()
-                    try:
-                        result = fn(*args, **kwargs)
-                    except Exception as exc:
-                        return slow(fn, args, kwargs, exc)
-                    if on_success is not None:
-                        on_success()
-                    return result
-                return timed(fn, args, kwargs)
-
-            return budget_wrapper
-
-        if self._simple:
-
-            @functools.wraps(fn)
-            def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                if get_deadline() is None:
-                    try:
-                        return fn(*args, **kwargs)
-                    except Exception as exc:
-                        return slow(fn, args, kwargs, exc)
-                return timed(fn, args, kwargs)
-
-            return wrapper
-
-        if self._lean:
-
-            @functools.wraps(fn)
-            def timed_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                return timed(fn, args, kwargs)
-
-            return timed_wrapper
-
-        @functools.wraps(fn)
-        def slow_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-            return slow(fn, args, kwargs, None)
-
-        return slow_wrapper
+        wrapper.policy = policy  # type: ignore[attr-defined]
+        wrapper.retry_with = retry_with  # type: ignore[attr-defined]
+        return wrapper
 
     # -- block API --------------------------------------------------------------------------
 
@@ -994,10 +953,166 @@ class RetryPolicy:
         ``async for`` works too (waits then use the clock's ``asleep``). The block's exception
         propagates when the policy gives up. Inside the block, :func:`seawall.remaining` sees the
         attempt's deadline; ``async with attempt:`` also cancels the block there.
+
+        Raises:
+            TypeError: the policy has ``retry_if_result``: a block has no result to check
+                (check it inside the block and raise a retryable error instead).
         """
+        if self.retry_if_result is not None:
+            raise TypeError(
+                "the block API sees no result, so retry_if_result cannot apply: check the "
+                "result inside the block and raise a retryable error, or use policy.call()"
+            )
         return Attempts(self)
 
 
+_COROUTINE = CoroutineType
+
+
+def _refuse_coroutine(fn: Callable[..., Any], coroutine: Any) -> None:
+    coroutine.close()  # never leave it un-awaited
+    raise TypeError(
+        f"{fn!r} returned a coroutine: it is async, so use `await policy.acall(fn)` "
+        "or decorate the async def itself"
+    )
+
+
+def _check_awaited(fn: Callable[..., Any], error: Exception) -> None:
+    """A sync function given to ``acall`` fails at our ``await``, after it ran: say so."""
+    if type(error) is TypeError and "can't be used in 'await' expression" in str(error):
+        raise TypeError(
+            f"{fn!r} is not async: acall() awaits what it returns; use policy.call() for a "
+            "plain function"
+        ) from error
+
+
+def _nothing(error: BaseException) -> None:
+    """No budget: nobody to tell."""
+
+
+def _rebuild_policy(cls: type[RetryPolicy], fields: dict[str, Any]) -> RetryPolicy:
+    return cls(**fields)
+
+
+# -- the first attempt ---------------------------------------------------------------------------
+#
+# A call whose first attempt needs no bookkeeping (no timeouts and no ambient deadline, no result
+# check, no hook that observes attempts) makes it without building a RetryState: tell the budget
+# the call starts, call the function, tell the budget of the success. A failure hands over to the
+# retry loop. The budget's part is whatever its first_attempt() capability offers (its cheapest
+# callables, or None for nothing to do); the decisions stay in the budget and in RetryState.
+#
+# That path is written once, below, and instantiated four ways: for call(fn) and acall(fn), where
+# the function is an argument, and for the sync and async decorators, where it is bound, so that a
+# decorated call costs one frame, as a hand-written loop does. (A decorator calling a shared
+# runner costs a frame more on every call.) The text is compiled once, at import.
+
+_FIRST_ATTEMPT = """
+def make(slow, before, after, ambient, coroutine, refuse, check_awaited{bound}):
+    {kind}def first({params}):
+        if {guard}ambient() is not None:
+            return {wait}{slow}(fn, args, kwargs, None)  # the deadline shapes every attempt
+        {fetch}if {before} is not None:
+            {before}()
+        try:
+            result = {wait}fn(*args, **kwargs)
+        except Exception as exc:
+            {awaited}
+            return {wait}{slow}(fn, args, kwargs, exc)
+        {returned}
+        if {after} is not None:
+            {after}()
+        return result
+
+    return first
+"""
+
+# How the path finds its parts: a decorator's wrapper and call()/acall()'s runner hold them
+# in their closure; the call()/acall() methods read them from the policy (one frame less).
+_CLOSURE = {"guard": "", "fetch": "", "before": "before", "after": "after"}
+_METHOD = {
+    "guard": "not self._fast or ",
+    "fetch": "before, after = self._before, self._after\n        ",
+    "before": "before",
+    "after": "after",
+}
+
+
+def _compile_first_attempt(
+    *, asynchronous: bool, bound: bool = False, method: bool = False
+) -> Callable[..., Any]:
+    if method:
+        params = "self, fn, /, *args, **kwargs"
+        slow = "self._acall_retrying" if asynchronous else "self._call_retrying"
+        parts = _METHOD
+    else:
+        params = "*args, **kwargs" if bound else "fn, args, kwargs"
+        slow = "slow"
+        parts = _CLOSURE
+    source = _FIRST_ATTEMPT.format(
+        bound=", fn" if bound else "",
+        kind="async " if asynchronous else "",
+        params=params,
+        slow=slow,
+        wait="await " if asynchronous else "",
+        awaited="check_awaited(fn, exc)" if asynchronous else "pass",
+        returned="pass" if asynchronous else "if type(result) is coroutine: refuse(fn, result)",
+        **parts,
+    )
+    where = "method" if method else "decorator" if bound else "call"
+    filename = f"<seawall first attempt: {'async ' if asynchronous else ''}{where}>"
+    # Registered with linecache so that tracebacks and debuggers show the lines.
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace: dict[str, Any] = {}
+    exec(compile(source, filename, "exec"), namespace)
+    make: Callable[..., Any] = namespace["make"]
+    return make
+
+
+_MAKE_FIRST = _compile_first_attempt(asynchronous=False)
+_MAKE_AFIRST = _compile_first_attempt(asynchronous=True)
+_MAKE_WRAPPER = _compile_first_attempt(asynchronous=False, bound=True)
+_MAKE_AWRAPPER = _compile_first_attempt(asynchronous=True, bound=True)
+_MAKE_CALL = _compile_first_attempt(asynchronous=False, method=True)
+_MAKE_ACALL = _compile_first_attempt(asynchronous=True, method=True)
+
+
+def _first_parts(policy: RetryPolicy) -> tuple[Any, ...]:
+    return (
+        policy._before,
+        policy._after,
+        _DEADLINE.get,
+        _COROUTINE,
+        _refuse_coroutine,
+        _check_awaited,
+    )
+
+
+def _first_attempts(policy: RetryPolicy) -> tuple[_Runner, _Runner]:
+    """The policy's synchronous and asynchronous first-attempt paths for call() and acall()."""
+    slow, aslow = policy._call_retrying, policy._acall_retrying
+    if not policy._fast:
+        # Not a first attempt without bookkeeping: the loop, from the start.
+        def general(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+            return slow(fn, args, kwargs, None)
+
+        async def ageneral(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+            return await aslow(fn, args, kwargs, None)
+
+        return general, ageneral
+    parts = _first_parts(policy)
+    return _MAKE_FIRST(slow, *parts), _MAKE_AFIRST(aslow, *parts)
+
+
+def _bound_first_attempt(policy: RetryPolicy, fn: Callable[..., Any], asynchronous: bool) -> Any:
+    """The same first-attempt path with *fn* bound: a decorated function's wrapper."""
+    parts = _first_parts(policy)
+    if asynchronous:
+        return _MAKE_AWRAPPER(policy._acall_retrying, *parts, fn)
+    return _MAKE_WRAPPER(policy._call_retrying, *parts, fn)
+
+
+@public("seawall.lowlevel")
 class Attempt:
     """One attempt of the block API; use it as ``with attempt:``.
 
@@ -1021,8 +1136,9 @@ class Attempt:
     async def __aenter__(self) -> Attempt:
         self.__enter__()
         if self._deadline != math.inf:
-            left = self._deadline - self._attempts._policy._clock.now()
-            self._timeout = timeout_at(asyncio.get_running_loop().time() + max(0.0, left))
+            from seawall._core.compat import timeout_after
+
+            self._timeout = timeout_after(self._deadline - self._attempts._policy._clock.now())
             await self._timeout.__aenter__()
         return self
 
@@ -1044,8 +1160,8 @@ class Attempt:
         return self.__exit__(exc_type, exc, tb)
 
     def __enter__(self) -> Attempt:
-        owner = self._attempts
-        self._token = owner._policy._scope(self._deadline, owner._policy._clock.now())
+        clock = self._attempts._policy._clock
+        self._token = install(self._deadline, clock.now(), clock)
         return self
 
     def __exit__(
@@ -1078,6 +1194,7 @@ class Attempt:
         return f"<Attempt {self.number}>"
 
 
+@public("seawall.lowlevel")
 class Attempts:
     """Sync and async iterator of :class:`Attempt` blocks; see :meth:`RetryPolicy.attempts`."""
 
@@ -1110,19 +1227,72 @@ class Attempts:
                 return
             yield attempt
 
-    async def _aiter(self) -> AsyncIterator[Attempt]:
-        while True:
-            if self._delay is not None:
-                await self._policy._clock.asleep(self._delay)
-            attempt = self._next()
-            if attempt is None:
-                return
-            yield attempt
+    # An iterator object, not an async generator: a block that returns from inside
+    # `async for` leaves nothing to finalize (trio warns about unfinished async generators).
+    def __aiter__(self) -> Attempts:
+        return self
 
-    def __aiter__(self) -> AsyncIterator[Attempt]:
-        return self._aiter()
+    async def __anext__(self) -> Attempt:
+        if self._delay is not None:
+            await self._policy._clock.asleep(self._delay)
+        attempt = self._next()
+        if attempt is None:
+            raise StopAsyncIteration
+        return attempt
 
 
-def retry(**kwargs: Any) -> RetryPolicy:
-    """``RetryPolicy(**kwargs)``, read better as a decorator: ``@seawall.retry(max_attempts=5)``."""
+@overload
+def retry(fn: Callable[P, T], /) -> Callable[P, T]: ...
+
+
+@overload
+def retry(
+    *,
+    max_attempts: int = 3,
+    backoff: Backoff = DEFAULT_BACKOFF,
+    retry_on: RetryOn = _DEFAULT_RETRY_ON,
+    retry_if_result: Callable[[Any], bool] | None = None,
+    timeout: float | None = None,
+    attempt_timeout: float | None = None,
+    budget: Budget | None = None,
+    clock: Clock | None = None,
+    rng: random.Random | None = None,
+    name: str | None = None,
+    hooks: Sequence[Hook] | None = None,
+    max_retry_after: float = 60.0,
+    min_attempt_time: float = 0.0,
+    retry_nested: bool = False,
+    honor_retry_after: bool = True,
+    retry_after_beyond_max: Literal["clamp", "give_up"] = "clamp",
+) -> RetryPolicy: ...
+
+
+def retry(fn: Callable[..., Any] | None = None, /, **kwargs: Any) -> Any:
+    """``RetryPolicy(**kwargs)``, read better as a decorator: ``@seawall.retry(max_attempts=5)``.
+
+    ``@seawall.retry`` without parentheses decorates with the default policy. The keyword
+    arguments are :class:`RetryPolicy`'s, typed, so a misspelt one is a type error too.
+    """
+    if fn is not None:
+        if kwargs:
+            raise TypeError("retry() takes either a function or keyword arguments, not both")
+        return RetryPolicy()(fn)
     return RetryPolicy(**kwargs)
+
+
+def _install_first_attempt_methods() -> None:
+    """call() and acall() as the generated first-attempt path itself (their source above stays
+    the documented signature)."""
+    shared = (None, None, _DEADLINE.get, _COROUTINE, _refuse_coroutine, _check_awaited)
+    for name, make in (("call", _MAKE_CALL), ("acall", _MAKE_ACALL)):
+        method = make(None, *shared)
+        documented = getattr(RetryPolicy, name)
+        method.__doc__ = documented.__doc__
+        method.__name__ = documented.__name__
+        method.__qualname__ = documented.__qualname__
+        method.__module__ = RetryPolicy.__module__
+        method.__wrapped__ = documented  # inspect.signature shows the typed signature
+        setattr(RetryPolicy, name, method)
+
+
+_install_first_attempt_methods()

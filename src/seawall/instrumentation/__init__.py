@@ -14,6 +14,7 @@ from seawall._core.redact import REDACTED, redact_text, redact_url
 from seawall._strategies.retry import Hook, RetryEvent, logging_hook
 from seawall.instrumentation._core import (
     ATTEMPT_OUTCOMES,
+    FLEET_STATES,
     LATENCY_BUCKETS,
     MAX_NAMES,
     METRICS,
@@ -26,6 +27,7 @@ from seawall.instrumentation._core import (
 
 __all__ = [
     "ATTEMPT_OUTCOMES",
+    "FLEET_STATES",
     "LATENCY_BUCKETS",
     "MAX_NAMES",
     "METRICS",

@@ -22,6 +22,7 @@ from seawall._strategies.retry import RetryEvent
 
 __all__ = [
     "ATTEMPT_OUTCOMES",
+    "FLEET_STATES",
     "LATENCY_BUCKETS",
     "MAX_NAMES",
     "METRICS",
@@ -107,6 +108,13 @@ METRICS: Final = (
         "Requests a server rejected without doing their work.",
     ),
     Metric(
+        "fleet_transitions",
+        "counter",
+        ("fleet", "state"),
+        "{transition}",
+        "Fleets (budgets and breakers shared on Redis) turning degraded or recovering.",
+    ),
+    Metric(
         "attempt_duration_seconds",
         "histogram",
         ("policy", "outcome"),
@@ -114,6 +122,8 @@ METRICS: Final = (
         "Duration of single attempts.",
     ),
 )
+#: What a fleet (``seawall.redis.Fleet``) turns into: deciding locally, or sharing again.
+FLEET_STATES: Final = ("degraded", "recovered")
 #: Histogram buckets for attempt latency, in seconds: 1 ms to 30 s, about 2.5x apart.
 LATENCY_BUCKETS: Final = (
     0.001,
@@ -164,6 +174,19 @@ class Recorder(Protocol):
 
     def shed(self, server: str, reason: str) -> None:
         """A server rejected a request without doing its work; *reason* from ``SHED_REASONS``."""
+
+    # An optional capability, looked up on the object (recorders without it work as before):
+    # fleet_transition(fleet, state): a seawall.redis fleet turned "degraded" or "recovered".
+
+
+class _FleetEvent(Protocol):
+    """What :meth:`MetricsHook.fleet_hook` reads of a ``seawall.redis.FleetEvent``."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def policy(self) -> str: ...
 
 
 class _Names:
@@ -234,7 +257,7 @@ class MetricsHook:
             r.budget_refusal(name)
 
     def breaker_hook(self, event: BreakerEvent) -> None:
-        """A state-change hook for :class:`~seawall.CircuitBreaker` (``on_state_change=[...]``)."""
+        """A state-change hook for :class:`~seawall.CircuitBreaker` (``hooks=[...]``)."""
         self.recorder.breaker_transition(self._names(event.breaker), event.new)
 
     def hedge_hook(self, event: HedgeEvent) -> None:
@@ -247,6 +270,13 @@ class MetricsHook:
             self.recorder.hedge_win(name)
         elif kind == "budget_exhausted":
             self.recorder.budget_refusal(name)
+
+    def fleet_hook(self, event: _FleetEvent) -> None:
+        """A hook for ``seawall.redis.Fleet`` (``hooks=[...]``): degraded and recovered fleets,
+        reported to the recorder's ``fleet_transition`` if it has one."""
+        report = getattr(self.recorder, "fleet_transition", None)
+        if callable(report) and event.kind in FLEET_STATES:
+            report(self._names(event.policy), event.kind)
 
     def __repr__(self) -> str:
         return f"MetricsHook({self.recorder!r})"
@@ -301,6 +331,9 @@ class Counters:
 
     def shed(self, server: str, reason: str) -> None:
         self._add(("sheds", self._names(server), reason))
+
+    def fleet_transition(self, fleet: str, state: str) -> None:
+        self._add(("fleet_transitions", self._names(fleet), state))
 
     def get(self, metric: str, *labels: str) -> float:
         """The value of one series (0 if never recorded), e.g. ``get("retries", "users")``."""

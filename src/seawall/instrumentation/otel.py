@@ -82,5 +82,10 @@ class OpenTelemetryRecorder:
     def shed(self, server: str, reason: str) -> None:
         self._instruments["sheds"].add(1, self._attributes("sheds", server, reason))
 
+    def fleet_transition(self, fleet: str, state: str) -> None:
+        self._instruments["fleet_transitions"].add(
+            1, self._attributes("fleet_transitions", fleet, state)
+        )
+
     def __repr__(self) -> str:
         return "OpenTelemetryRecorder()"

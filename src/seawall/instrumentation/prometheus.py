@@ -101,5 +101,8 @@ class PrometheusRecorder:
     def shed(self, server: str, reason: str) -> None:
         self._child("sheds", server, reason).inc()
 
+    def fleet_transition(self, fleet: str, state: str) -> None:
+        self._child("fleet_transitions", fleet, state).inc()
+
     def __repr__(self) -> str:
         return f"PrometheusRecorder(registry={self.registry!r})"

@@ -6,7 +6,8 @@ hops, servers and shared resources, and drive the real decision code: ``RetryPol
 whose clock reads the engine's time (:class:`SimClock`).
 
 Each scenario is a function with documented defaults that returns a frozen result object:
-:func:`storm`, :func:`occ`, :func:`amplify`, :func:`sweep`, :func:`metastable`, :func:`hedge`.
+:func:`storm`, :func:`occ`, :func:`amplify`, :func:`fleet`, :func:`sweep`, :func:`metastable`,
+:func:`hedge`.
 The ``seawall`` command runs them (``seawall sim NAME``); new scenarios plug into it through
 :func:`register_scenario`. Tables and plots need the ``sim`` extra (rich, matplotlib); the
 scenario functions themselves need nothing beyond seawall.
@@ -18,6 +19,7 @@ from seawall.sim import _scenarios  # noqa: F401  # isort: skip
 from seawall.sim import _hedge_report  # noqa: F401  # isort: skip
 from seawall.sim._amplify import AMPLIFY_STRATEGIES, AmplifyResult, AmplifyRow, amplify
 from seawall.sim._engine import Engine, SimClock
+from seawall.sim._fleet import FLEET_STRATEGIES, FleetResult, FleetRow, fleet
 from seawall.sim._hedge import HEDGE_PERCENTILES, HedgeResult, HedgeRow, hedge
 from seawall.sim._metastable import (
     METASTABLE_STRATEGIES,
@@ -33,6 +35,7 @@ from seawall.sim._sweep import SWEEP_STRATEGIES, SweepResult, SweepRow, sweep
 
 __all__ = [
     "AMPLIFY_STRATEGIES",
+    "FLEET_STRATEGIES",
     "HEDGE_PERCENTILES",
     "METASTABLE_STRATEGIES",
     "OCC_ALGORITHMS",
@@ -41,6 +44,8 @@ __all__ = [
     "AmplifyResult",
     "AmplifyRow",
     "Engine",
+    "FleetResult",
+    "FleetRow",
     "HedgeResult",
     "HedgeRow",
     "MetastableResult",
@@ -56,6 +61,7 @@ __all__ = [
     "WriteConflict",
     "amplify",
     "collect_metrics",
+    "fleet",
     "hedge",
     "metastable",
     "occ",

@@ -38,7 +38,7 @@ def retry_hooks() -> tuple[Any, ...]:
 
 
 def breaker_hooks() -> tuple[Any, ...]:
-    """``on_state_change`` hooks for a scenario's ``CircuitBreaker``."""
+    """``hooks`` for a scenario's ``CircuitBreaker``."""
     return () if _hook is None else (_hook.breaker_hook,)
 
 

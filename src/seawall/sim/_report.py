@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from seawall.sim._amplify import AmplifyResult
+from seawall.sim._fleet import FLEET_STRATEGIES, FleetResult
 from seawall.sim._metastable import MetastableResult
 from seawall.sim._occ import OccResult
 from seawall.sim._storm import StormResult
@@ -203,6 +204,26 @@ def render_amplify(result: AmplifyResult, console: Any) -> None:
     )
     for r in result.rows:
         table.add_row(r.strategy, f"{r.per_request:.2f}", f"{r.bound:.2f}")
+    console.print(table)
+
+
+# -- fleet ---------------------------------------------------------------------------------
+
+
+def render_fleet(result: FleetResult, console: Any) -> None:
+    table = _table(
+        f"fleet: calls per request to a dead dependency (arithmetic); "
+        f"{result.rate:g}/s per process",
+        ["processes", *FLEET_STRATEGIES],
+    )
+    for n in sorted({r.processes for r in result.rows}):
+        table.add_row(
+            str(n),
+            *(
+                f"{result.row(s, n).per_request:.2f} ({result.row(s, n).bound:.2f})"
+                for s in FLEET_STRATEGIES
+            ),
+        )
     console.print(table)
 
 

@@ -10,6 +10,7 @@ from seawall.sim._amplify import amplify
 from seawall.sim._args import choice as _choice
 from seawall.sim._args import count, positive, probability, whole
 from seawall.sim._args import non_negative as _non_negative
+from seawall.sim._fleet import fleet
 from seawall.sim._metastable import METASTABLE_STRATEGIES, metastable
 from seawall.sim._occ import OCC_ALGORITHMS, occ
 from seawall.sim._registry import Progress, Scenario, register_scenario
@@ -150,6 +151,51 @@ register_scenario(
         run=_amplify_run,
         demo=lambda seed, workers, progress: amplify(seed=seed),
         render=_report.render_amplify,
+    )
+)
+
+
+# -- fleet ---------------------------------------------------------------------------------
+
+
+def _fleet_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--processes", type=count, nargs="+", default=[1, 2, 4, 8, 16, 32],
+        help="fleet sizes (1 2 4 8 16 32)",
+    )  # fmt: skip
+    p.add_argument("--rate", type=positive, default=2.0, help="calls/s per process (2)")
+    p.add_argument("--duration", type=positive, default=60.0, help="seconds simulated (60)")
+    p.add_argument("--ratio", type=probability, default=0.1, help="retry budget ratio (0.1)")
+    p.add_argument(
+        "--min-per-second", type=_non_negative, default=10.0, help="budget floor per s (10)"
+    )
+
+
+def _fleet_run(a: argparse.Namespace, progress: Progress | None) -> Any:
+    return fleet(
+        a.processes,
+        rate=a.rate,
+        duration=a.duration,
+        ratio=a.ratio,
+        min_per_second=a.min_per_second,
+        seed=a.seed,
+    )
+
+
+register_scenario(
+    Scenario(
+        name="fleet",
+        summary="N client processes against a dead dependency: a budget each, or one shared",
+        description=(
+            "Each of --processes client processes calls a dependency that is down, through a "
+            "real RetryPolicy. With a RetryBudget per process every process has its own floor, "
+            "so the fleet's amplification does not fall as the fleet grows; with one budget "
+            "for the fleet (seawall.redis.SharedRetryBudget) it falls towards 1 + ratio."
+        ),
+        add_arguments=_fleet_args,
+        run=_fleet_run,
+        demo=lambda seed, workers, progress: fleet((1, 4, 16), duration=30.0, seed=seed),
+        render=_report.render_fleet,
     )
 )
 

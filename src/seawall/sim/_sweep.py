@@ -182,7 +182,7 @@ def _run(args: tuple[str, float, int, float, float, float, int]) -> SweepRow:
                 clock=clock,
                 rng=rng,
                 name=f"sweep-{strategy}",
-                on_state_change=breaker_hooks(),
+                hooks=breaker_hooks(),
             )
         at(expo(per_client), on_arrival, (policy, breaker))
     engine.run()

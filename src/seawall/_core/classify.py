@@ -1,0 +1,303 @@
+"""One classification of errors, used by every strategy: is this worth another attempt, and what
+does a budget (or a breaker) learn from it?
+
+Retry policies, hedges, breakers, the HTTP and gRPC rules and the simulator all ask
+:func:`classify`; none has its own list of what is never retried.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+from collections.abc import Callable
+from typing import Literal, NamedTuple
+
+from seawall._core.errors import (
+    _EXHAUSTED_MARK,
+    _PERMANENT_MARK,
+    DeadlineExceeded,
+    Overloaded,
+    Permanent,
+    RetryAfter,
+)
+from seawall._core.public import public
+
+__all__ = ["ErrorMatcher", "RetryOn", "Verdict", "classify", "compile_errors", "is_transient"]
+
+#: What ``retry_on`` (and a breaker's ``failure_on``) accepts: exception classes, or a
+#: predicate ``(exc) -> bool``.
+RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+
+
+@public("seawall.lowlevel")
+class Verdict(enum.IntEnum):
+    """What an attempt's error means: whether to retry, and what a budget hears.
+
+    Budgets hear one of three outcomes: a *failure* (the dependency is sick or slow), an
+    *answer* (it answered, but not with a success: a permanent error, a 4xx, a fatal gRPC
+    status), or nothing (the error says nothing about the dependency). Successes are reported
+    apart, by whoever saw the success.
+    """
+
+    #: Transient: worth another attempt (if attempts, deadline and budget allow). A failure.
+    RETRY = 0
+    #: Transient, but the caller must not send it again (a 503 to a POST without an
+    #: idempotency key). A failure.
+    FAILED = 1
+    #: The dependency answered, not healthily: ``Permanent``, ``permanent()``-marked, or not
+    #: matched by ``retry_on``. Never retried; an answer.
+    ANSWERED = 2
+    #: The callee shed the request (``Overloaded``): never retried, it propagates up. A failure.
+    OVERLOADED = 3
+    #: An inner policy already retried this error and gave up (retry at one layer). A failure.
+    EXHAUSTED = 4
+    #: Nobody's fault: the call's own deadline passed. Never retried; budgets hear nothing.
+    NEUTRAL = 5
+
+    @property
+    def retry(self) -> bool:
+        """Whether another attempt may be made."""
+        return self is Verdict.RETRY
+
+    @property
+    def hears(self) -> Literal["failure", "answer"] | None:
+        """What a budget is told: ``"failure"``, ``"answer"`` or ``None`` (nothing)."""
+        return _HEARS[self]
+
+
+_HEARS: dict[Verdict, Literal["failure", "answer"] | None] = {
+    Verdict.RETRY: "failure",
+    Verdict.FAILED: "failure",
+    Verdict.ANSWERED: "answer",
+    Verdict.OVERLOADED: "failure",
+    Verdict.EXHAUSTED: "failure",
+    Verdict.NEUTRAL: None,
+}
+
+_RETRY, _FAILED, _ANSWERED, _OVERLOADED, _EXHAUSTED, _NEUTRAL = Verdict
+
+
+# -- the default retry_on: transient errors of the standard library and of the popular clients --
+
+# Connection-level errnos that a later attempt may not meet (a reset, a refusal while a server
+# restarts, an unreachable network during a failover). Not EACCES, ENOENT, EINVAL and the like.
+_TRANSIENT_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in (
+        "ECONNRESET",
+        "ECONNREFUSED",
+        "ECONNABORTED",
+        "ETIMEDOUT",
+        "EPIPE",
+        "ENETUNREACH",
+        "ENETDOWN",
+        "ENETRESET",
+        "EHOSTUNREACH",
+        "EHOSTDOWN",
+        "EAGAIN",
+    )
+    if hasattr(errno, name)
+)
+
+# The client libraries' transient errors, by (top-level package, class name) anywhere in the
+# error's class hierarchy, so that none of them is imported: httpx, requests and urllib3,
+# aiohttp. Certificate and protocol-misuse errors are not here: a retry repeats them.
+_TRANSIENT_CLASSES = frozenset(
+    {
+        ("httpx", "TimeoutException"),
+        ("httpx", "NetworkError"),
+        ("httpx", "RemoteProtocolError"),
+        ("requests", "ConnectionError"),
+        ("requests", "Timeout"),
+        ("requests", "ChunkedEncodingError"),
+        ("urllib3", "TimeoutError"),
+        ("urllib3", "ProtocolError"),
+        ("urllib3", "NewConnectionError"),
+        ("aiohttp", "ClientConnectionError"),
+        ("aiohttp", "ServerTimeoutError"),
+        ("aiohttp", "ClientPayloadError"),
+    }
+)
+_NOT_TRANSIENT_NAMES = ("SSLError", "Certificate", "InvalidURL", "UnsupportedProtocol")
+
+_YES, _NO, _BY_ERRNO, _BY_GRPC_CODE = range(4)
+_TRANSIENT_KINDS: dict[type, int] = {}
+
+
+def _transient_kind(cls: type) -> int:
+    names = [(c.__module__.partition(".")[0], c.__name__) for c in cls.__mro__]
+    if any(bad in name for _, name in names for bad in _NOT_TRANSIENT_NAMES):
+        kind = _NO
+    elif issubclass(cls, (ConnectionError, TimeoutError)) or any(
+        pair in _TRANSIENT_CLASSES for pair in names
+    ):
+        kind = _YES
+    elif any(module == "grpc" and name == "RpcError" for module, name in names):
+        kind = _BY_GRPC_CODE
+    elif issubclass(cls, OSError):
+        kind = _BY_ERRNO
+    else:
+        kind = _NO
+    if len(_TRANSIENT_KINDS) < _KINDS_LIMIT:
+        _TRANSIENT_KINDS[cls] = kind
+    return kind
+
+
+def is_transient(error: BaseException) -> bool:
+    """The default ``retry_on``: errors that a later attempt may well not meet.
+
+    ``ConnectionError`` and ``TimeoutError`` (and their subclasses); an ``OSError`` whose
+    ``errno`` is a connection-level one (reset, refused, aborted, timed out, unreachable);
+    httpx's timeouts, network and remote-protocol errors; requests' and urllib3's connection
+    errors and timeouts; aiohttp's connection errors and timeouts; a gRPC error whose code is
+    ``UNAVAILABLE``. TLS certificate errors and invalid URLs are not transient. None of those
+    libraries is imported: classes are recognised by name.
+    """
+    cls = type(error)
+    kind = _TRANSIENT_KINDS.get(cls)
+    if kind is None:
+        kind = _transient_kind(cls)
+    if kind == _YES:
+        return True
+    if kind == _BY_ERRNO:
+        return getattr(error, "errno", None) in _TRANSIENT_ERRNOS
+    if kind == _BY_GRPC_CODE:
+        code = getattr(error, "code", None)
+        try:
+            status = code() if callable(code) else None
+        except Exception:
+            return False
+        return getattr(status, "name", None) == "UNAVAILABLE"
+    return False
+
+
+@public("seawall.lowlevel")
+class ErrorMatcher(NamedTuple):
+    """``retry_on`` (or ``failure_on``) compiled: exception classes, or a predicate.
+
+    Attributes:
+        classes: the classes, when given as classes (one ``isinstance`` per error), else
+            ``None``.
+        predicate: ``(exc) -> bool``, for either form.
+    """
+
+    classes: tuple[type[BaseException], ...] | None
+    predicate: Callable[[BaseException], bool]
+
+    def __call__(self, error: BaseException) -> bool:
+        classes = self.classes
+        return isinstance(error, classes) if classes is not None else self.predicate(error)
+
+
+def compile_errors(value: object, name: str, *, predicate: bool = True) -> ErrorMatcher:
+    """An exception class, a tuple of them, or (when *predicate*) a callable, as a matcher.
+
+    Raises:
+        TypeError: anything else, naming the parameter *name*.
+    """
+    if isinstance(value, type):
+        value = (value,)
+    if isinstance(value, tuple):
+        if all(isinstance(cls, type) and issubclass(cls, BaseException) for cls in value):
+            return _class_matcher(value)
+    elif predicate and callable(value):
+        return ErrorMatcher(None, value)
+    what = "exception classes or a predicate" if predicate else "exception classes"
+    raise TypeError(f"{name} must be {what}, got {value!r}")
+
+
+def _class_matcher(classes: tuple[type[BaseException], ...]) -> ErrorMatcher:
+    return ErrorMatcher(classes, lambda exc: isinstance(exc, classes))
+
+
+# What an exception's class alone says, computed once per class: classify() runs on every
+# failed attempt (and in the simulator on every simulated one), and a dictionary lookup costs
+# less than the chain of isinstance() checks it replaces. The marks that permanent() and the
+# one-layer rule put on instances are read from the instance every time.
+_PLAIN, _SHED, _FINAL, _NOT_EXCEPTION, _DEADLINE, _PUSHBACK = range(6)
+_KINDS: dict[type, int] = {}
+_KINDS_LIMIT = 4096  # classes made at runtime must not grow the cache without bound
+
+
+def _kind(cls: type) -> int:
+    if issubclass(cls, Overloaded):
+        kind = _SHED
+    elif issubclass(cls, Permanent) or getattr(cls, _PERMANENT_MARK, False) is True:
+        kind = _FINAL
+    elif not issubclass(cls, Exception):
+        kind = _NOT_EXCEPTION
+    elif issubclass(cls, DeadlineExceeded):
+        kind = _DEADLINE
+    elif issubclass(cls, RetryAfter):
+        kind = _PUSHBACK
+    else:
+        kind = _PLAIN
+    if len(_KINDS) < _KINDS_LIMIT:
+        _KINDS[cls] = kind
+    return kind
+
+
+def classify(
+    error: BaseException,
+    matcher: ErrorMatcher | None = None,
+    retry: bool | None = None,
+    deadline_room: bool = True,
+    retry_nested: bool = False,
+) -> Verdict:
+    """The verdict on one attempt's *error*.
+
+    Args:
+        error: what the attempt raised (or an exception standing for a failed response).
+        matcher: the caller's ``retry_on``; ``None`` matches every ``Exception``.
+        retry: a driver's own classification, replacing *matcher*: ``True`` retries the error
+            (the never-retried rules still apply), ``False`` counts it as a failure without
+            retrying it (:attr:`Verdict.FAILED`). ``None`` asks *matcher*.
+        deadline_room: whether the caller's own deadline leaves room for another attempt. A
+            ``DeadlineExceeded`` from a tighter deadline below (an attempt's) is one slow
+            attempt, retried while there is room; past the caller's deadline it is
+            :attr:`Verdict.NEUTRAL`: gone for every layer, and nobody's fault.
+        retry_nested: retry errors that an inner policy already retried (off: one layer
+            retries).
+
+    Never retried, whatever *matcher* says: ``Permanent``, ``permanent()``-marked errors,
+    ``Overloaded``, and anything that is not an ``Exception`` (cancellation,
+    ``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit``).
+    """
+    # The order is the contract: overload, then permanence, then what is not an outcome of the
+    # dependency, then the deadline, then pushback, then the one-layer rule, then the caller's
+    # own rules.
+    cls = type(error)
+    kind = _KINDS.get(cls)
+    if kind is None:
+        kind = _kind(cls)
+    if kind == _SHED:
+        return _OVERLOADED
+    if kind == _FINAL:
+        return _ANSWERED
+    marks = error.__dict__  # permanent() and the one-layer rule mark instances here
+    if marks and marks.get(_PERMANENT_MARK) is True:
+        return _ANSWERED
+    if kind == _NOT_EXCEPTION:
+        return _NEUTRAL  # cancellation and interpreter exits: not an outcome of the dependency
+    if kind == _DEADLINE:
+        if deadline_room and retry is not False and (matcher is None or matcher(error)):
+            return _RETRY
+        return _NEUTRAL
+    if kind == _PUSHBACK and retry is not False:
+        return _RETRY
+    if marks and not retry_nested:
+        if marks.get(_EXHAUSTED_MARK) is True:
+            return _EXHAUSTED
+        # raise_for_status() makes a new error around the response a retrying transport gave up
+        # on; the transport marked that response (httpx's HTTPStatusError and requests'
+        # HTTPError keep it in ``response``), so statuses retry at one layer too.
+        answer = marks.get("response")
+        if answer is not None and getattr(answer, _EXHAUSTED_MARK, False) is True:
+            return _EXHAUSTED
+    if retry is None:
+        if matcher is None:
+            return _RETRY
+        classes = matcher.classes  # inlined ErrorMatcher.__call__
+        matched = isinstance(error, classes) if classes is not None else matcher.predicate(error)
+        return _RETRY if matched else _ANSWERED
+    return _RETRY if retry else _FAILED

@@ -1,0 +1,868 @@
+"""gRPC integration (grpcio, sync and ``grpc.aio``): client interceptors that retry by status
+code per a :class:`~seawall.RetryPolicy`, and server interceptors for deadline intake and load
+shedding.
+
+Example:
+    ``grpc.intercept_channel(grpc.insecure_channel(target), seawall.grpc.RetryInterceptor())``
+
+Install with ``pip install seawall[grpc]``. See ``docs/grpc.md`` for what is retried and how it
+compares with grpcio's own retry policy.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
+from typing import Any, Final, NamedTuple
+
+import grpc
+import grpc.aio
+
+from seawall._core import validate as _validate
+from seawall._core.clock import SYSTEM_CLOCK, Clock
+from seawall._core.errors import (
+    _EXHAUSTED_MARK,
+    DeadlineExceeded,
+    Overloaded,
+    add_note,
+    mark_exhausted,
+    permanent,
+)
+from seawall._strategies.budget import Budget, TokenBucket
+from seawall._strategies.deadline import deadline, timeout_from_headers
+from seawall._strategies.hedge import Hedge
+from seawall._strategies.retry import RetryPolicy, RetryState
+
+__all__ = [
+    "DEFAULT_RETRY_CODES",
+    "PER_CHANNEL",
+    "PUSHBACK_HEADER",
+    "PUSHBACK_CODES",
+    "REFUSE",
+    "AsyncLoadShedder",
+    "AsyncRetryInterceptor",
+    "DeadlineInterceptor",
+    "AsyncDeadlineInterceptor",
+    "LoadShedder",
+    "RetryInterceptor",
+    "RetryableStatus",
+    "StatusDeadlineExceeded",
+    "parse_pushback",
+]
+
+#: The trailing metadata key in which a server asks for a wait before the next attempt, in
+#: milliseconds; a negative (or malformed) value means "do not retry" (gRPC proposal A6).
+PUSHBACK_HEADER: Final = "grpc-retry-pushback-ms"
+
+#: Statuses retried whatever the server says: the service could not be reached or refused the
+#: call before doing its work.
+DEFAULT_RETRY_CODES: Final = frozenset({grpc.StatusCode.UNAVAILABLE})
+
+#: Statuses retried only when the server sent a pushback: "too busy now, come back in N ms".
+#: Without a pushback a RESOURCE_EXHAUSTED is a quota the caller ran out of, which retrying
+#: repeats.
+PUSHBACK_CODES: Final = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED})
+
+_OK = grpc.StatusCode.OK
+_DEADLINE_CODE = grpc.StatusCode.DEADLINE_EXCEEDED
+# A pushback is a decimal number of milliseconds; longer strings are refused, not parsed.
+_PUSHBACK_MAX_LEN = 12
+
+
+class _RefusePushback:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "REFUSE"
+
+
+#: What :func:`parse_pushback` returns for a pushback that forbids a retry.
+REFUSE: Final = _RefusePushback()
+
+
+def parse_pushback(metadata: object) -> float | _RefusePushback | None:
+    """The server's pushback in *metadata* (trailing metadata pairs): seconds to wait, ``REFUSE``
+    (negative or malformed: do not retry, as gRPC proposal A6 says), or ``None`` (none sent).
+
+    The value is untrusted: a malformed one refuses the retry rather than crashing; clamping a
+    long wait is the policy's ``max_retry_after``. Never raises.
+    """
+    if not metadata:
+        return None
+    try:
+        items = list(metadata)  # type: ignore[call-overload]
+    except TypeError:
+        return None
+    for item in items:
+        try:
+            key, value = item
+        except (TypeError, ValueError):
+            continue
+        if isinstance(key, bytes):
+            key = key.decode("latin-1")
+        if not isinstance(key, str) or key.lower() != PUSHBACK_HEADER:
+            continue
+        if isinstance(value, bytes):
+            value = value.decode("latin-1")
+        if not isinstance(value, str):
+            return REFUSE
+        text = value.strip()
+        digits = text[1:] if text.startswith("-") else text
+        if not text or len(text) > _PUSHBACK_MAX_LEN or not (digits.isascii() and digits.isdigit()):
+            return REFUSE
+        ms = int(text)
+        return REFUSE if ms < 0 else ms / 1000.0
+    return None
+
+
+class RetryableStatus(Exception):
+    """Stands for a failed attempt with a retryable (or a fatal) status while the policy decides.
+
+    Never raised to the caller, who gets grpcio's own ``RpcError`` when the policy gives up.
+
+    Attributes:
+        code: the ``grpc.StatusCode``.
+        retry_after: the server's pushback in seconds, or ``None``.
+    """
+
+    def __init__(self, code: grpc.StatusCode, retry_after: float | None = None) -> None:
+        super().__init__(f"gRPC {code.name}")
+        self.code = code
+        # Read by the policy (retry_after_of): server pushback replaces the backoff.
+        self.retry_after = retry_after
+
+
+class StatusDeadlineExceeded(DeadlineExceeded):
+    """Stands for a DEADLINE_EXCEEDED status: a slow attempt, retried while the call's own
+    deadline has room, and nobody's fault once it has passed (the engine's deadline rule)."""
+
+    def __init__(self) -> None:
+        super().__init__("gRPC DEADLINE_EXCEEDED")
+        self.code = _DEADLINE_CODE
+
+
+class _PerChannel:
+    """The default ``budget``: a :class:`~seawall.TokenBucket` per interceptor (per channel)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "PER_CHANNEL"
+
+
+PER_CHANNEL: Final = _PerChannel()
+
+
+def _codes(name: str, value: object) -> frozenset[grpc.StatusCode]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Collection):
+        raise TypeError(f"{name} must be a collection of grpc.StatusCode, got {value!r}")
+    codes = frozenset(value)
+    for code in codes:
+        if not isinstance(code, grpc.StatusCode):
+            raise TypeError(f"{name} must hold grpc.StatusCode values, got {code!r}")
+        if code is _OK:
+            raise ValueError(f"{name} must not hold StatusCode.OK")
+    return codes
+
+
+class _Rules(NamedTuple):
+    policy: RetryPolicy
+    retry_codes: frozenset[grpc.StatusCode]
+    pushback_codes: frozenset[grpc.StatusCode]
+
+
+def _rules(
+    policy: RetryPolicy | None,
+    budget: object,
+    retry_codes: Collection[grpc.StatusCode],
+    pushback_codes: Collection[grpc.StatusCode],
+) -> _Rules:
+    if policy is None:
+        policy = RetryPolicy()
+    if not isinstance(policy, RetryPolicy):
+        raise TypeError(f"policy must be a seawall.RetryPolicy, got {policy!r}")
+    if budget is PER_CHANNEL:
+        budget = policy.budget if policy.budget is not None else TokenBucket()
+    elif budget is not None and not isinstance(budget, Budget):
+        raise TypeError(f"budget must be a seawall.Budget, None or PER_CHANNEL, got {budget!r}")
+    # Every status is classified here; the policy's retry_on is replaced by one that matches only
+    # DEADLINE_EXCEEDED, so that the engine's deadline rule decides it, and a fatal status (not
+    # matched) is an answer of the dependency for the budget.
+    derived = policy.replace(
+        retry_on=(StatusDeadlineExceeded,), retry_if_result=None, budget=budget
+    )
+    return _Rules(
+        derived,
+        _codes("retry_codes", retry_codes),
+        _codes("pushback_codes", pushback_codes),
+    )
+
+
+class _Call:
+    """The retry decisions for one logical RPC, over the policy's :class:`RetryState`."""
+
+    __slots__ = ("attempt_deadline", "clock", "rules", "state")
+
+    def __init__(self, rules: _Rules) -> None:
+        self.rules = rules
+        self.clock = rules.policy._clock
+        self.state: RetryState = rules.policy.new_state(self.clock.now())
+        self.attempt_deadline = math.inf
+
+    def begin_attempt(self) -> None:
+        """Count an attempt (raises ``DeadlineExceeded`` when too little time is left)."""
+        self.attempt_deadline = self.state.begin_attempt(self.clock.now())
+
+    def timeout(self, configured: float | None) -> float | None:
+        """The attempt's timeout: min(the caller's, the time left); ``None`` for none."""
+        left = self.attempt_deadline - self.clock.now()
+        if configured is None:
+            return None if left == math.inf else max(left, 0.0)
+        return min(configured, max(left, 0.0))
+
+    def on_status(
+        self, code: grpc.StatusCode, trailing: object
+    ) -> tuple[float | None, BaseException | None]:
+        """Classify an attempt's status: (the wait before the next attempt or ``None`` to stop,
+        the exception that stood for it)."""
+        now = self.clock.now()
+        state = self.state
+        if code is _OK:
+            state.on_success(now)
+            return None, None
+        rules = self.rules
+        pushback = parse_pushback(trailing)
+        signal: Exception
+        if pushback is REFUSE and (
+            code in rules.retry_codes or code in rules.pushback_codes or code is _DEADLINE_CODE
+        ):
+            # The server said "do not retry" a status that would be: a failure of the dependency,
+            # never retried (a pushback on a fatal status changes nothing: gRPC proposal A6).
+            signal = Overloaded(f"gRPC {code.name} with a pushback that forbids retries")
+            return state.on_error(signal, now), signal
+        if code is _DEADLINE_CODE:
+            signal = StatusDeadlineExceeded()
+            return state.on_error(signal, now), signal
+        wait = pushback if isinstance(pushback, float) else None
+        if code in rules.retry_codes or (code in rules.pushback_codes and wait is not None):
+            signal = RetryableStatus(code, wait)
+            return state.on_error(signal, now, retry=True), signal
+        # A fatal status: the dependency answered (the budget's on_answer), never retried;
+        # marked so, it is not reported as an error that retry_on failed to match.
+        signal = permanent(RetryableStatus(code))
+        return state.on_error(signal, now), signal
+
+
+def _hand_over(signal: BaseException | None, error: object) -> None:
+    """Carry the policy's marks and notes from the stand-in *signal* to grpcio's *error*, so the
+    layers above see that this call was retried already (retry at one layer) or must not be."""
+    if signal is None or not isinstance(error, BaseException):
+        return
+    for note in getattr(signal, "__notes__", ()):
+        add_note(error, note)
+    try:
+        if isinstance(signal, Overloaded):
+            permanent(error)
+        elif signal.__dict__.get(_EXHAUSTED_MARK) is True:
+            mark_exhausted(error)
+    except TypeError:
+        pass  # an error class that refuses attributes: nothing more to say
+
+
+class _CallDetails(NamedTuple):
+    method: str
+    timeout: float | None
+    metadata: Any
+    credentials: Any
+    wait_for_ready: bool | None
+    compression: Any
+
+
+class _SyncDetails(_CallDetails, grpc.ClientCallDetails):
+    """A ``grpc.ClientCallDetails`` with a new timeout."""
+
+
+def _with_timeout(details: grpc.ClientCallDetails, timeout: float | None) -> Any:
+    return _SyncDetails(
+        details.method,
+        timeout,
+        details.metadata,
+        details.credentials,
+        getattr(details, "wait_for_ready", None),
+        getattr(details, "compression", None),
+    )
+
+
+class _Base:
+    def __init__(
+        self,
+        policy: RetryPolicy | None,
+        budget: object,
+        retry_codes: Collection[grpc.StatusCode],
+        pushback_codes: Collection[grpc.StatusCode],
+    ) -> None:
+        self._rules = _rules(policy, budget, retry_codes, pushback_codes)
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The policy the interceptor drives (``retry_on`` replaced by the status rules)."""
+        return self._rules.policy
+
+    @property
+    def budget(self) -> Budget | None:
+        """The budget that throttles this channel's retries."""
+        return self._rules.policy.budget
+
+
+class RetryInterceptor(_Base, grpc.UnaryUnaryClientInterceptor):
+    """A client interceptor that retries unary-unary RPCs by status code, per a policy.
+
+    ``grpc.intercept_channel(channel, RetryInterceptor(policy))``. The policy decides every
+    retry (attempts, backoff, deadline, budget, hooks, kill switch) and waits on its clock; the
+    interceptor classifies statuses the gRPC way:
+
+    - retried: the statuses in *retry_codes* (UNAVAILABLE); those in *pushback_codes*
+      (RESOURCE_EXHAUSTED) only when the server sent ``grpc-retry-pushback-ms``;
+      DEADLINE_EXCEEDED while the call's own deadline has room (a slow attempt under
+      ``attempt_timeout``), never once it has passed;
+    - a pushback replaces the backoff (clamped to the policy's ``max_retry_after``); a negative
+      or malformed one forbids the retry (gRPC proposal A6);
+    - never retried: other statuses (fatal: an answer, which moves no token of a
+      :class:`~seawall.TokenBucket`);
+    - each attempt's timeout is min(the caller's timeout, the time left of the policy's
+      ``timeout``, ``attempt_timeout`` and the ambient :func:`seawall.deadline`), so the server
+      sees the time left in ``grpc-timeout``.
+
+    When the policy gives up, the caller gets grpcio's ``RpcError`` of the last attempt, with the
+    policy's note and the marks that keep an enclosing seawall policy from retrying it again.
+    Streaming RPCs are not intercepted (a stream cannot be replayed).
+
+    Args:
+        policy: the retry policy (``RetryPolicy()`` by default); its ``retry_on`` and
+            ``retry_if_result`` are replaced by the status rules.
+        budget: ``PER_CHANNEL`` (default): the policy's budget if it has one, else a fresh
+            :class:`~seawall.TokenBucket` (10 tokens, ratio 0.1, as gRPC's ``retryThrottling``)
+            for this interceptor, so for the channel it is installed on; a
+            :class:`~seawall.Budget` to share; or ``None``.
+        retry_codes: statuses always worth retrying.
+        pushback_codes: statuses retried only with a server pushback.
+    """
+
+    def __init__(
+        self,
+        policy: RetryPolicy | None = None,
+        *,
+        budget: Any = PER_CHANNEL,
+        retry_codes: Collection[grpc.StatusCode] = DEFAULT_RETRY_CODES,
+        pushback_codes: Collection[grpc.StatusCode] = PUSHBACK_CODES,
+    ) -> None:
+        super().__init__(policy, budget, retry_codes, pushback_codes)
+
+    def intercept_unary_unary(
+        self,
+        continuation: Callable[[grpc.ClientCallDetails, Any], Any],
+        client_call_details: grpc.ClientCallDetails,
+        request: Any,
+    ) -> Any:
+        call = _Call(self._rules)
+        sleep = call.clock.sleep
+        last: Any = None
+        while True:
+            try:
+                call.begin_attempt()
+            except DeadlineExceeded:
+                if last is None:
+                    raise
+                return last  # the wait left too little time: the last attempt's outcome
+            details = _with_timeout(client_call_details, call.timeout(client_call_details.timeout))
+            outcome = continuation(details, request)
+            code = outcome.code()
+            if code is None:  # a local failure before any status (grpcio's _FailureOutcome)
+                return outcome
+            delay, signal = call.on_status(code, outcome.trailing_metadata())
+            if delay is None:
+                if code is not _OK:
+                    _hand_over(signal, outcome)
+                return outcome
+            last = outcome
+            sleep(delay)
+
+
+class _AioDetails(NamedTuple):
+    method: str
+    timeout: float | None
+    metadata: Any
+    credentials: Any
+    wait_for_ready: bool | None
+
+
+class _CopyFailed(ConnectionError):
+    """A hedged copy ended with a retryable status: the hedge may go on with the others."""
+
+    def __init__(self, attempt: Any) -> None:
+        super().__init__("a hedged copy failed with a retryable status")
+        self.attempt = attempt
+
+
+def _method_name(method: object) -> str:
+    return method.decode("utf-8", "replace") if isinstance(method, bytes) else str(method)
+
+
+def _hedge_methods(hedge: Hedge | None, methods: Collection[str]) -> frozenset[str]:
+    if isinstance(methods, (str, bytes)) or not isinstance(methods, Collection):
+        raise TypeError(f"hedge_methods must be a collection of method names, got {methods!r}")
+    names = frozenset(methods)
+    for name in names:
+        if not isinstance(name, str) or not name.startswith("/"):
+            raise TypeError(
+                f"hedge_methods must hold full method names '/pkg.Service/Method', got {name!r}"
+            )
+    if hedge is None:
+        if names:
+            raise ValueError("hedge_methods needs a hedge (seawall.Hedge(...))")
+        return names
+    if not isinstance(hedge, Hedge):
+        raise TypeError(f"hedge must be a seawall.Hedge, got {hedge!r}")
+    if hedge.replicas is not None:
+        raise ValueError("hedge must not have replicas: the channel names the server")
+    if not names:
+        raise ValueError(
+            "hedge_methods must name the idempotent methods to hedge: a hedged RPC runs more "
+            "than once on the server"
+        )
+    return names
+
+
+class AsyncRetryInterceptor(_Base, grpc.aio.UnaryUnaryClientInterceptor):
+    """The ``grpc.aio`` twin of :class:`RetryInterceptor`:
+    ``grpc.aio.insecure_channel(target, interceptors=[AsyncRetryInterceptor(policy)])``.
+
+    Waits use the policy clock's ``asleep``; the caller's cancellation is never retried.
+    Arguments are those of :class:`RetryInterceptor`, and:
+
+    Args:
+        hedge: a :class:`~seawall.Hedge`: RPCs to the methods in *hedge_methods* are hedged
+            within each attempt. When one has not answered after the hedge's delay, a copy is
+            sent; the first answer wins (a retryable status lets the others go on, as in gRPC
+            hedging), the others are cancelled. The hedge's ``max_attempts``,
+            ``max_extra_load``, budget and kill switch apply.
+        hedge_methods: the full names (``"/pkg.Service/Method"``) of the idempotent methods to
+            hedge; required with *hedge*, since a hedged RPC runs more than once on the server.
+
+    Raises:
+        TypeError, ValueError: an invalid parameter; the message names it.
+    """
+
+    def __init__(
+        self,
+        policy: RetryPolicy | None = None,
+        *,
+        budget: Any = PER_CHANNEL,
+        retry_codes: Collection[grpc.StatusCode] = DEFAULT_RETRY_CODES,
+        pushback_codes: Collection[grpc.StatusCode] = PUSHBACK_CODES,
+        hedge: Hedge | None = None,
+        hedge_methods: Collection[str] = (),
+    ) -> None:
+        super().__init__(policy, budget, retry_codes, pushback_codes)
+        self._hedge_methods = _hedge_methods(hedge, hedge_methods)
+        if hedge is not None and hedge.budget is not None and hedge.budget is self.budget:
+            # As in a Pipeline: the retry loop reports requests and outcomes to the shared
+            # budget; hedges only withdraw from it, so nothing is counted twice.
+            hedge = hedge.withdrawing_only()
+        self._hedge = hedge
+
+    @property
+    def hedge(self) -> Hedge | None:
+        """The hedging policy, if any (a ``withdrawing_only()`` view when it shares the budget)."""
+        return self._hedge
+
+    async def _hedged(
+        self, hedge: Hedge, continuation: Any, d: Any, request: Any, call: _Call
+    ) -> Any:
+        sent: list[Any] = []
+        retryable = self._rules.retry_codes | {_DEADLINE_CODE}
+
+        async def copy() -> Any:
+            details = grpc.aio.ClientCallDetails(
+                d.method, call.timeout(d.timeout), d.metadata, d.credentials, d.wait_for_ready
+            )
+            attempt = await continuation(details, request)
+            sent.append(attempt)
+            if await attempt.code() in retryable:
+                raise _CopyFailed(attempt)
+            return attempt
+
+        winner: Any = None
+        try:
+            winner = await hedge.acall(copy)
+        except _CopyFailed as failed:
+            winner = failed.attempt  # every copy failed: the retry loop decides on the last
+        finally:
+            for attempt in sent:
+                if attempt is not winner:
+                    attempt.cancel()  # a loser must not keep running on the server
+        return winner
+
+    async def intercept_unary_unary(
+        self,
+        continuation: Callable[[grpc.aio.ClientCallDetails, Any], Awaitable[Any]],
+        client_call_details: grpc.aio.ClientCallDetails,
+        request: Any,
+    ) -> Any:
+        call = _Call(self._rules)
+        asleep = call.clock.asleep
+        hedge = self._hedge
+        if (
+            hedge is not None
+            and _method_name(client_call_details.method) not in self._hedge_methods
+        ):
+            hedge = None
+        last: Any = None
+        while True:
+            try:
+                call.begin_attempt()
+            except DeadlineExceeded:
+                if last is None:
+                    raise
+                return last  # the wait left too little time: the last attempt's outcome
+            d = client_call_details
+            if hedge is not None:
+                attempt = await self._hedged(hedge, continuation, d, request, call)
+            else:
+                details = grpc.aio.ClientCallDetails(
+                    d.method, call.timeout(d.timeout), d.metadata, d.credentials, d.wait_for_ready
+                )
+                attempt = await continuation(details, request)
+            code = await attempt.code()
+            delay, signal = call.on_status(code, await attempt.trailing_metadata())
+            if delay is None:
+                if code is _OK:
+                    return attempt
+                try:
+                    await attempt
+                except grpc.RpcError as error:
+                    _hand_over(signal, error)
+                    raise
+                return attempt  # pragma: no cover - a failed status always raises
+            last = attempt
+            await asleep(delay)
+
+
+# -- server side ---------------------------------------------------------------------------------
+
+# No limit of the server's own and no deadline from the client: timeout_from_headers needs a cap.
+_NO_LIMIT: Final = 1e9
+
+
+def _metadata_pairs(metadata: object) -> list[tuple[Any, Any]]:
+    pairs: list[tuple[Any, Any]] = []
+    for item in metadata or ():  # type: ignore[attr-defined]
+        key = getattr(item, "key", None)
+        if key is not None:
+            pairs.append((key, item.value))
+        else:
+            pairs.append(tuple(item))
+    return pairs
+
+
+class _Intake:
+    """How long a server lets one RPC run: the client's deadline (``grpc-timeout``, read by
+    grpcio into ``context.time_remaining()``, and ``x-request-deadline`` metadata), clamped to
+    the server's own limit, less a margin."""
+
+    __slots__ = ("cap", "clock", "margin")
+
+    def __init__(self, max_request_time: float | None, margin: float, clock: Clock | None) -> None:
+        _validate.optional_seconds("max_request_time", max_request_time)
+        self.cap = float(max_request_time) if max_request_time is not None else _NO_LIMIT
+        self.margin = _validate.seconds("deadline_margin", margin)
+        if clock is not None and not isinstance(clock, Clock):
+            raise TypeError(f"clock must implement seawall.Clock, got {clock!r}")
+        self.clock = clock if clock is not None else SYSTEM_CLOCK
+
+    def allowed(self, context: Any, metadata: object) -> float:
+        allowed = timeout_from_headers(
+            _metadata_pairs(metadata), max_seconds=self.cap, margin=self.margin
+        )
+        left = context.time_remaining()
+        if left is not None and math.isfinite(left):
+            allowed = min(allowed, left - self.margin)
+        return allowed
+
+
+def _wrap_handler(handler: Any, wrap: Callable[[Callable[..., Any], bool], Any]) -> Any:
+    """*handler* with each of its behaviours passed through ``wrap(behaviour, streaming)``."""
+    if handler is None:
+        return None
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(
+            wrap(handler.unary_unary, False),
+            handler.request_deserializer,
+            handler.response_serializer,
+        )
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(
+            wrap(handler.unary_stream, True),
+            handler.request_deserializer,
+            handler.response_serializer,
+        )
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(
+            wrap(handler.stream_unary, False),
+            handler.request_deserializer,
+            handler.response_serializer,
+        )
+    return grpc.stream_stream_rpc_method_handler(
+        wrap(handler.stream_stream, True),
+        handler.request_deserializer,
+        handler.response_serializer,
+    )
+
+
+class DeadlineInterceptor(grpc.ServerInterceptor):
+    """A server interceptor that runs each RPC inside the client's deadline.
+
+    The time left (``grpc-timeout``, and ``x-request-deadline`` metadata from plain HTTP hops),
+    clamped to *max_request_time* and less *deadline_margin*, becomes the ambient
+    :func:`seawall.deadline` of the handler: every policy and every seawall client inside sees
+    it. An RPC whose deadline has already passed is answered DEADLINE_EXCEEDED before any work.
+    A synchronous handler cannot be interrupted; it sees the deadline through
+    :func:`seawall.remaining`.
+
+    Args:
+        max_request_time: the server's own limit for one RPC in seconds (also the cap on the
+            client's deadline); ``None`` for none.
+        deadline_margin: seconds kept back for sending the answer.
+        clock: the clock the deadline is measured on.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_request_time: float | None = None,
+        deadline_margin: float = 0.0,
+        clock: Clock | None = None,
+    ) -> None:
+        self._intake = _Intake(max_request_time, deadline_margin, clock)
+
+    def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
+        intake = self._intake
+        metadata = details.invocation_metadata
+
+        def wrap(behaviour: Callable[..., Any], streaming: bool) -> Callable[..., Any]:
+            if streaming:
+
+                def stream(request: Any, context: Any) -> Iterator[Any]:
+                    allowed = intake.allowed(context, metadata)
+                    if allowed <= 0.0:
+                        context.abort(_DEADLINE_CODE, "deadline exceeded before the work began")
+                    with deadline(allowed if allowed < _NO_LIMIT else math.inf, clock=intake.clock):
+                        yield from behaviour(request, context)
+
+                return stream
+
+            def unary(request: Any, context: Any) -> Any:
+                allowed = intake.allowed(context, metadata)
+                if allowed <= 0.0:
+                    context.abort(_DEADLINE_CODE, "deadline exceeded before the work began")
+                with deadline(allowed if allowed < _NO_LIMIT else math.inf, clock=intake.clock):
+                    return behaviour(request, context)
+
+            return unary
+
+        return _wrap_handler(continuation(details), wrap)
+
+
+class AsyncDeadlineInterceptor(grpc.aio.ServerInterceptor):
+    """The ``grpc.aio`` twin of :class:`DeadlineInterceptor`; the handler is also cancelled at
+    the deadline (answered DEADLINE_EXCEEDED). Arguments are those of
+    :class:`DeadlineInterceptor`."""
+
+    def __init__(
+        self,
+        *,
+        max_request_time: float | None = None,
+        deadline_margin: float = 0.0,
+        clock: Clock | None = None,
+    ) -> None:
+        self._intake = _Intake(max_request_time, deadline_margin, clock)
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], details: Any
+    ) -> Any:
+        intake = self._intake
+        metadata = details.invocation_metadata
+
+        def wrap(behaviour: Callable[..., Any], streaming: bool) -> Callable[..., Any]:
+            if streaming:
+
+                async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
+                    allowed = intake.allowed(context, metadata)
+                    if allowed <= 0.0:
+                        await context.abort(_DEADLINE_CODE, "deadline exceeded")
+                    # Not cancelled at the deadline: a scope must not span a generator's yields.
+                    with deadline(allowed if allowed < _NO_LIMIT else math.inf, clock=intake.clock):
+                        async for item in behaviour(request, context):
+                            yield item
+
+                return stream
+
+            async def unary(request: Any, context: Any) -> Any:
+                allowed = intake.allowed(context, metadata)
+                if allowed <= 0.0:
+                    await context.abort(_DEADLINE_CODE, "deadline exceeded before the work began")
+                if allowed >= _NO_LIMIT:
+                    return await behaviour(request, context)
+                try:
+                    async with deadline(allowed, clock=intake.clock):
+                        return await behaviour(request, context)
+                except DeadlineExceeded:
+                    await context.abort(_DEADLINE_CODE, "deadline exceeded")
+
+            return unary
+
+        return _wrap_handler(await continuation(details), wrap)
+
+
+def _pushback_value(retry_after: float | None) -> str:
+    if retry_after is None:
+        return "-1"  # "overloaded; don't retry" (gRPC proposal A6)
+    return str(math.ceil(retry_after * 1000))
+
+
+class _Slots:
+    """A concurrency limit without a queue: take a slot now, or be shed."""
+
+    __slots__ = ("in_flight", "limit", "lock", "shed")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = _validate.count("max_concurrency", limit, minimum=1)
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.shed = 0
+
+    def take(self) -> bool:
+        with self.lock:
+            if self.in_flight >= self.limit:
+                self.shed += 1
+                return False
+            self.in_flight += 1
+            return True
+
+    def give(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+
+
+class _ShedBase:
+    def __init__(self, max_concurrency: int, retry_after: float | None) -> None:
+        self._slots = _Slots(max_concurrency)
+        _validate.optional_seconds("retry_after", retry_after, zero=True, finite=True)
+        self._trailing = ((PUSHBACK_HEADER, _pushback_value(retry_after)),)
+        self._details = "overloaded; the request was shed"
+
+    @property
+    def in_flight(self) -> int:
+        """RPCs being handled now."""
+        return self._slots.in_flight
+
+    @property
+    def shed(self) -> int:
+        """RPCs rejected so far."""
+        return self._slots.shed
+
+
+class LoadShedder(_ShedBase, grpc.ServerInterceptor):
+    """A server interceptor that handles at most *max_concurrency* RPCs at once and answers the
+    rest at once RESOURCE_EXHAUSTED with a ``grpc-retry-pushback-ms`` trailer.
+
+    Without a queue of its own: grpcio's thread pool already queues what its workers cannot
+    take. Put it first in the server's interceptors, so a shed RPC costs no other work.
+
+    Args:
+        max_concurrency: RPCs handled at once (near the throughput-optimal concurrency).
+        retry_after: the pushback sent, in seconds: seawall and grpcio clients wait that long
+            before retrying. ``None`` (default) sends a negative pushback: "overloaded; don't
+            retry", so the callers' retries do not add to the overload.
+
+    Raises:
+        TypeError, ValueError: an invalid parameter; the message names it.
+    """
+
+    def __init__(self, *, max_concurrency: int, retry_after: float | None = None) -> None:
+        super().__init__(max_concurrency, retry_after)
+
+    def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
+        slots, trailing, why = self._slots, self._trailing, self._details
+
+        def wrap(behaviour: Callable[..., Any], streaming: bool) -> Callable[..., Any]:
+            def shed(context: Any) -> None:
+                context.set_trailing_metadata(trailing)
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, why)
+
+            if streaming:
+
+                def stream(request: Any, context: Any) -> Iterator[Any]:
+                    if not slots.take():
+                        shed(context)
+                    try:
+                        yield from behaviour(request, context)
+                    finally:
+                        slots.give()
+
+                return stream
+
+            def unary(request: Any, context: Any) -> Any:
+                if not slots.take():
+                    shed(context)
+                try:
+                    return behaviour(request, context)
+                finally:
+                    slots.give()
+
+            return unary
+
+        return _wrap_handler(continuation(details), wrap)
+
+
+class AsyncLoadShedder(_ShedBase, grpc.aio.ServerInterceptor):
+    """The ``grpc.aio`` twin of :class:`LoadShedder` (same arguments)."""
+
+    def __init__(self, *, max_concurrency: int, retry_after: float | None = None) -> None:
+        super().__init__(max_concurrency, retry_after)
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], details: Any
+    ) -> Any:
+        slots, trailing, why = self._slots, self._trailing, self._details
+
+        def wrap(behaviour: Callable[..., Any], streaming: bool) -> Callable[..., Any]:
+            async def shed(context: Any) -> None:
+                context.set_trailing_metadata(trailing)
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, why)
+
+            if streaming:
+
+                async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
+                    if not slots.take():
+                        await shed(context)
+                    try:
+                        async for item in behaviour(request, context):
+                            yield item
+                    finally:
+                        slots.give()
+
+                return stream
+
+            async def unary(request: Any, context: Any) -> Any:
+                if not slots.take():
+                    await shed(context)
+                try:
+                    return await behaviour(request, context)
+                finally:
+                    slots.give()
+
+            return unary
+
+        return _wrap_handler(await continuation(details), wrap)

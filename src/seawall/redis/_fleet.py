@@ -1,0 +1,409 @@
+"""The fleet: one Redis connection, one sync thread, and the degraded mode shared by every
+shared object of a process."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, NamedTuple, Protocol
+
+import redis
+import redis.backoff
+import redis.retry
+
+from seawall._core.clock import Clock
+from seawall._core.events import check_hooks, emit
+from seawall._core.public import public
+from seawall._strategies.backoff import Backoff
+
+__all__ = ["Fleet", "FleetEvent", "FleetStats", "Member"]
+
+_log = logging.getLogger("seawall.redis")
+
+#: One script call: (script, keys, args).
+Op = tuple[Any, Sequence[str], Sequence[str | int | float]]
+
+
+class Member(Protocol):
+    """What a shared object offers the fleet's sync thread."""
+
+    def _collect(self) -> Op | None:
+        """The state accrued since the last sync, reset, as one script call (None: nothing)."""
+
+    def _apply(self, result: Any) -> None:
+        """The script's answer to the call :meth:`_collect` made."""
+
+    def _restore(self) -> None:
+        """The call :meth:`_collect` made failed: keep what it carried for the next sync."""
+
+    def _set_degraded(self, degraded: bool) -> None:
+        """Switch to (``True``) or back from the local fallback object."""
+
+
+@public("seawall.redis")
+class FleetEvent(NamedTuple):
+    """What a fleet's hooks receive when it loses or regains Redis.
+
+    Attributes:
+        kind: ``"degraded"`` (the local fallback objects decide now) or ``"recovered"``.
+        policy: the fleet's namespace.
+        at: ``time.monotonic()`` at the change.
+        error: what made it degraded (``"Type: message"``), ``None`` when recovered.
+    """
+
+    kind: Literal["degraded", "recovered"]
+    policy: str
+    at: float
+    error: str | None = None
+
+
+@public("seawall.redis")
+@dataclasses.dataclass(frozen=True, slots=True)
+class FleetStats:
+    """Counters of one fleet in this process (:meth:`Fleet.stats`).
+
+    Attributes:
+        degraded: whether the local fallback objects decide now.
+        degraded_periods: how many times the fleet lost Redis.
+        degraded_seconds: seconds spent degraded so far (the current period included).
+        syncs: successful sync round trips.
+        sync_failures: failed or timed-out round trips (sync thread and callers).
+        round_trips: round trips made on a caller's thread (retry decisions, breaker probes).
+    """
+
+    degraded: bool
+    degraded_periods: int
+    degraded_seconds: float
+    syncs: int
+    sync_failures: int
+    round_trips: int
+
+
+def _in_event_loop() -> bool:
+    """Whether the calling thread runs an asyncio event loop (which must never block)."""
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and asyncio._get_running_loop() is not None
+
+
+@public("seawall.redis")
+class Fleet:
+    """The processes that share budgets and breakers through one Redis.
+
+    A fleet owns a Redis client with short timeouts and a daemon thread that, every
+    ``interval`` seconds, sends what each shared object accrued locally (deposits, outcomes,
+    refunds) in one pipelined round trip and brings back the fleet's state. Healthy calls never
+    wait for Redis: they only bump local counters.
+
+    When Redis does not answer within ``timeout``, the fleet turns *degraded*: every shared
+    object decides with its local fallback object (a plain :class:`~seawall.RetryBudget`,
+    :class:`~seawall.CircuitBreaker`, ...), the thread retries with ``reconnect`` backoff, and
+    the first sync that succeeds sends what was accrued meanwhile and switches back.
+
+    Args:
+        url: a ``redis://`` URL, or a ``redis.Redis`` (or ``redis.RedisCluster``) client; give
+            a client short ``socket_timeout`` and ``socket_connect_timeout`` and no retries of
+            its own, or a slow Redis slows down the rare round trips made on a caller's thread.
+        namespace: the prefix of every key; several fleets can share one Redis.
+        interval: seconds between syncs; ``None``: no thread, call :meth:`sync` yourself.
+        timeout: seconds a round trip may take before the fleet turns degraded.
+        reconnect: the backoff between reconnection attempts (jittered; by default from
+            ``interval`` up to 5 s).
+        clock: the time the scripts use for windows; ``None``: Redis's clock (``TIME``). Give a
+            :class:`~seawall.VirtualClock` in tests. Every process of one namespace must use
+            the same time: windows cut on one clock drop the counts made on another.
+        hooks: callables receiving a :class:`FleetEvent` when the fleet turns degraded or
+            recovers.
+        rng: a seedable :class:`random.Random` for the reconnection jitter.
+
+    Raises:
+        TypeError: a parameter has the wrong type.
+        ValueError: ``interval`` or ``timeout`` not > 0, or an empty ``namespace``.
+    """
+
+    def __init__(
+        self,
+        url: str | redis.Redis | redis.RedisCluster,
+        *,
+        namespace: str = "seawall",
+        interval: float | None = 0.1,
+        timeout: float = 0.05,
+        reconnect: Backoff | None = None,
+        clock: Clock | None = None,
+        hooks: Sequence[Callable[[FleetEvent], None]] = (),
+        rng: random.Random | None = None,
+    ) -> None:
+        if not isinstance(namespace, str) or not namespace or any(c in namespace for c in "{}"):
+            raise ValueError(f"namespace must be a non-empty str without braces, got {namespace!r}")
+        self.namespace = namespace
+        if interval is not None:
+            interval = _seconds("interval", interval)
+        self.interval = interval
+        self.timeout = _seconds("timeout", timeout)
+        if reconnect is not None and not isinstance(reconnect, Backoff):
+            raise TypeError(f"reconnect must be a seawall.Backoff or None, got {reconnect!r}")
+        self.reconnect = reconnect or Backoff(base=interval or 0.1, multiplier=2.0, cap=5.0)
+        if clock is not None and not isinstance(clock, Clock):
+            raise TypeError(f"clock must implement seawall.Clock or be None, got {clock!r}")
+        self._clock = clock
+        if rng is not None and not isinstance(rng, random.Random):
+            raise TypeError(f"rng must be a random.Random or None, got {rng!r}")
+        self._rng = rng or random.Random()
+        self._hooks = check_hooks(hooks)
+        if isinstance(url, str):
+            self.client: redis.Redis = redis.Redis.from_url(
+                url,
+                socket_timeout=self.timeout,
+                socket_connect_timeout=self.timeout,
+                retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
+                health_check_interval=0,
+            )
+        elif isinstance(url, (redis.Redis, redis.RedisCluster)):
+            # A cluster client works too: every script touches the keys of one hash tag.
+            self.client = url  # type: ignore[assignment]
+        else:
+            raise TypeError(
+                f"url must be a redis:// URL, a redis.Redis or a redis.RedisCluster, got {url!r}"
+            )
+        self._scripts: dict[str, Any] = {}
+        self._members: list[Member] = []
+        self._lock = threading.Lock()  # members and the degraded flag
+        self._sync_lock = threading.Lock()  # one sync at a time
+        self.degraded = False
+        self._degraded_since = 0.0
+        self._degraded_total = 0.0
+        self._periods = 0
+        self._syncs = 0
+        self._failures = 0
+        self._round_trips = 0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if interval is not None:
+            self._thread = threading.Thread(
+                target=self._loop, name=f"seawall-fleet-{namespace}", daemon=True
+            )
+            self._thread.start()
+
+    # -- keys and scripts -------------------------------------------------------------------
+
+    def keys(self, kind: str, name: str, *parts: str) -> list[str]:
+        """The keys of one shared object: one hash tag (``{namespace:kind:name}``), so that
+        every key of the object lives in one Redis Cluster slot."""
+        if not isinstance(name, str) or not name or any(c in name for c in "{}"):
+            raise ValueError(f"name must be a non-empty str without braces, got {name!r}")
+        tag = f"{{{self.namespace}:{kind}:{name}}}"
+        return [f"{tag}:{part}" for part in parts]
+
+    def script(self, source: str) -> Any:
+        """A registered script (EVALSHA, loaded again after a Redis restart)."""
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = self.client.register_script(source)
+        return script
+
+    def now_arg(self) -> str:
+        """The time the scripts are to use: empty for Redis's own clock."""
+        return "" if self._clock is None else repr(self._clock.now())
+
+    # -- members ----------------------------------------------------------------------------
+
+    def add(self, member: Member) -> None:
+        """Register a shared object with the sync thread."""
+        with self._lock:
+            self._members.append(member)
+            degraded = self.degraded
+        member._set_degraded(degraded)
+
+    def remove(self, member: Member) -> None:
+        """Stop syncing *member* (it keeps deciding with its local state)."""
+        with self._lock:
+            if member in self._members:
+                self._members.remove(member)
+
+    # -- round trips ------------------------------------------------------------------------
+
+    def sync(self) -> bool:
+        """One sync: send every member's accrued state in one pipeline, apply the answers.
+
+        Returns:
+            Whether Redis answered (``False``: the fleet is degraded).
+        """
+        with self._sync_lock:
+            with self._lock:
+                members = list(self._members)
+            ops: list[tuple[Member, Op]] = []
+            for member in members:
+                op = member._collect()
+                if op is not None:
+                    ops.append((member, op))
+            try:
+                if ops:
+                    results = self._pipeline(ops)
+                else:
+                    self.client.ping()
+                    results = []
+            except Exception as exc:
+                for member, _ in ops:
+                    member._restore()
+                self._fail(exc)
+                return False
+            self._syncs += 1
+            for (member, _), result in zip(ops, results, strict=True):
+                try:
+                    member._apply(result)
+                except Exception:  # a malformed answer: never let it stop the thread
+                    _log.exception("seawall.redis: could not apply a sync result")
+            if self.degraded:
+                self._recover()
+            return True
+
+    def _pipeline(self, ops: list[tuple[Member, Op]]) -> list[Any]:
+        """Every call in one round trip (EVALSHA; the scripts are loaded again once if Redis
+        lost them, after a restart)."""
+        for attempt in (0, 1):
+            pipe = self.client.pipeline(transaction=False)
+            for _, (script, keys, args) in ops:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            try:
+                return pipe.execute()
+            except redis.exceptions.NoScriptError:
+                if attempt:
+                    raise
+                for source in list(self._scripts):
+                    self.client.script_load(source)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def call(self, op: Op, *, in_loop: bool = False) -> Any | None:
+        """One round trip on the caller's thread, bounded by ``timeout``.
+
+        Args:
+            op: the script call.
+            in_loop: make it from an asyncio event loop too (rare calls only: a breaker's
+                probe); otherwise an event loop gets ``None`` at once.
+
+        Returns:
+            The script's answer, or ``None`` when the fleet is degraded, when the caller runs
+            an event loop (and *in_loop* is false), or when Redis failed to answer (the fleet
+            turns degraded then).
+        """
+        if self.degraded or (not in_loop and _in_event_loop()):
+            return None
+        script, keys, args = op
+        self._round_trips += 1
+        try:
+            return script(keys=keys, args=args, client=self.client)
+        except Exception as exc:
+            self._fail(exc)
+            return None
+
+    def wake(self) -> None:
+        """Ask the sync thread to sync now (news that should not wait an interval)."""
+        if not self.degraded:
+            self._wake.set()
+
+    # -- degraded mode ----------------------------------------------------------------------
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._lock:
+            self._failures += 1
+            if self.degraded:
+                return
+            self.degraded = True
+            self._periods += 1
+            self._degraded_since = time.monotonic()
+            members = list(self._members)
+        _log.warning("seawall.redis: %s unreachable (%s); deciding locally", self.namespace, exc)
+        for member in members:
+            member._set_degraded(True)
+        if self._hooks:
+            error = f"{type(exc).__name__}: {exc}"
+            emit(self._hooks, FleetEvent("degraded", self.namespace, time.monotonic(), error))
+
+    def _recover(self) -> None:
+        with self._lock:
+            if not self.degraded:
+                return
+            self.degraded = False
+            self._degraded_total += time.monotonic() - self._degraded_since
+            members = list(self._members)
+        _log.info("seawall.redis: %s reachable again; sharing resumes", self.namespace)
+        for member in members:
+            member._set_degraded(False)
+        if self._hooks:
+            emit(self._hooks, FleetEvent("recovered", self.namespace, time.monotonic()))
+
+    def stats(self) -> FleetStats:
+        """The fleet's counters in this process (degraded mode, syncs, round trips)."""
+        with self._lock:
+            seconds = self._degraded_total
+            if self.degraded:
+                seconds += time.monotonic() - self._degraded_since
+            return FleetStats(
+                self.degraded,
+                self._periods,
+                seconds,
+                self._syncs,
+                self._failures,
+                self._round_trips,
+            )
+
+    # -- the thread -------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        interval = self.interval or 0.1
+        delays = None
+        while not self._stop.is_set():
+            self._wake.clear()  # a wake from now on asks for another sync
+            try:
+                ok = self.sync()
+            except Exception:  # pragma: no cover - sync() catches what Redis raises
+                _log.exception("seawall.redis: sync failed")
+                ok = False
+            if ok:
+                delays = None
+                if self._wake.wait(interval):
+                    # Woken (a failure to report): let a burst of wakes share one sync, so an
+                    # outage of the dependency cannot turn into a storm of syncs.
+                    self._stop.wait(interval / 10)
+            else:
+                # Reconnect with seawall's own backoff; wakes are ignored meanwhile.
+                if delays is None:
+                    delays = self.reconnect.delays(self._rng)
+                self._stop.wait(max(interval / 10, next(delays)))
+
+    def close(self) -> None:
+        """Stop the sync thread after one last sync, and close the client's connections."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(1.0, 10 * self.timeout))
+        self.sync()
+        self.client.close()
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        raise TypeError("a Fleet holds a connection and a thread: build one in each process")
+
+    def __repr__(self) -> str:
+        state = "degraded" if self.degraded else "connected"
+        return f"<Fleet {self.namespace!r} {state}>"
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    v = float(value)
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return v

@@ -1,0 +1,251 @@
+"""The Lua scripts that update fleet state atomically on the Redis server.
+
+Every script reads the time from ``TIME`` (Redis's clock, the same for every client) unless the
+caller passes one (a virtual clock in tests). Every script touches only the keys of one shared
+object, which share one hash tag, so the scripts run on Redis Cluster too.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["BREAKER", "BUDGET", "QUOTA", "THROTTLE", "TOKENS"]
+
+# The time: ARGV[1], or Redis's own clock when ARGV[1] is empty.
+_NOW: Final = """
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+else
+  now = tonumber(ARGV[1])
+end
+"""
+
+# A sliding window in slices (as the local RetryBudget): a hash whose fields are a one-letter
+# counter name followed by the slice index; fields older than the window are dropped.
+_SLICES: Final = """
+local function window(key, index, slices, a, b)
+  local oldest = index - slices + 1
+  local all = redis.call('HGETALL', key)
+  local sa, sb = 0, 0
+  for i = 1, #all, 2 do
+    local field = all[i]
+    local at = tonumber(string.sub(field, 2))
+    if at == nil or at < oldest then
+      redis.call('HDEL', key, field)
+    elseif string.sub(field, 1, 1) == a then
+      sa = sa + tonumber(all[i + 1])
+    elseif string.sub(field, 1, 1) == b then
+      sb = sb + tonumber(all[i + 1])
+    end
+  end
+  return sa, sb, oldest
+end
+"""
+
+#: RetryBudget. KEYS: the window hash. ARGV: now, slice seconds, slices, ratio, reserve,
+#: deposits to add, retries to add (spent while degraded), slice index of a returned lease,
+#: tokens returned, tokens wanted (a lease), tokens needed now (0: a standing lease only).
+#: Returns {granted, slice index, deposits in the window, retries in the window}.
+BUDGET: Final = (
+    _NOW
+    + _SLICES
+    + """
+local slice, slices = tonumber(ARGV[2]), tonumber(ARGV[3])
+local ratio, reserve = tonumber(ARGV[4]), tonumber(ARGV[5])
+local index = math.floor(now / slice)
+local key = KEYS[1]
+local deposits, spent = tonumber(ARGV[6]), tonumber(ARGV[7])
+if deposits > 0 then redis.call('HINCRBY', key, 'd' .. index, deposits) end
+if spent > 0 then redis.call('HINCRBY', key, 'r' .. index, spent) end
+local d, r, oldest = window(key, index, slices, 'd', 'r')
+local back, at = tonumber(ARGV[9]), tonumber(ARGV[8])
+if back > 0 and at >= oldest and at <= index then
+  back = math.min(back, r)  -- after a restart of Redis, nothing is left to give back
+  if back > 0 then
+    redis.call('HINCRBY', key, 'r' .. at, -back)
+    r = r - back
+  end
+end
+if r < 0 then r = 0 end
+local room = math.floor(d * ratio + reserve - r + 1e-9)
+local want, need = tonumber(ARGV[10]), tonumber(ARGV[11])
+local grant = 0
+if room >= need and room > 0 then
+  -- Take at most half of what is left, so that one client cannot hold the whole fleet's room.
+  grant = math.max(need, math.min(want, math.floor(room / 2)))
+  if grant > room then grant = room end
+end
+if grant > 0 then
+  redis.call('HINCRBY', key, 'r' .. index, grant)
+  r = r + grant
+end
+redis.call('PEXPIRE', key, math.ceil(slice * slices * 2000))
+return {grant, index, d, r}
+"""
+)
+
+#: TokenBucket, in thousandths of a token. KEYS: the bucket. ARGV: now (unused), max, ratio,
+#: failures, successes. Returns the tokens (thousandths) after the update.
+TOKENS: Final = """
+local max, ratio = tonumber(ARGV[2]), tonumber(ARGV[3])
+local failures, successes = tonumber(ARGV[4]), tonumber(ARGV[5])
+local milli = tonumber(redis.call('GET', KEYS[1]) or max)
+milli = math.max(0, milli - 1000 * failures)
+milli = math.min(max, milli + ratio * successes)
+redis.call('SET', KEYS[1], milli, 'EX', 86400)
+return milli
+"""
+
+#: RetryQuota. KEYS: the quota. ARGV: now (unused), capacity, tokens given back (refunds,
+#: rewards, an unused lease), tokens wanted (a lease), tokens needed now (0: a standing lease).
+#: Returns {granted, available after}.
+QUOTA: Final = """
+local capacity = tonumber(ARGV[2])
+local credit, want, need = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local available = tonumber(redis.call('GET', KEYS[1]) or capacity)
+available = math.min(capacity, available + credit)
+local grant = 0
+if available >= need and available > 0 then
+  grant = math.max(need, math.min(want, available))
+end
+available = available - grant
+redis.call('SET', KEYS[1], available, 'EX', 86400)
+return {grant, available}
+"""
+
+#: AdaptiveThrottle. KEYS: the window hash. ARGV: now, slice seconds, slices, requests to add,
+#: accepts to add. Returns {requests in the window, accepts in the window}.
+THROTTLE: Final = (
+    _NOW
+    + _SLICES
+    + """
+local slice, slices = tonumber(ARGV[2]), tonumber(ARGV[3])
+local index = math.floor(now / slice)
+local key = KEYS[1]
+local requests, accepts = tonumber(ARGV[4]), tonumber(ARGV[5])
+if requests > 0 then redis.call('HINCRBY', key, 'q' .. index, requests) end
+if accepts > 0 then redis.call('HINCRBY', key, 'a' .. index, accepts) end
+local q, a = window(key, index, slices, 'q', 'a')
+redis.call('PEXPIRE', key, math.ceil(slice * slices * 2000))
+return {q, a}
+"""
+)
+
+#: CircuitBreaker. KEYS: the state hash, the window (a string of outcome codes for a count
+#: window, a hash of slices for a time window). ARGV: now, operation, generation the client
+#: knows, then per operation:
+#:   sync:    outcomes ('0'..'3': bit 1 failed, bit 2 slow), window kind ('count'|'time'),
+#:            window size (calls, or slices), slice seconds, minimum calls, failure ratio,
+#:            slow ratio (-1: off), open seconds (jitter applied)
+#:   acquire: probes allowed
+#:   done:    'ok' | 'fail' | 'release', probes allowed, open seconds
+#:   set:     'closed' | 'isolated'
+#: Returns {state, generation, seconds left open, granted (1/0), calls, failures, slow}.
+BREAKER: Final = (
+    _NOW
+    + """
+local skey, wkey = KEYS[1], KEYS[2]
+local op, known = ARGV[2], tonumber(ARGV[3])
+local h = redis.call('HMGET', skey, 'state', 'gen', 'until', 'flight', 'ok')
+local state = h[1] or 'closed'
+local gen = tonumber(h[2] or '0')
+local open_until = tonumber(h[3] or '0')
+local flight, oks = tonumber(h[4] or '0'), tonumber(h[5] or '0')
+local granted = 0
+local calls, failures, slow = 0, 0, 0
+
+local function change(new, seconds)
+  state = new
+  gen = gen + 1
+  flight, oks = 0, 0
+  if new == 'open' then open_until = now + seconds end
+  if new == 'closed' or new == 'open' then redis.call('DEL', wkey) end
+end
+
+local function totals_count()
+  local s = redis.call('GET', wkey) or ''
+  local _, f1 = string.gsub(s, '1', '')
+  local _, s2 = string.gsub(s, '2', '')
+  local _, b3 = string.gsub(s, '3', '')
+  return #s, f1 + b3, s2 + b3
+end
+
+local function totals_time(index, slices)
+  local oldest = index - slices + 1
+  local all = redis.call('HGETALL', wkey)
+  local c, f, sl = 0, 0, 0
+  for i = 1, #all, 2 do
+    local field = all[i]
+    local at = tonumber(string.sub(field, 2))
+    if at == nil or at < oldest then
+      redis.call('HDEL', wkey, field)
+    else
+      local kind, v = string.sub(field, 1, 1), tonumber(all[i + 1])
+      if kind == 'c' then c = c + v elseif kind == 'f' then f = f + v else sl = sl + v end
+    end
+  end
+  return c, f, sl
+end
+
+if op == 'sync' then
+  local outcomes, kind, size = ARGV[4], ARGV[5], tonumber(ARGV[6])
+  local slice, minimum = tonumber(ARGV[7]), tonumber(ARGV[8])
+  local fratio, sratio, seconds = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+  local fresh = known == gen and state == 'closed' and #outcomes > 0
+  if kind == 'count' then
+    if fresh then
+      local s = (redis.call('GET', wkey) or '') .. outcomes
+      if #s > size then s = string.sub(s, -size) end
+      redis.call('SET', wkey, s)
+    end
+    calls, failures, slow = totals_count()
+  else
+    local index = math.floor(now / slice)
+    if fresh then
+      local _, f1 = string.gsub(outcomes, '1', '')
+      local _, s2 = string.gsub(outcomes, '2', '')
+      local _, b3 = string.gsub(outcomes, '3', '')
+      redis.call('HINCRBY', wkey, 'c' .. index, #outcomes)
+      redis.call('HINCRBY', wkey, 'f' .. index, f1 + b3)
+      redis.call('HINCRBY', wkey, 's' .. index, s2 + b3)
+      redis.call('PEXPIRE', wkey, math.ceil(slice * size * 2000))
+    end
+    calls, failures, slow = totals_time(index, size)
+  end
+  if fresh and string.find(outcomes, '[123]') and calls >= minimum then
+    if failures / calls >= fratio or (sratio >= 0 and slow / calls >= sratio) then
+      change('open', seconds)
+    end
+  end
+elseif op == 'acquire' then
+  local probes = tonumber(ARGV[4])
+  if state == 'open' and now >= open_until then change('half_open', 0) end
+  if state == 'half_open' and flight + oks < probes then
+    flight = flight + 1
+    granted = 1
+  end
+elseif op == 'done' then
+  local outcome, probes, seconds = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+  if known == gen and state == 'half_open' then
+    if outcome == 'release' then
+      if flight > 0 then flight = flight - 1 end
+    elseif outcome == 'fail' then
+      change('open', seconds)
+    else
+      if flight > 0 then flight = flight - 1 end
+      oks = oks + 1
+      if oks >= probes then change('closed', 0) end
+    end
+  end
+elseif op == 'set' then
+  change(ARGV[4], 0)
+end
+redis.call('HSET', skey, 'state', state, 'gen', gen, 'until', tostring(open_until),
+  'flight', flight, 'ok', oks)
+local left = 0
+if state == 'open' then left = math.max(0, open_until - now) end
+return {state, gen, tostring(left), granted, calls, failures, slow}
+"""
+)
