@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench compat clean services
+.PHONY: demo test lint typecheck unit soak reliability bench compat clean services
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,7 +46,19 @@ services:
 unit: $(VENV)/.dev-installed services
 	$(BIN)/pytest --cov=seawall --cov-branch --cov-report=term-missing:skip-covered
 
-test: lint typecheck unit
+# A client fleet and a shedding server under injected faults, about a minute of real time.
+# SEAWALL_SOAK_SECONDS=300 lengthens its measured windows.
+soak: $(VENV)/.dev-installed
+	$(BIN)/pytest -m soak tests/soak
+
+test: lint typecheck unit soak
+
+# The soak and property tests with their figures in docs/figures, and docs/reliability.md
+# rewritten from them.
+reliability: $(VENV)/.dev-installed
+	SEAWALL_FIGURES=docs/figures $(BIN)/pytest -m "soak or not soak" -q \
+	  tests/soak tests/test_hostile_values.py tests/test_config_hostile.py
+	$(BIN)/python tests/figures.py
 
 bench: $(VENV)/.dev-installed
 	$(BIN)/python -m pip install --quiet -e '.[bench]'

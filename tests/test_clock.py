@@ -16,7 +16,7 @@ def test_virtual_clock_jumps() -> None:
     assert c.sleeps == [3600]
     with pytest.raises(ValueError, match="seconds"):
         c.advance(-1)
-    with pytest.raises(TypeError, match="start"):
+    with pytest.raises(ValueError, match="start"):
         VirtualClock(start=math.nan)
 
 

@@ -129,3 +129,18 @@ def test_intake_never_raises_and_never_exceeds_the_server_maximum(
 def test_grpc_precision_at_the_nanosecond_to_microsecond_switch() -> None:
     # 9 digits of nanoseconds do not fit: microseconds it is, rounded down.
     assert encode_grpc_timeout(0.55859375) == "558593u"
+
+
+@given(st.floats(min_value=1e-4, max_value=99_999_999 * 3600.0, allow_nan=False))
+def test_grpc_loss_is_under_one_part_in_100000_as_the_docs_say(s: float) -> None:
+    # docs/deadlines.md: "under one part in 100,000 (1e-5) for any time of 0.1 ms or more".
+    sent = decode_grpc_timeout(encode_grpc_timeout(s))
+    assert sent is not None
+    assert sent <= s
+    assert (s - sent) / s < 1e-5
+
+
+def test_grpc_worst_case_of_the_docs() -> None:
+    assert encode_grpc_timeout(100.8125) == "100812m"
+    loss = (100.8125 - 100.812) / 100.8125
+    assert 4e-6 < loss < 1e-5  # "about 5 parts in a million": more than the old "under 1e-6"

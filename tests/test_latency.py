@@ -245,7 +245,7 @@ def test_suggest_timeout_from_measured_latency() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "exc", "match"),
     [
-        ({"relative_accuracy": 0}, ValueError, "relative_accuracy must be > 0 and < 1, got 0"),
+        ({"relative_accuracy": 0}, ValueError, "relative_accuracy must be >= 1e-06 and < 1, got 0"),
         ({"relative_accuracy": 1.5}, ValueError, "relative_accuracy"),
         ({"relative_accuracy": "0.01"}, TypeError, "relative_accuracy must be a number"),
         ({"half_life": 0}, ValueError, "half_life must be > 0 or None, got 0"),

@@ -9,9 +9,9 @@ The top level holds what most code needs. The rest lives in named modules:
 (deadline headers and intake), :mod:`seawall.config` (policy files and the registry),
 :mod:`seawall.http` (the HTTP rules), and the integrations :mod:`seawall.httpx`,
 :mod:`seawall.requests`, :mod:`seawall.server`, :mod:`seawall.instrumentation`,
-:mod:`seawall.testing`, and the systems :mod:`seawall.saga` (durable sagas) and
-:mod:`seawall.sim`. Every name, and every one of those modules, is
-loaded on first use (PEP 562), so ``import seawall`` costs next to nothing.
+:mod:`seawall.testing`, :mod:`seawall.faults` (fault injection), and the systems
+:mod:`seawall.saga` (durable sagas) and :mod:`seawall.sim`. Every name, and every one of those
+modules, is loaded on first use (PEP 562), so ``import seawall`` costs next to nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     # what the names below resolve to, for type checkers and editors
     from seawall import (
         config,
+        faults,
         http,
         httpx,
         instrumentation,
@@ -118,6 +119,7 @@ _MODULES = frozenset(
     {
         "aiohttp",
         "config",
+        "faults",
         "grpc",
         "http",
         "httpx",
@@ -240,6 +242,7 @@ __all__ = [
     "aiohttp",
     "config",
     "deadline",
+    "faults",
     "grpc",
     "hedge",
     "http",

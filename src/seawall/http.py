@@ -7,8 +7,10 @@ integrations (:mod:`seawall.httpx`, :mod:`seawall.requests`) take these as argum
 
 from seawall._policy.http import (
     DEFAULT_RETRY_STATUSES,
+    DEFAULT_TOTAL_TIMEOUT,
     IDEMPOTENCY_KEY_HEADER,
     IDEMPOTENT_METHODS,
+    MIN_ATTEMPT_TIME,
     OVERLOADED_HEADERS,
     PER_HOST,
     HttpRules,
@@ -21,8 +23,10 @@ from seawall._policy.http import (
 
 __all__ = [
     "DEFAULT_RETRY_STATUSES",
+    "DEFAULT_TOTAL_TIMEOUT",
     "IDEMPOTENCY_KEY_HEADER",
     "IDEMPOTENT_METHODS",
+    "MIN_ATTEMPT_TIME",
     "OVERLOADED_HEADERS",
     "PER_HOST",
     "HttpRules",

@@ -19,6 +19,7 @@ from seawall._core.compat import timeout_at
 from seawall._core.errors import DeadlineExceeded
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
+    DEFAULT_TOTAL_TIMEOUT,
     IDEMPOTENT_METHODS,
     PER_HOST,
     HttpCall,
@@ -70,6 +71,7 @@ class _Base:
         idempotency_key: bool,
         deadline_headers: bool,
         buffer_limit: int,
+        total_timeout: float | None,
     ) -> None:
         self._policies = Policies(
             policy,
@@ -79,6 +81,7 @@ class _Base:
             idempotency_key=idempotency_key,
             deadline_headers=deadline_headers,
             buffer_limit=buffer_limit,
+            total_timeout=total_timeout,
         )
         self._retry_on = exception_classes(retry_on)
 
@@ -168,6 +171,10 @@ class RetryTransport(_Base, httpx.BaseTransport):
             per request, the same on every attempt) so that they can be retried.
         deadline_headers: send the time left downstream.
         buffer_limit: read bodies declared up to this many bytes within the attempt (0: never).
+        total_timeout: seconds for the whole request, attempts and waits included, when neither
+            the policy's ``timeout`` nor an ambient :func:`seawall.deadline` sets one (30 s by
+            default; ``None``: no limit). It caps each attempt's timeouts but is not sent
+            downstream.
     """
 
     def __init__(
@@ -182,6 +189,7 @@ class RetryTransport(_Base, httpx.BaseTransport):
         idempotency_key: bool = False,
         deadline_headers: bool = True,
         buffer_limit: int = 1 << 20,
+        total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.BaseTransport):
             raise TypeError(f"transport must be an httpx.BaseTransport, got {transport!r}")
@@ -194,6 +202,7 @@ class RetryTransport(_Base, httpx.BaseTransport):
             idempotency_key=idempotency_key,
             deadline_headers=deadline_headers,
             buffer_limit=buffer_limit,
+            total_timeout=total_timeout,
         )
         self._transport = transport if transport is not None else httpx.HTTPTransport()
 
@@ -233,7 +242,8 @@ class RetryTransport(_Base, httpx.BaseTransport):
                         raise
                     # The wait left too little time (a sleep that overshot on a real clock).
                     response, retried = retried, None
-                    return response
+                    call.exhausted = True  # retried, and no time for another attempt
+                    return call.mark_answer(response)
                 if retried is not None:
                     retried.close()  # a discarded attempt must not hold its connection
                     retried = None
@@ -249,7 +259,7 @@ class RetryTransport(_Base, httpx.BaseTransport):
                 else:
                     delay = call.on_response(response.status_code, response.headers.get)
                     if delay is None:
-                        return response
+                        return call.mark_answer(response)
                     retried = response
                 sleep(delay)
         finally:
@@ -299,6 +309,7 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
         idempotency_key: bool = False,
         deadline_headers: bool = True,
         buffer_limit: int = 1 << 20,
+        total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT,
         hedge: Hedge | None = None,
         hedge_methods: Collection[str] | None = None,
     ) -> None:
@@ -313,6 +324,7 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
             idempotency_key=idempotency_key,
             deadline_headers=deadline_headers,
             buffer_limit=buffer_limit,
+            total_timeout=total_timeout,
         )
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._hedge_methods = _hedge_methods(hedge, hedge_methods, idempotent_methods)
@@ -374,7 +386,8 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
                     if retried is None:
                         raise
                     response, retried = retried, None
-                    return response
+                    call.exhausted = True  # retried, and no time for another attempt
+                    return call.mark_answer(response)
                 if retried is not None:
                     await retried.aclose()  # a discarded attempt must not hold its connection
                     retried = None
@@ -393,7 +406,7 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
                 else:
                     delay = call.on_response(response.status_code, response.headers.get)
                     if delay is None:
-                        return _bound_body(response, call, request)
+                        return _bound_body(call.mark_answer(response), call, request)
                     retried = response
                 await asleep(delay)
         finally:
@@ -534,8 +547,8 @@ class _BoundedStream(httpx.AsyncByteStream):
 def _bound_body(response: httpx.Response, call: HttpCall, request: httpx.Request) -> httpx.Response:
     """The response whose body, if still to be read, is bounded by the attempt's deadline."""
     stream = response.stream
-    if call.attempt_deadline == math.inf or isinstance(stream, httpx.ByteStream):
-        return response  # no deadline, or the body is in memory already
+    if not call.bounded_by_caller or isinstance(stream, httpx.ByteStream):
+        return response  # no deadline of the caller's, or the body is in memory already
     assert isinstance(stream, httpx.AsyncByteStream)
     left = call.attempt_deadline - call.clock.now()
     # The policy's clock may be virtual; the event loop's is what cancels: convert once.

@@ -18,6 +18,7 @@ from urllib3.exceptions import MaxRetryError, NewConnectionError
 from seawall._core.errors import DeadlineExceeded
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
+    DEFAULT_TOTAL_TIMEOUT,
     IDEMPOTENT_METHODS,
     PER_HOST,
     Policies,
@@ -78,6 +79,10 @@ class RetryAdapter(HTTPAdapter):
         deadline_headers: send the time left downstream.
         buffer_limit: when the caller does not stream, read bodies declared up to this many bytes
             within the attempt, so that a connection reset mid-body is retried (0: never).
+        total_timeout: seconds for the whole request, attempts and waits included, when neither
+            the policy's ``timeout`` nor an ambient :func:`seawall.deadline` sets one (30 s by
+            default; ``None``: no limit). It caps each attempt's timeouts but is not sent
+            downstream.
         **adapter_kwargs: passed to ``HTTPAdapter`` (``pool_connections``, ``pool_maxsize``,
             ``pool_block``).
     """
@@ -93,6 +98,7 @@ class RetryAdapter(HTTPAdapter):
         idempotency_key: bool = False,
         deadline_headers: bool = True,
         buffer_limit: int = 1 << 20,
+        total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT,
         **adapter_kwargs: Any,
     ) -> None:
         if "max_retries" in adapter_kwargs:
@@ -105,6 +111,7 @@ class RetryAdapter(HTTPAdapter):
             idempotency_key=idempotency_key,
             deadline_headers=deadline_headers,
             buffer_limit=buffer_limit,
+            total_timeout=total_timeout,
         )
         self._retry_on = exception_classes(retry_on)
         super().__init__(max_retries=0, **adapter_kwargs)
@@ -168,7 +175,8 @@ class RetryAdapter(HTTPAdapter):
                         raise
                     # The wait left too little time (a sleep that overshot on a real clock).
                     response, retried = retried, None
-                    return response
+                    call.exhausted = True  # retried, and no time for another attempt
+                    return call.mark_answer(response)
                 if retried is not None:
                     retried.close()  # a discarded attempt must not hold its connection
                     retried = None
@@ -203,7 +211,7 @@ class RetryAdapter(HTTPAdapter):
                 else:
                     delay = call.on_response(response.status_code, response.headers.get)
                     if delay is None:
-                        return response
+                        return call.mark_answer(response)
                     retried = response
                 sleep(delay)
         finally:

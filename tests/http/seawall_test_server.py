@@ -15,6 +15,8 @@ Behaviours are chosen by path; counts are per (method, path) so that each test s
   the body one byte every ``DRIP_INTERVAL``.
 - ``/odd-length``: 200 whose ``Content-Length`` is ``\xb2`` (a superscript two: a "digit" to
   ``str.isdigit`` that ``int()`` refuses), then the body ``ok`` and a close.
+- ``/huge-length/<digits>``: 200 whose ``Content-Length`` is that many nines (past 4,300 digits
+  ``int()`` refuses to convert), then the body ``ok`` and a close.
 
 Every request is recorded (method, path, headers, body).
 """
@@ -159,6 +161,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif kind == "drip-body" and n <= int(parts[1]):
             head = b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n"
             self._drip(head, b"d" * 40)
+        elif kind == "huge-length":
+            length = b"9" * int(parts[1])
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: " + length + b"\r\n\r\nok")
+            self.close_connection = True
         elif kind == "odd-length":
             self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: \xb2\r\n\r\nok")
             self.close_connection = True

@@ -188,3 +188,24 @@ def wsgi_app(environ: dict[str, object], start_response: object) -> list[bytes]:
 
 
 wsgi_shedder = WsgiShedder(wsgi_app, max_concurrency=8)
+
+
+# -- limits, redaction, fault injection -----------------------------------------------------
+probed = seawall.CircuitBreaker(probe_timeout=5.0)
+kept = seawall.VirtualClock(keep_sleeps=10)
+waits: list[float] = kept.sleeps
+count: int = kept.sleep_count
+clean: str = seawall.instrumentation.redact_url("https://u:p@h/x?k=v")
+cleaned: str = seawall.instrumentation.redact_text("url: /x?k=v")
+plan = seawall.faults.FaultPlan(
+    [
+        seawall.faults.Latency(0.1, rate=0.1),
+        seawall.faults.Status(503, {"Retry-After": "1"}, schedule=seawall.faults.nth(1)),
+        seawall.faults.Reset(after_send=True, schedule=seawall.faults.window(5.0, 10.0)),
+    ],
+    seed=1,
+)
+decision: seawall.faults.Decision = plan.decide()
+chaos = seawall.faults.FaultTransport(plan)
+achaos = seawall.faults.AsyncFaultTransport(plan)
+limited = seawall.httpx.RetryTransport(total_timeout=10.0, transport=chaos)

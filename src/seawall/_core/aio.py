@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import selectors
 from typing import Any
 
@@ -55,7 +56,18 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         self.clock = clock if clock is not None else VirtualClock()
         super().__init__(_JumpingSelector(selectors.DefaultSelector(), self.clock))
         self.clock._loop = self
-        self._clock_resolution = 1e-9
+
+    # asyncio runs the timers due before time() + _clock_resolution. A fixed 1e-9 vanishes in
+    # the rounding of a large reading (at 1.5e9 s a float moves in steps of 2.4e-7): a timer
+    # reached exactly would never be due, and the loop would spin. A few units in the last place
+    # of the reading instead.
+    @property
+    def _clock_resolution(self) -> float:
+        return max(1e-9, 4.0 * math.ulp(self.clock._now))
+
+    @_clock_resolution.setter
+    def _clock_resolution(self, value: float) -> None:
+        pass  # asyncio sets the real clock's resolution in __init__: not ours
 
     def time(self) -> float:
         return self.clock._now

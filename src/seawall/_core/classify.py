@@ -285,8 +285,15 @@ def classify(
         return _NEUTRAL
     if kind == _PUSHBACK and retry is not False:
         return _RETRY
-    if marks and not retry_nested and marks.get(_EXHAUSTED_MARK) is True:
-        return _EXHAUSTED
+    if marks and not retry_nested:
+        if marks.get(_EXHAUSTED_MARK) is True:
+            return _EXHAUSTED
+        # raise_for_status() makes a new error around the response a retrying transport gave up
+        # on; the transport marked that response (httpx's HTTPStatusError and requests'
+        # HTTPError keep it in ``response``), so statuses retry at one layer too.
+        answer = marks.get("response")
+        if answer is not None and getattr(answer, _EXHAUSTED_MARK, False) is True:
+            return _EXHAUSTED
     if retry is None:
         if matcher is None:
             return _RETRY

@@ -7,9 +7,9 @@ of an hour costs nothing.
 
 from __future__ import annotations
 
-import math
+import collections
 import time
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
 from seawall._core import validate as _validate
 from seawall._core.public import public
@@ -60,6 +60,11 @@ class SystemClock:
 
 SYSTEM_CLOCK = SystemClock()
 
+#: How many of its latest waits a :class:`VirtualClock` keeps by default.
+DEFAULT_KEEP_SLEEPS: Final = 1000
+_MAX_KEEP: Final = 1_000_000
+_MAX_START: Final = 1e12
+
 
 @public("seawall")
 class VirtualClock:
@@ -70,19 +75,37 @@ class VirtualClock:
     and which jumps to the next timer whenever every task is waiting, so many concurrent tasks
     share one consistent virtual timeline.
 
+    The clock remembers the latest *keep_sleeps* waits (:attr:`sleeps`) and counts all of them
+    (:attr:`sleep_count`, :attr:`slept`), so its memory stays bounded however long it runs: a
+    simulation of a million retried calls keeps a few kilobytes, not every wait.
+
     Args:
-        start: the initial reading of :meth:`now`.
+        start: the initial reading of :meth:`now` (a finite number, at most 1e12 in size).
+        keep_sleeps: how many of the latest waits :attr:`sleeps` holds (0: none).
     """
 
-    __slots__ = ("_loop", "_now", "sleeps")
+    __slots__ = ("_loop", "_now", "_sleeps", "sleep_count", "slept")
 
-    def __init__(self, start: float = 0.0) -> None:
-        if isinstance(start, bool) or not isinstance(start, (int, float)) or math.isnan(start):
-            raise TypeError(f"start must be a finite number, got {start!r}")
-        self._now = float(start)
+    def __init__(self, start: float = 0.0, *, keep_sleeps: int = DEFAULT_KEEP_SLEEPS) -> None:
+        if isinstance(start, bool) or not isinstance(start, (int, float)):
+            raise TypeError(f"start must be a finite number, got {_validate.shown(start)}")
+        # Bounded: clock readings are divided by window slices of 0.1 ms, which must stay finite.
+        self._now = _validate.number("start", start, finite=True, minimum=-_MAX_START)
+        if self._now > _MAX_START:
+            raise ValueError(f"start must be <= {_MAX_START:g}, got {_validate.shown(start)}")
+        size = _validate.count("keep_sleeps", keep_sleeps, maximum=_MAX_KEEP)
         self._loop: VirtualEventLoop | None = None
-        #: Every wait requested through :meth:`sleep` or :meth:`asleep`, in order.
-        self.sleeps: list[float] = []
+        self._sleeps: collections.deque[float] = collections.deque(maxlen=size)
+        #: How many waits were requested through :meth:`sleep` or :meth:`asleep`.
+        self.sleep_count = 0
+        #: The sum of those waits, in seconds.
+        self.slept = 0.0
+
+    @property
+    def sleeps(self) -> list[float]:
+        """The latest waits requested through :meth:`sleep` or :meth:`asleep`, oldest first
+        (at most ``keep_sleeps`` of them; a new list on each read)."""
+        return list(self._sleeps)
 
     def now(self) -> float:
         return self._now
@@ -91,14 +114,18 @@ class VirtualClock:
         """Move time forward by *seconds* (never backward)."""
         self._now += _validate.seconds("seconds", seconds)
 
-    def sleep(self, seconds: float) -> None:
+    def _count(self, seconds: float) -> float:
         seconds = max(0.0, seconds)
-        self.sleeps.append(seconds)
-        self._now += seconds
+        self._sleeps.append(seconds)
+        self.sleep_count += 1
+        self.slept += seconds
+        return seconds
+
+    def sleep(self, seconds: float) -> None:
+        self._now += self._count(seconds)
 
     async def asleep(self, seconds: float) -> None:
-        seconds = max(0.0, seconds)
-        self.sleeps.append(seconds)
+        seconds = self._count(seconds)
         from seawall._core.compat import running_trio
 
         if running_trio():

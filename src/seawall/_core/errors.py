@@ -118,7 +118,23 @@ def mark_exhausted(exc: BaseException) -> None:
 
 
 def is_exhausted(exc: BaseException) -> bool:
-    return getattr(exc, _EXHAUSTED_MARK, False) is True
+    """Whether a policy below already retried *exc* and gave up (see :func:`answer_exhausted`)."""
+    return getattr(exc, _EXHAUSTED_MARK, False) is True or answer_exhausted(exc)
+
+
+def answer_exhausted(exc: BaseException) -> bool:
+    """Whether *exc* carries an HTTP answer that a retrying transport already gave up on.
+
+    ``raise_for_status()`` (httpx's ``HTTPStatusError``, requests' ``HTTPError``) makes a new
+    exception around the response the transport returned; the transport marks that response,
+    and ``exc.response`` carries the mark up, so a policy above retries neither the errors nor
+    the statuses that a layer below has retried (retry at one layer).
+    """
+    try:
+        response = getattr(exc, "response", None)
+    except Exception:  # a property that raises: no answer to look at
+        return False
+    return response is not None and getattr(response, _EXHAUSTED_MARK, False) is True
 
 
 def retry_after_of(exc: BaseException) -> float | None:

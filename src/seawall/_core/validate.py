@@ -5,13 +5,67 @@ or raises ``TypeError`` (wrong type) or ``ValueError`` (out of range) with a mes
 with the parameter's name and ends with the rejected value, as in
 ``ValueError("max_attempts must be >= 1, got 0")``. ``bool`` is refused wherever a number is
 expected: ``True`` as a timeout is a mistake, not one second. NaN fails every range check.
+
+Integers too large for a float (``10**400``) are refused with a ``ValueError``, never an
+``OverflowError``, and messages abbreviate them (Python refuses to print an int of more than
+4,300 digits). Durations are at most :data:`MAX_SECONDS`: a longer finite one would overflow the
+platform's timeouts at the first wait, not when it is configured.
 """
 
 from __future__ import annotations
 
 import math
+import sys
+from typing import Final
 
-__all__ = ["count", "number", "optional_seconds", "ratio", "seconds"]
+__all__ = [
+    "MAX_SECONDS",
+    "MIN_WINDOW",
+    "count",
+    "number",
+    "optional_seconds",
+    "ratio",
+    "seconds",
+    "shown",
+]
+
+#: The longest finite duration a parameter may hold: 1e9 s, about 31.7 years. Sleeps, lock and
+#: socket timeouts overflow a little past 9.2e9 s (``threading.TIMEOUT_MAX``); infinity, where a
+#: parameter accepts it, still means "no limit".
+MAX_SECONDS: Final = 1e9
+
+#: The shortest sliding window (seconds): windows are cut into slices that clock readings are
+#: divided by, and a slice of a subnormal width divides by zero or overflows.
+MIN_WINDOW: Final = 1e-3
+
+# Ints longer than this are shown by their size only, in messages.
+_SHOWN_DIGITS: Final = 24
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message, with huge integers abbreviated.
+
+    ``repr`` of an int beyond 4,300 digits raises ``ValueError`` itself, and a 400-digit number
+    makes a message nobody reads.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        bits = abs(value).bit_length()
+        if bits > _SHOWN_DIGITS * 3:  # cheap pre-check before any conversion to decimal
+            digits = int(bits * math.log10(2)) + 1
+            if digits > _SHOWN_DIGITS:
+                sign = "-" if value < 0 else ""
+                return f"{sign}an int of about {digits} digits"
+    try:
+        return repr(value)
+    except Exception:  # a value whose __repr__ fails must not hide the real problem
+        return f"<{type(value).__name__} object>"
+
+
+def _as_float(name: str, value: int | float, what: str) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{name} is too large for {what}, got {shown(value)}") from None
 
 
 def number(
@@ -21,6 +75,7 @@ def number(
     minimum: float | None = None,
     above: bool = False,
     finite: bool = False,
+    maximum: float | None = None,
     what: str = "a number",
     alternative: str = "",
 ) -> float:
@@ -32,28 +87,57 @@ def number(
         minimum: the lowest value allowed (``None``: no lower bound and NaN passes).
         above: *minimum* itself is not allowed (``> minimum`` instead of ``>= minimum``).
         finite: infinities (and NaN) are not allowed.
+        maximum: the largest finite value allowed (``None``: no upper bound). Infinity is
+            judged by *finite*, not by *maximum*.
         what: how the message names the expected type (``"a number of seconds"``).
         alternative: what else is accepted, for the range message (``" or None"``).
 
     The range message says which bound failed: ``"must be finite"`` for an infinity or NaN when
-    *finite*, else ``"must be >= 0"`` for a value below the minimum (or NaN).
+    *finite*, else ``"must be >= 0"`` for a value below the minimum (or NaN), ``"must be <= 1e+09"``
+    above the maximum. An int too large for a float is refused (``"is too large"``).
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be {what}, got {value!r}")
-    v = float(value)
+        raise TypeError(f"{name} must be {what}, got {shown(value)}")
+    if type(value) is float:
+        v = value
+    elif isinstance(value, int) and minimum is not None and value < minimum:
+        # A huge negative int is below any minimum: say so, rather than "too large".
+        op = ">" if above else ">="
+        raise ValueError(f"{name} must be {op} {minimum:g}{alternative}, got {shown(value)}")
+    else:
+        v = _as_float(name, value, what)
     if finite and not math.isfinite(v):
-        raise ValueError(f"{name} must be finite{alternative}, got {value!r}")
+        raise ValueError(f"{name} must be finite{alternative}, got {shown(value)}")
     # `not (v >= minimum)` rather than `v < minimum`: the former also refuses NaN.
     if minimum is not None and not (v > minimum if above else v >= minimum):
         op = ">" if above else ">="
-        raise ValueError(f"{name} must be {op} {minimum:g}{alternative}, got {value!r}")
+        raise ValueError(f"{name} must be {op} {minimum:g}{alternative}, got {shown(value)}")
+    if maximum is not None and maximum < v < math.inf:
+        raise ValueError(f"{name} must be <= {maximum:g}{alternative}, got {shown(value)}")
     return v
 
 
-def seconds(name: str, value: object, *, zero: bool = True, finite: bool = False) -> float:
-    """A duration in seconds: ``>= 0`` (``> 0`` when *zero* is false); infinity unless *finite*."""
+def seconds(
+    name: str,
+    value: object,
+    *,
+    zero: bool = True,
+    finite: bool = False,
+    minimum: float = 0.0,
+) -> float:
+    """A duration in seconds: ``>= 0`` (``> 0`` when *zero* is false); infinity unless *finite*.
+
+    A finite duration is at most :data:`MAX_SECONDS`. *minimum* raises the lower bound for a
+    duration that something is divided by (a window cut into slices): ``>= minimum`` then.
+    """
     return number(
-        name, value, minimum=0.0, above=not zero, finite=finite, what="a number of seconds"
+        name,
+        value,
+        minimum=minimum,
+        above=not zero and minimum == 0.0,
+        finite=finite,
+        maximum=MAX_SECONDS,
+        what="a number of seconds",
     )
 
 
@@ -69,6 +153,7 @@ def optional_seconds(
         minimum=0.0,
         above=not zero,
         finite=finite,
+        maximum=MAX_SECONDS,
         what="a number of seconds or None",
         alternative=" or None",
     )
@@ -77,18 +162,26 @@ def optional_seconds(
 def ratio(name: str, value: object, *, zero: bool = True) -> float:
     """A fraction in ``[0, 1]``, or ``(0, 1]`` when *zero* is false (a probability, a share)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
+        raise TypeError(f"{name} must be a number, got {shown(value)}")
+    bounds = "between 0 and 1" if zero else "> 0 and <= 1"
+    if isinstance(value, int) and not -2 <= value <= 2:
+        raise ValueError(f"{name} must be {bounds}, got {shown(value)}")
     v = float(value)
     if not ((v >= 0.0 if zero else v > 0.0) and v <= 1.0):  # also refuses NaN
-        bounds = "between 0 and 1" if zero else "> 0 and <= 1"
-        raise ValueError(f"{name} must be {bounds}, got {value!r}")
+        raise ValueError(f"{name} must be {bounds}, got {shown(value)}")
     return v
 
 
-def count(name: str, value: object, *, minimum: int = 0) -> int:
-    """An ``int`` (not a ``bool``, not a float with an integral value) that is ``>= minimum``."""
+def count(name: str, value: object, *, minimum: int = 0, maximum: int = sys.maxsize) -> int:
+    """An ``int`` (not a ``bool``, not a float with an integral value) in ``[minimum, maximum]``.
+
+    The default *maximum* is the largest machine-sized int: beyond it, a count given to a deque
+    or a list raises ``OverflowError``.
+    """
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r}")
+        raise TypeError(f"{name} must be an int, got {shown(value)}")
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+        raise ValueError(f"{name} must be >= {minimum}, got {shown(value)}")
+    if value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {shown(value)}")
     return value

@@ -36,6 +36,7 @@ from seawall._core.clock import Clock
 from seawall._core.decorate import decorate
 from seawall._core.public import public
 from seawall._core.switch import is_enabled, set_enabled
+from seawall._core.validate import MAX_SECONDS, MIN_WINDOW, shown
 from seawall._strategies.backoff import DEFAULT_BACKOFF, Backoff
 from seawall._strategies.budget import RetryBudget
 from seawall._strategies.hedge import Hedge, HedgeHook
@@ -244,6 +245,11 @@ class RouteConfig:
 
 # -- field readers --------------------------------------------------------------------------
 
+# Rates and percentages beyond this are mistakes (and would overflow the arithmetic on them).
+_LARGEST: Final = 1e12
+# The smallest percentage (of retries, of calls hedged) and percentile accepted: below it the
+# fraction it stands for underflows to zero.
+_SMALLEST_PERCENT: Final = 1e-6
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(us|ms|s|m|h)?\s*$")
 _UNITS: Final = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -254,10 +260,10 @@ def _join(path: str, key: str) -> str:
 
 def _mapping(value: object, path: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ConfigError(path, f"must be a table/mapping, got {value!r}")
+        raise ConfigError(path, f"must be a table/mapping, got {shown(value)}")
     for key in value:
         if not isinstance(key, str):
-            raise ConfigError(path, f"keys must be strings, got {key!r}")
+            raise ConfigError(path, f"keys must be strings, got {shown(key)}")
     return value
 
 
@@ -269,38 +275,76 @@ def _known(table: Mapping[str, Any], path: str, allowed: Sequence[str]) -> None:
             )
 
 
-def _duration(value: object, path: str, *, positive: bool = True) -> float:
-    """Seconds from a number or a string like ``"250ms"``, ``"2s"``, ``"1.5m"``."""
+def _duration(value: object, path: str, *, positive: bool = True, minimum: float = 0.0) -> float:
+    """Seconds from a number or a string like ``"250ms"``, ``"2s"``, ``"1.5m"``.
+
+    At most ``MAX_SECONDS`` (about 31 years: longer waits overflow the platform's timeouts), and
+    at least *minimum* when given (a window that is divided into slices).
+    """
     if isinstance(value, bool):
-        raise ConfigError(path, f"must be a duration (seconds or '250ms'), got {value!r}")
+        raise ConfigError(path, f"must be a duration (seconds or '250ms'), got {shown(value)}")
     if isinstance(value, (int, float)):
-        seconds = float(value)
+        seconds = _float(value, path)
     elif isinstance(value, str):
-        match = _DURATION.match(value)
+        match = _DURATION.match(value) if len(value) <= 64 else None
         if match is None:
-            raise ConfigError(path, f"must be a duration like '250ms', '2s' or 1.5, got {value!r}")
+            raise ConfigError(
+                path, f"must be a duration like '250ms', '2s' or 1.5, got {shown(value)}"
+            )
         seconds = float(match.group(1)) * _UNITS[match.group(2)]
     else:
-        raise ConfigError(path, f"must be a duration (seconds or '250ms'), got {value!r}")
+        raise ConfigError(path, f"must be a duration (seconds or '250ms'), got {shown(value)}")
     if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
-        raise ConfigError(path, f"must be {'> 0' if positive else '>= 0'}, got {value!r}")
+        raise ConfigError(path, f"must be {'> 0' if positive else '>= 0'}, got {shown(value)}")
+    if seconds > MAX_SECONDS:
+        raise ConfigError(path, f"must be at most {MAX_SECONDS:g} s, got {shown(value)}")
+    if seconds < minimum:
+        raise ConfigError(path, f"must be at least {minimum:g} s, got {shown(value)}")
     return seconds
 
 
-def _number(value: object, path: str, *, minimum: float, strict: bool = False) -> float:
+def _float(value: int | float, path: str) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond float range (10**400)
+        raise ConfigError(path, f"is out of range, got {shown(value)}") from None
+
+
+def _number(
+    value: object,
+    path: str,
+    *,
+    minimum: float,
+    strict: bool = False,
+    maximum: float = _LARGEST,
+) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(path, f"must be a number, got {value!r}")
-    v = float(value)
+        raise ConfigError(path, f"must be a number, got {shown(value)}")
+    v = _float(value, path)
     if not math.isfinite(v) or v < minimum or (strict and v == minimum):
-        raise ConfigError(path, f"must be {'>' if strict else '>='} {minimum:g}, got {value!r}")
+        raise ConfigError(
+            path, f"must be {'>' if strict else '>='} {minimum:g}, got {shown(value)}"
+        )
+    if v > maximum:
+        raise ConfigError(path, f"must be <= {maximum:g}, got {shown(value)}")
     return v
 
 
-def _int(value: object, path: str, *, minimum: int) -> int:
+def _percent(value: object, path: str, *, maximum: float) -> float:
+    """A percentage > 0, not so small that the fraction it stands for underflows to zero."""
+    v = _number(value, path, minimum=0.0, strict=True, maximum=maximum)
+    if v < _SMALLEST_PERCENT:
+        raise ConfigError(path, f"must be >= {_SMALLEST_PERCENT:g}, got {shown(value)}")
+    return v
+
+
+def _int(value: object, path: str, *, minimum: int, maximum: int = sys.maxsize) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(path, f"must be an integer, got {value!r}")
+        raise ConfigError(path, f"must be an integer, got {shown(value)}")
     if value < minimum:
-        raise ConfigError(path, f"must be >= {minimum}, got {value!r}")
+        raise ConfigError(path, f"must be >= {minimum}, got {shown(value)}")
+    if value > maximum:
+        raise ConfigError(path, f"must be <= {maximum}, got {shown(value)}")
     return value
 
 
@@ -339,7 +383,9 @@ def _retry_on(
     elif isinstance(value, Sequence) and all(isinstance(n, str) for n in value):
         names = [n.strip() for n in value]
     else:
-        raise ConfigError(path, f"must be a list or comma-separated string of names, got {value!r}")
+        raise ConfigError(
+            path, f"must be a list or comma-separated string of names, got {shown(value)}"
+        )
     if not names:
         raise ConfigError(path, "must name at least one condition")
     classes: list[type[BaseException]] = []
@@ -360,11 +406,13 @@ def _retry_on(
         if "retriable-status-codes" not in names:
             raise ConfigError(statuses_path, "needs 'retriable-status-codes' in retry_on")
         if isinstance(statuses, (str, bytes)) or not isinstance(statuses, Sequence):
-            raise ConfigError(statuses_path, f"must be a list of HTTP statuses, got {statuses!r}")
+            raise ConfigError(
+                statuses_path, f"must be a list of HTTP statuses, got {shown(statuses)}"
+            )
         for i, code in enumerate(statuses):
             if isinstance(code, bool) or not isinstance(code, int) or not 100 <= code <= 599:
                 raise ConfigError(
-                    f"{statuses_path}[{i}]", f"must be an HTTP status (100-599), got {code!r}"
+                    f"{statuses_path}[{i}]", f"must be an HTTP status (100-599), got {shown(code)}"
                 )
             codes.add(code)
     elif "retriable-status-codes" in names:
@@ -391,13 +439,17 @@ def _back_off(table: Mapping[str, Any], path: str) -> Backoff:
         raise ConfigError(_join(bpath, base_key), "required")
     base = _duration(spec[base_key], _join(bpath, base_key))
     # Envoy: max_interval defaults to 10 times base_interval.
-    cap = _duration(spec[max_key], _join(bpath, max_key)) if max_key in spec else 10 * base
+    if max_key in spec:
+        cap = _duration(spec[max_key], _join(bpath, max_key))
+    else:
+        cap = min(10 * base, MAX_SECONDS)
     if cap < base:
         raise ConfigError(_join(bpath, max_key), f"must be >= {base_key} ({base:g} s), got {cap:g}")
     jitter = spec.get("jitter", "full")
     if jitter not in ("none", "full", "equal", "decorrelated"):
         raise ConfigError(
-            _join(bpath, "jitter"), f"must be none, full, equal or decorrelated, got {jitter!r}"
+            _join(bpath, "jitter"),
+            f"must be none, full, equal or decorrelated, got {shown(jitter)}",
         )
     return Backoff(base=base, cap=cap, jitter=jitter)
 
@@ -407,9 +459,9 @@ def _budget(value: object, path: str) -> BudgetConfig:
     _known(spec, path, ("percent", "min", "window"))
     if "percent" not in spec:
         raise ConfigError(_join(path, "percent"), "required")
-    percent = _number(spec["percent"], _join(path, "percent"), minimum=0.0, strict=True)
+    percent = _percent(spec["percent"], _join(path, "percent"), maximum=1e14)
     minimum = _number(spec.get("min", 10.0), _join(path, "min"), minimum=0.0)
-    window = _duration(spec.get("window", 10.0), _join(path, "window"))
+    window = _duration(spec.get("window", 10.0), _join(path, "window"), minimum=MIN_WINDOW)
     return BudgetConfig(percent, minimum, window)
 
 
@@ -423,9 +475,9 @@ def _hedge(value: object, path: str) -> HedgeConfig:
     percentile = None
     if "percentile" in spec:
         ppath = _join(path, "percentile")
-        percentile = _number(spec["percentile"], ppath, minimum=0.0, strict=True)
+        percentile = _percent(spec["percentile"], ppath, maximum=100.0)
         if percentile >= 100:
-            raise ConfigError(ppath, f"must be < 100, got {spec['percentile']!r}")
+            raise ConfigError(ppath, f"must be < 100, got {shown(spec['percentile'])}")
     extra = None
     if "max_extra_percent" in spec:
         epath = _join(path, "max_extra_percent")
@@ -443,12 +495,17 @@ def _route(
     timeout = _duration(table["timeout"], _join(path, "timeout")) if "timeout" in table else None
     enabled = table.get("enabled", True)
     if not isinstance(enabled, bool):
-        raise ConfigError(_join(path, "enabled"), f"must be true or false, got {enabled!r}")
+        raise ConfigError(_join(path, "enabled"), f"must be true or false, got {shown(enabled)}")
     hedge = _hedge(table["hedge"], _join(path, "hedge")) if "hedge" in table else None
     rpath = _join(path, "retry_policy")
     retry = _mapping(table.get("retry_policy", {}), rpath)
     _known(retry, rpath, _RETRY_FIELDS)
-    num_retries = _int(retry.get("num_retries", 2), _join(rpath, "num_retries"), minimum=0)
+    num_retries = _int(
+        retry.get("num_retries", 2),
+        _join(rpath, "num_retries"),
+        minimum=0,
+        maximum=sys.maxsize - 1,  # max_attempts = num_retries + 1 must stay a machine int
+    )
     per_try = retry.get("per_try_timeout")
     per_try_timeout = (
         None if per_try is None else _duration(per_try, _join(rpath, "per_try_timeout"))
@@ -469,7 +526,7 @@ def _route(
         retry_on, classes, statuses = ("connect-failure", "timeout"), None, None
     back_off = _back_off(retry, rpath)
     budget = _budget(retry["budget"], _join(rpath, "budget")) if "budget" in retry else None
-    return RouteConfig(
+    route = RouteConfig(
         name=name,
         num_retries=num_retries,
         retry_on=retry_on,
@@ -482,6 +539,15 @@ def _route(
         enabled=enabled,
         _errors=classes,
     )
+    # Every field was checked above; building the objects once proves the combination works,
+    # and a problem found only here still names the route.
+    try:
+        route.build(budget=None if budget is None else budget.build(None))
+        if hedge is not None:
+            hedge.build()
+    except (TypeError, ValueError) as err:
+        raise ConfigError(path, str(err)) from err
+    return route
 
 
 def parse_config(
@@ -501,7 +567,9 @@ def parse_config(
     errs = dict(errors or {})
     for key, cls in errs.items():
         if not (isinstance(cls, type) and issubclass(cls, BaseException)):
-            raise TypeError(f"errors must map names to exception classes, got {key!r}: {cls!r}")
+            raise TypeError(
+                f"errors must map names to exception classes, got {shown(key)}: {cls!r}"
+            )
     root = _mapping(data, "")
     _known(root, "", ("defaults", "routes"))
     defaults = _mapping(root.get("defaults", {}), "defaults")
@@ -512,14 +580,21 @@ def parse_config(
         path = _join("routes", name)
         if not name or not name.strip():
             raise ConfigError(path, "route names must not be empty")
-        parsed[name] = _route(name, _merge(defaults, _mapping(spec, path)), path, errs)
+        try:
+            merged = _merge(defaults, _mapping(spec, path))
+        except RecursionError:
+            raise ConfigError(path, _TOO_DEEP) from None
+        parsed[name] = _route(name, merged, path, errs)
     return parsed
 
 
 def _top(loaded: object, name: str) -> Mapping[str, Any]:
     if not isinstance(loaded, Mapping):
-        raise ConfigError("", f"{name}: the top level must be a table/mapping, got {loaded!r}")
+        raise ConfigError("", f"{name}: the top level must be a table/mapping, got {shown(loaded)}")
     return _mapping(loaded, "")
+
+
+_TOO_DEEP: Final = "tables are nested too deeply"
 
 
 def _read(path: str | os.PathLike[str]) -> bytes:
@@ -544,6 +619,8 @@ def _decode(raw: bytes, path: str | os.PathLike[str]) -> Mapping[str, Any]:
             return _mapping(tomllib.loads(raw.decode("utf-8")), "")
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
             raise ConfigError("", f"{name}: invalid TOML: {err}") from err
+        except RecursionError:
+            raise ConfigError("", f"{name}: invalid TOML: {_TOO_DEEP}") from None
     if suffix in (".yaml", ".yml"):
         try:
             import yaml
@@ -553,6 +630,8 @@ def _decode(raw: bytes, path: str | os.PathLike[str]) -> Mapping[str, Any]:
             loaded = yaml.safe_load(raw)
         except yaml.YAMLError as err:
             raise ConfigError("", f"{name}: invalid YAML: {err}") from err
+        except RecursionError:
+            raise ConfigError("", f"{name}: invalid YAML: {_TOO_DEEP}") from None
         return {} if loaded is None else _top(loaded, name)
     if suffix == ".json":
         import json
@@ -561,6 +640,8 @@ def _decode(raw: bytes, path: str | os.PathLike[str]) -> Mapping[str, Any]:
             loaded = json.loads(raw)
         except ValueError as err:
             raise ConfigError("", f"{name}: invalid JSON: {err}") from err
+        except RecursionError:
+            raise ConfigError("", f"{name}: invalid JSON: {_TOO_DEEP}") from None
         return _top(loaded, name)
     raise ConfigError("", f"{name}: unknown format {suffix!r} (use .toml, .yaml, .yml or .json)")
 

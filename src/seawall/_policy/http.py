@@ -20,14 +20,16 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, MutableMapping
-from typing import Final, NamedTuple, Protocol, runtime_checkable
+from typing import Final, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from seawall._core import validate as _validate
-from seawall._core.errors import Overloaded, add_note, permanent
+from seawall._core.errors import _EXHAUSTED_MARK, Overloaded, add_note, is_exhausted, permanent
 from seawall._core.public import public
 from seawall._strategies.budget import Budget
 from seawall._strategies.deadline import deadline_headers as encode_deadline_headers
-from seawall._strategies.retry import RetryPolicy, RetryState
+from seawall._strategies.retry import RetryPolicy
+
+R = TypeVar("R")
 
 
 class RouteRules(Protocol):
@@ -54,8 +56,10 @@ class LivePolicy(Protocol):
 
 __all__ = [
     "DEFAULT_RETRY_STATUSES",
+    "DEFAULT_TOTAL_TIMEOUT",
     "IDEMPOTENCY_KEY_HEADER",
     "IDEMPOTENT_METHODS",
+    "MIN_ATTEMPT_TIME",
     "OVERLOADED_HEADERS",
     "HttpCall",
     "HttpRules",
@@ -80,6 +84,20 @@ OVERLOADED_HEADERS: Final = ("x-seawall-overloaded", "x-envoy-overloaded")
 
 # IETF draft-ietf-httpapi-idempotency-key-header: the same key on every attempt of one request.
 IDEMPOTENCY_KEY_HEADER: Final = "Idempotency-Key"
+
+#: The least time an HTTP attempt may start with (seconds). With less left before the deadline,
+#: the policy gives up before sending (``DeadlineExceeded``, or the last response), instead of
+#: handing the HTTP library a timeout of zero, which urllib3 refuses (``ValueError``) and a
+#: socket takes as "non-blocking" (``ConnectError: Operation now in progress``). It is also the
+#: floor of every timeout given to the library.
+MIN_ATTEMPT_TIME: Final = 1e-3
+
+#: The total time of one logical request, attempts and waits included, when neither the policy
+#: (``timeout``) nor the caller (:func:`seawall.deadline`) sets a deadline: without one, a server
+#: that answers ``Retry-After`` or stalls each attempt just under the read timeout holds the
+#: caller for as long as it likes. ``total_timeout=None`` on a transport turns it off. It is not
+#: sent downstream: it is a limit of this client, not the caller's deadline.
+DEFAULT_TOTAL_TIMEOUT: Final = 30.0
 
 _DELTA_SECONDS = re.compile(r"[0-9]{1,32}(?:\.[0-9]{1,9})?")
 _FALSE_VALUES = frozenset({"", "0", "false", "no", "off"})
@@ -224,6 +242,8 @@ class HttpRules:
         deadline_headers: send the time left downstream (``grpc-timeout``, ``x-request-deadline``).
         buffer_limit: read response bodies of up to this many bytes (by ``Content-Length``)
             within the attempt, so that a connection reset mid-body is retried; 0 turns it off.
+        total_timeout: seconds for a whole request, attempts and waits included, when no
+            deadline is set (:data:`DEFAULT_TOTAL_TIMEOUT`); ``None``: no limit.
     """
 
     retry_statuses: Collection[int] = DEFAULT_RETRY_STATUSES
@@ -231,6 +251,7 @@ class HttpRules:
     idempotency_key: bool = False
     deadline_headers: bool = True
     buffer_limit: int = 1 << 20
+    total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -258,6 +279,7 @@ class HttpRules:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         _validate.count("buffer_limit", self.buffer_limit)
+        set_(self, "total_timeout", _validate.optional_seconds("total_timeout", self.total_timeout))
 
 
 def derive_policy(policy: RetryPolicy, budget: Budget | None) -> RetryPolicy:
@@ -266,7 +288,12 @@ def derive_policy(policy: RetryPolicy, budget: Budget | None) -> RetryPolicy:
         raise TypeError(f"policy must be a seawall.RetryPolicy, got {policy!r}")
     # retry_on=(): every decision comes from HttpCall through on_error(retry=True|False); an error
     # it leaves to the policy (retry=None) is one the HTTP rules do not retry.
-    return policy.replace(retry_on=(), retry_if_result=None, budget=budget)
+    return policy.replace(
+        retry_on=(),
+        retry_if_result=None,
+        budget=budget,
+        min_attempt_time=max(policy.min_attempt_time, MIN_ATTEMPT_TIME),
+    )
 
 
 def check_budget(budget: object) -> Budget | _PerHost | None:
@@ -458,13 +485,19 @@ def read_within_attempt(content_length: str | None, limit: int) -> bool:
     """
     length = content_length
     # isascii(): str.isdigit() accepts digits such as "²" that int() refuses (untrusted header).
+    # The length check first: int() refuses more than 4,300 digits (ValueError), and a value of
+    # more than 19 digits is beyond any limit anyway.
     return (
         bool(limit)
         and length is not None
+        and len(length) <= _MAX_LENGTH_DIGITS
         and length.isascii()
         and length.isdigit()
         and int(length) <= limit
     )
+
+
+_MAX_LENGTH_DIGITS: Final = 19  # 2**63 - 1 has 19 digits
 
 
 class _Live(NamedTuple):
@@ -500,7 +533,17 @@ class HttpCall:
         replayable: the request body can be sent again.
     """
 
-    __slots__ = ("attempt_deadline", "clock", "method", "replayable", "rules", "safe", "state")
+    __slots__ = (
+        "_implicit",
+        "attempt_deadline",
+        "clock",
+        "exhausted",
+        "method",
+        "replayable",
+        "rules",
+        "safe",
+        "state",
+    )
 
     def __init__(
         self, policy: RetryPolicy, rules: HttpRules, method: str, has_key: bool, replayable: bool
@@ -510,8 +553,16 @@ class HttpCall:
         self.safe = has_key or self.method in rules.idempotent_methods
         self.replayable = replayable
         self.clock = policy._clock
-        self.state: RetryState = policy.new_state(self.clock.now())
+        now = self.clock.now()
+        state = self.state = policy.new_state(now)
         self.attempt_deadline = math.inf
+        #: The last response was given up on after retries (or said "overloaded"): see
+        #: :meth:`mark_answer`.
+        self.exhausted = False
+        # The default total time, when nobody set a deadline (not sent downstream).
+        self._implicit = math.inf
+        if state.deadline == math.inf and rules.total_timeout is not None:
+            state.deadline = self._implicit = now + rules.total_timeout
 
     def begin_attempt(self) -> float:
         """Count an attempt; return the seconds it may take (``inf`` for no limit).
@@ -524,26 +575,45 @@ class HttpCall:
         return self.attempt_deadline - now
 
     def timeout(self, configured: float | None) -> float | None:
-        """min(configured, time left for this attempt); ``None`` for no limit."""
+        """min(configured, time left for this attempt); ``None`` for no limit.
+
+        Never below :data:`MIN_ATTEMPT_TIME` (nor above ``MAX_SECONDS``): the attempt started
+        with at least that much left, and a thread switch since must not turn the time left
+        into a zero or negative timeout, which HTTP libraries refuse or misread.
+        """
         left = self.attempt_deadline - self.clock.now()
-        if configured is None:
-            return None if left == math.inf else max(left, 0.0)
-        return min(configured, max(left, 0.0))
+        if configured is None and left == math.inf:
+            return None
+        left = min(max(left, MIN_ATTEMPT_TIME), _validate.MAX_SECONDS)
+        return left if configured is None else min(configured, left)
+
+    @property
+    def bounded_by_caller(self) -> bool:
+        """Whether this attempt's deadline is the caller's or the policy's, not only the
+        transport's default total time (which bounds getting a response, not reading a body
+        the caller streams, and is not sent downstream)."""
+        return self.attempt_deadline < self._implicit
 
     def deadline_headers(self) -> dict[str, str]:
         """The headers that tell the next hop how long it has (empty without a deadline)."""
-        if not self.rules.deadline_headers or self.attempt_deadline == math.inf:
+        if not self.rules.deadline_headers or not self.bounded_by_caller:
             return {}
         # grpc-timeout and x-request-deadline, less the transit margin (see propagation).
         return encode_deadline_headers(self.attempt_deadline - self.clock.now())
 
     def on_response(self, status: int, get_header: Callable[[str], str | None]) -> float | None:
-        """Classify a response: the wait before retrying, or ``None`` to return it."""
+        """Classify a response: the wait before retrying, or ``None`` to return it.
+
+        When it returns ``None`` for a response that no layer above should retry (the policy
+        retried it and gave up, or the server said "overloaded; don't retry"), the driver marks
+        the response with :meth:`mark_answer` before returning it.
+        """
         now = self.clock.now()
         state = self.state
         if is_overloaded(get_header):
             # The policy counts it as a failure for the budget and never retries it.
             state.on_error(Overloaded("the server answered overloaded; don't retry"), now)
+            self.exhausted = True
             return None
         if status not in self.rules.retry_statuses:
             state.on_success(now)  # the dependency answered, even with a 404
@@ -554,7 +624,22 @@ class HttpCall:
         )
         # A transient status is a failure of the dependency whether or not this request may be
         # sent again: retry=False still counts it against the budget, it only forbids the retry.
-        return state.on_error(signal, now, retry=self.safe and self.replayable)
+        delay = state.on_error(signal, now, retry=self.safe and self.replayable)
+        if delay is None:
+            self.exhausted = is_exhausted(signal)  # retried and given up (attempts, deadline...)
+        return delay
+
+    def mark_answer(self, response: R) -> R:
+        """Mark *response* as given up on, if it was, and return it.
+
+        ``raise_for_status()`` above then raises an error whose ``response`` carries the mark,
+        and no enclosing policy retries it: an outer ``@retry`` on ``HTTPStatusError`` around
+        this transport makes no more requests than the transport did (retry at one layer).
+        """
+        if self.exhausted:
+            with contextlib.suppress(AttributeError):  # a response class with __slots__
+                setattr(response, _EXHAUSTED_MARK, True)
+        return response
 
     def on_error(self, error: Exception, never_sent: bool, retryable: bool) -> float | None:
         """Classify a transport error: the wait before retrying, or ``None`` to raise it.

@@ -65,9 +65,10 @@ class Backoff:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        set_(self, "base", _validate.number("base", self.base, minimum=0.0, finite=True))
-        set_(self, "cap", _validate.number("cap", self.cap, minimum=0.0, finite=True))
-        set_(self, "step", _validate.number("step", self.step, minimum=0.0, finite=True))
+        # Durations: finite, and at most MAX_SECONDS, so that no wait overflows a sleep.
+        set_(self, "base", _validate.seconds("base", self.base, finite=True))
+        set_(self, "cap", _validate.seconds("cap", self.cap, finite=True))
+        set_(self, "step", _validate.seconds("step", self.step, finite=True))
         set_(
             self,
             "multiplier",
@@ -85,7 +86,7 @@ class Backoff:
     @classmethod
     def constant(cls, delay: float, jitter: Jitter = "none") -> Backoff:
         """The same delay before every retry (with optional jitter)."""
-        d = _validate.number("delay", delay, minimum=0.0, finite=True)
+        d = _validate.seconds("delay", delay, finite=True)
         return cls(base=d, multiplier=1.0, cap=d, jitter=jitter)
 
     @classmethod

@@ -198,6 +198,10 @@ class CircuitBreaker:
             the clients of one dependency do not all probe it at the same instant.
         half_open_probes: concurrent calls admitted while half-open; all must succeed to close,
             and any failure re-opens the breaker.
+        probe_timeout: seconds the half-open probes may take (``None``: ``open_duration``).
+            Probes that have not all answered by then count as failed: the breaker re-opens
+            and their late results are ignored, so a probe that hangs cannot keep a healthy
+            dependency's callers rejected (resilience4j's ``maxWaitDurationInHalfOpenState``).
         failure_on: exception classes, or a predicate ``(exc) -> bool``, that count as failures.
             By default every ``Exception`` does except permanent ones (``Permanent``,
             ``permanent()``-marked): the dependency answered. Whatever it says, permanent
@@ -227,6 +231,7 @@ class CircuitBreaker:
         open_duration: float = 30.0,
         open_jitter: float = 0.1,
         half_open_probes: int = 1,
+        probe_timeout: float | None = None,
         failure_on: FailureOn | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
@@ -246,6 +251,7 @@ class CircuitBreaker:
             "open_duration": open_duration,
             "open_jitter": open_jitter,
             "half_open_probes": half_open_probes,
+            "probe_timeout": probe_timeout,
             "failure_on": failure_on,
             "clock": clock,
             "rng": rng,
@@ -258,10 +264,13 @@ class CircuitBreaker:
         if window_calls is not None and window_seconds is not None:
             raise TypeError("give window_calls or window_seconds, not both")
         if window_seconds is not None:
-            seconds = _validate.seconds("window_seconds", window_seconds, zero=False, finite=True)
-            self._window = _TimeWindow(
-                seconds, _validate.count("window_buckets", window_buckets, minimum=1)
+            # At least MIN_WINDOW: the clock reading is divided by the width of a slice.
+            seconds = _validate.seconds(
+                "window_seconds", window_seconds, finite=True, minimum=_validate.MIN_WINDOW
             )
+            # Each slice costs memory up front: a bound well past any useful resolution.
+            buckets = _validate.count("window_buckets", window_buckets, minimum=1, maximum=10_000)
+            self._window = _TimeWindow(seconds, buckets)
         else:
             calls = _validate.count(
                 "window_calls", 100 if window_calls is None else window_calls, minimum=1
@@ -285,6 +294,12 @@ class CircuitBreaker:
         jitter = _validate.seconds("open_jitter", open_jitter, finite=True)
         self.open_jitter = jitter
         self.half_open_probes = _validate.count("half_open_probes", half_open_probes, minimum=1)
+        self.probe_timeout = (
+            self.open_duration
+            if probe_timeout is None
+            else _validate.seconds("probe_timeout", probe_timeout, zero=False, finite=True)
+        )
+        self._half_open_at = 0.0  # when the current half-open period began
         self._matcher = None if failure_on is None else compile_errors(failure_on, "failure_on")
         if clock is not None and not isinstance(clock, Clock):
             raise TypeError(f"clock must implement seawall.Clock, got {clock!r}")
@@ -399,6 +414,7 @@ class CircuitBreaker:
         if state == "closed":
             return (generation, False, self._clock.now() if self._timed else 0.0)
         event = None
+        permit: Permit | None = None
         with self._lock:
             now = self._clock.now()
             state = self._state
@@ -408,14 +424,23 @@ class CircuitBreaker:
                 if now < self._open_until:
                     raise CircuitOpen(self.name, self._open_until - now, "open")
                 event = self._change("half_open", now)
+                self._half_open_at = now
             elif state == "isolated":
                 raise CircuitOpen(self.name, None, "isolated")
-            if self._probes_in_flight + self._probe_successes >= self.half_open_probes:
+            if self._probes_in_flight + self._probe_successes < self.half_open_probes:
+                self._probes_in_flight += 1
+                permit = (self._generation, True, now)
+            elif now - self._half_open_at < self.probe_timeout:
                 # Every probe slot is taken: the probes' results will decide soon.
                 raise CircuitOpen(self.name, 0.0, "half_open")
-            self._probes_in_flight += 1
-            permit = (self._generation, True, now)
-        self._emit(event)
+            else:
+                # The probes hung past probe_timeout: failed probes. Re-open (their results,
+                # when they come, belong to an older generation and are ignored).
+                event = self._change("open", now)
+                retry_after = self._open_until - now
+        self._emit(event)  # outside the lock: a hook may read the breaker
+        if permit is None:
+            raise CircuitOpen(self.name, retry_after, "open")
         return permit
 
     def record(self, permit: Permit, error: BaseException | None = None) -> None:

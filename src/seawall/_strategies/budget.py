@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final, Protocol, runtime_checkable
 
+from seawall._core import validate as _validate
 from seawall._core.clock import Clock
 from seawall._core.errors import Overloaded
 from seawall._core.public import public
@@ -129,24 +130,32 @@ class Throttled(Overloaded):
 
 # -- validation --------------------------------------------------------------------------------
 
+# The largest rate, ratio or token count accepted: far beyond any real one, and small enough that
+# the arithmetic on it (tokens in thousandths, a floor of retries per window) stays finite.
+_LARGEST: Final = 1e12
+
 
 def _number(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    return float(value)
+    return _validate.number(name, value)  # refuses bools, and ints too large for a float
 
 
-def _positive(name: str, value: object) -> float:
+def _positive(name: str, value: object, maximum: float = _LARGEST) -> float:
     v = _number(name, value)
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    if not (math.isfinite(v) and 0 < v <= maximum):
+        raise ValueError(f"{name} must be a finite number > 0 and <= {maximum:g}, got {v!r}")
     return v
+
+
+def _window(value: object) -> float:
+    # A window is cut into slices that the clock reading is divided by: a tiny one would divide
+    # by zero (5e-324 / 10) or overflow.
+    return _validate.seconds("window", value, finite=True, minimum=_validate.MIN_WINDOW)
 
 
 def _non_negative(name: str, value: object) -> float:
     v = _number(name, value)
-    if not (math.isfinite(v) and v >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if not (math.isfinite(v) and 0 <= v <= _LARGEST):
+        raise ValueError(f"{name} must be a finite number >= 0 and <= {_LARGEST:g}, got {v!r}")
     return v
 
 
@@ -265,7 +274,7 @@ class RetryBudget:
     ) -> None:
         self.ratio = _positive("ratio", ratio)
         self.min_per_second = _non_negative("min_per_second", min_per_second)
-        self.window = _positive("window", window)
+        self.window = _window(window)
         self._now = _clock_now(clock)
         self._clock = clock
         # The floor is a reserve of retries per window that needs no deposit.
@@ -695,11 +704,7 @@ class RetryQuota:
 
 
 def _count(name: str, value: object, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return value
+    return _validate.count(name, value, minimum=minimum)
 
 
 # -- AdaptiveThrottle --------------------------------------------------------------------------
@@ -774,10 +779,10 @@ class AdaptiveThrottle:
         min_requests: int = 20,
     ) -> None:
         k = _number("k", k)
-        if not (math.isfinite(k) and k >= 1):
-            raise ValueError(f"k must be a finite number >= 1, got {k!r}")
+        if not (math.isfinite(k) and 1 <= k <= _LARGEST):
+            raise ValueError(f"k must be a finite number >= 1 and <= {_LARGEST:g}, got {k!r}")
         self.k = k
-        self.window = _positive("window", window)
+        self.window = _window(window)
         self.min_requests = _count("min_requests", min_requests, minimum=0)
         if rng is not None and not isinstance(rng, random.Random):
             raise TypeError(f"rng must be a random.Random or None, got {rng!r}")

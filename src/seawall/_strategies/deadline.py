@@ -39,6 +39,16 @@ __all__ = [
 ]
 
 
+def _relative(seconds: object) -> float:
+    """A relative deadline in seconds: any number but NaN (negative: already passed; ``inf``:
+    none), finite ones at most ``MAX_SECONDS`` (longer ones overflow the waits below)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"seconds must be a number, got {_validate.shown(seconds)}")
+    if isinstance(seconds, float) and math.isnan(seconds):
+        raise ValueError("seconds must not be NaN")
+    return _validate.number("seconds", seconds, maximum=_validate.MAX_SECONDS)
+
+
 @public("seawall.propagation")
 class Deadline(NamedTuple):
     """An absolute point in time on a clock; ``at = math.inf`` means no deadline.
@@ -54,12 +64,9 @@ class Deadline(NamedTuple):
     @classmethod
     def after(cls, seconds: float, clock: Clock | None = None) -> Deadline:
         """The deadline *seconds* from now on *clock* (the system clock by default)."""
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-            raise TypeError(f"seconds must be a number, got {seconds!r}")
-        if math.isnan(seconds):
-            raise ValueError("seconds must not be NaN")
+        s = _relative(seconds)
         clock = clock if clock is not None else SYSTEM_CLOCK
-        return cls(clock.now() + float(seconds), clock)
+        return cls(clock.now() + s, clock)
 
     def remaining(self) -> float:
         """Seconds left (negative once passed, ``inf`` for no deadline)."""
@@ -164,10 +171,11 @@ class deadline:
         if (seconds is None) == (at is None):
             raise TypeError("deadline() takes exactly one of seconds or at=")
         if seconds is not None:
-            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-                raise TypeError(f"seconds must be a number, got {seconds!r}")
-            if math.isnan(seconds):
-                raise ValueError("seconds must not be NaN")
+            seconds = _relative(seconds)
+        if at is not None and not isinstance(at, Deadline):
+            raise TypeError(f"at must be a seawall.propagation.Deadline, got {_validate.shown(at)}")
+        if clock is not None and not isinstance(clock, Clock):
+            raise TypeError(f"clock must implement seawall.Clock, got {_validate.shown(clock)}")
         self._seconds = seconds
         self._at = at
         self._clock = clock

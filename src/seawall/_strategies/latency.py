@@ -37,6 +37,8 @@ _RESCALE_EXPONENT = 60.0
 # After rescaling, buckets that weigh less than this share of the total are dropped: they are
 # samples the decay has already forgotten.
 _FORGOTTEN = 1e-12
+# The shortest half-life accepted (seconds).
+_MIN_HALF_LIFE = 1e-3
 
 
 @public("seawall")
@@ -91,9 +93,16 @@ class LatencyTracker:
         clock: Clock | None = None,
     ) -> None:
         alpha = _validate.number("relative_accuracy", relative_accuracy)
-        if not 0.0 < alpha < 1.0:
-            raise ValueError(f"relative_accuracy must be > 0 and < 1, got {relative_accuracy!r}")
+        # Not below 1e-6: a subnormal alpha makes log(gamma) zero, and keys are divided by it.
+        if not 1e-6 <= alpha < 1.0:
+            shown = _validate.shown(relative_accuracy)
+            raise ValueError(f"relative_accuracy must be >= 1e-06 and < 1, got {shown}")
         hl = _validate.optional_seconds("half_life", half_life)
+        if hl is not None and hl < _MIN_HALF_LIFE:
+            # Shorter, and two samples a clock tick apart differ in weight by more than a float
+            # can hold: the sketch would remember only the latest sample.
+            shown = _validate.shown(half_life)
+            raise ValueError(f"half_life must be >= {_MIN_HALF_LIFE:g} s or None, got {shown}")
         decay = math.log(2.0) / hl if hl is not None and math.isfinite(hl) else 0.0
         _validate.count("max_buckets", max_buckets, minimum=2)
         lo = _validate.seconds("min_latency", min_latency, zero=False, finite=True)
@@ -127,10 +136,13 @@ class LatencyTracker:
         key = _ceil(_log(seconds) / self._log_gamma) if seconds >= self._min_latency else None
         with self._lock:
             if self._decay:
-                exponent = self._decay * (self._clock.now() - self._landmark)
+                now = self._clock.now()
+                exponent = self._decay * (now - self._landmark)
                 if exponent > _RESCALE_EXPONENT:
-                    self._rescale()
-                    exponent = self._decay * (self._clock.now() - self._landmark)
+                    # Rescaled to this very instant: the new weight is exactly 1, whatever time
+                    # passed since (a second clock reading could overflow exp()).
+                    self._rescale(now)
+                    exponent = 0.0
                 weight = math.exp(exponent)
             else:
                 weight = 1.0
@@ -174,9 +186,8 @@ class LatencyTracker:
             buckets[target] += buckets.pop(k)
         self._keys = keys[excess:]
 
-    def _rescale(self) -> None:
+    def _rescale(self, now: float) -> None:
         # Move the landmark to now: every weight shrinks by the same factor, quantiles keep.
-        now = self._clock.now()
         factor = math.exp(-self._decay * (now - self._landmark))
         self._landmark = now
         floor = self._total * factor * _FORGOTTEN

@@ -681,7 +681,9 @@ class RetryPolicy:
         optional_seconds = _validate.optional_seconds
         set_(self, "timeout", optional_seconds("timeout", self.timeout))
         set_(self, "attempt_timeout", optional_seconds("attempt_timeout", self.attempt_timeout))
-        set_(self, "max_retry_after", _validate.seconds("max_retry_after", self.max_retry_after))
+        # Finite: the cap on a server's Retry-After must be one (inf would remove it).
+        mra = _validate.seconds("max_retry_after", self.max_retry_after, finite=True)
+        set_(self, "max_retry_after", mra)
         mat = optional_seconds("min_attempt_time", self.min_attempt_time, zero=True)
         set_(self, "min_attempt_time", mat or 0.0)
         if self.budget is not None and not isinstance(self.budget, Budget):

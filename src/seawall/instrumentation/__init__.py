@@ -5,8 +5,12 @@ dependency. Adapters import their library only in their own module:
 ``seawall.instrumentation.prometheus`` (extra ``prometheus``),
 ``seawall.instrumentation.otel`` (extra ``otel``) and ``seawall.instrumentation.structlog``
 (extra ``structlog``). See ``docs/observability.md`` for the metric names.
+
+Nothing seawall logs or labels carries a secret: errors are logged through :func:`redact_text`
+(URLs without query strings or user info), headers never (see ``docs/observability.md``).
 """
 
+from seawall._core.redact import REDACTED, redact_text, redact_url
 from seawall._strategies.retry import Hook, RetryEvent, logging_hook
 from seawall.instrumentation._core import (
     ATTEMPT_OUTCOMES,
@@ -28,6 +32,7 @@ __all__ = [
     "LATENCY_BUCKETS",
     "MAX_NAMES",
     "METRICS",
+    "REDACTED",
     "SHED_REASONS",
     "Counters",
     "Hook",
@@ -37,4 +42,6 @@ __all__ = [
     "RetryEvent",
     "SagaRecorder",
     "logging_hook",
+    "redact_text",
+    "redact_url",
 ]

@@ -4,7 +4,7 @@ A :class:`Recorder` receives a handful of well-defined signals (attempts, retrie
 refusals, give-ups, breaker transitions, hedges and their wins, sheds). Adapters map them onto a
 metrics library; :class:`Counters` keeps them in memory (tests, the simulator, a debug endpoint).
 Labels are bounded: a policy name and an outcome or reason from a fixed set, never attempt
-numbers, URLs or error messages.
+numbers, URLs or error messages; a name that contains a URL loses its query string and user info.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import threading
 from collections.abc import Mapping
 from typing import Final, Protocol, runtime_checkable
 
+from seawall._core.redact import redact_text
 from seawall._strategies.breaker import BreakerEvent
 from seawall._strategies.hedge import HedgeEvent
 from seawall._strategies.retry import RetryEvent
@@ -224,7 +225,9 @@ class _Names:
                 return self._known[name]
             if len(self._known) >= self.limit:
                 return "other"
-            label = name if name is not None else ""
+            # A name made of a URL (a route named after it) must not put its query string or
+            # user info into every metric backend.
+            label = redact_text(name) if isinstance(name, str) else ""
             self._known[name] = label
             return label
 

@@ -1,0 +1,83 @@
+"""redact_url and redact_text: no query string, fragment or user info survives; the rest does."""
+
+from __future__ import annotations
+
+import string
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from seawall.instrumentation import REDACTED, redact_text, redact_url
+
+SECRET = "S3cr3tVALUE"
+HOSTS = st.sampled_from(["api.example.com", "127.0.0.1:8080", "[::1]:443", "h"])
+SEGMENTS = st.lists(st.text(string.ascii_letters + string.digits + "-._~%", min_size=1), max_size=4)
+QUERIES = st.builds(
+    lambda name, extra: f"{name}={SECRET}{extra}",
+    st.text(string.ascii_letters, min_size=1, max_size=8),
+    st.text(string.ascii_letters + string.digits + "&=%+.-_", max_size=20),
+)
+
+
+@given(
+    scheme=st.sampled_from(["http", "https", "HTTPS", "git+ssh"]),
+    user=st.booleans(),
+    host=HOSTS,
+    segments=SEGMENTS,
+    query=st.one_of(st.none(), QUERIES),
+    fragment=st.booleans(),
+)
+def test_redact_url_removes_every_secret_part(
+    scheme: str, user: bool, host: str, segments: list[str], query: str | None, fragment: bool
+) -> None:
+    path = "".join(f"/{s}" for s in segments)
+    url = f"{scheme}://{f'svc:{SECRET}@' if user else ''}{host}{path}"
+    if query is not None:
+        url += f"?{query}"
+    if fragment:
+        url += f"#{SECRET}"
+    out = redact_url(url)
+    assert SECRET not in out
+    assert out.startswith(f"{scheme}://")
+    assert f"{host}{path}" in out
+    assert (REDACTED in out) == (user or query is not None or fragment)
+
+
+@given(
+    prefix=st.sampled_from(["Max retries exceeded with url: ", "for url '", "GET ", "("]),
+    host=HOSTS,
+    segments=SEGMENTS,
+    query=QUERIES,
+    suffix=st.sampled_from([" (Caused by X)", "'", "", ")", "\nmore", '"']),
+)
+def test_redact_text_finds_urls_and_paths_in_messages(
+    prefix: str, host: str, segments: list[str], query: str, suffix: str
+) -> None:
+    path = "".join(f"/{s}" for s in segments) or "/"
+    for located in (f"http://u:{SECRET}@{host}{path}?{query}", f"{path}?{query}"):
+        message = f"{prefix}{located}{suffix}"
+        out = redact_text(message)
+        assert SECRET not in out, (message, out)
+        assert out.startswith(prefix) and out.endswith(suffix)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "why? because",
+        "issue #13 is done",
+        "C# and F#",
+        "refused: [Errno 111] Connection refused",
+        "HTTP 503",
+        "user@example.com wrote",
+    ],
+)
+def test_redact_text_leaves_prose_alone(text: str) -> None:
+    assert redact_text(text) == text
+
+
+@pytest.mark.parametrize("value", [None, 3, b"http://u:p@h/?k=v"])
+def test_redact_never_raises(value: object) -> None:
+    assert redact_url(value) == f"<{type(value).__name__}>"  # type: ignore[arg-type]
+    assert redact_text(value) == f"<{type(value).__name__}>"  # type: ignore[arg-type]
