@@ -296,3 +296,34 @@ def test_a_decorated_function_can_be_called_once_with_another_policy() -> None:
     assert len(calls) == 2
     with pytest.raises(TypeError, match="max_attempts"):
         flaky.retry_with(max_attempts="many")  # type: ignore[attr-defined]
+
+
+def test_the_default_log_line_keeps_no_secret(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="seawall")
+    calls = []
+
+    def charge() -> str:
+        calls.append(1)
+        if len(calls) < 2:
+            raise ConnectionError(
+                "Max retries exceeded with url: /v1/charge?api_key=sk_live_123 "
+                "(https://admin:hunter2@pay.example.com/v1/charge?token=abc)"
+            )
+        return "ok"
+
+    with seawall.testing.instant():
+        assert seawall.RetryPolicy().call(charge) == "ok"
+    logged = caplog.text + " ".join(str(vars(r)) for r in caplog.records)
+    assert "retry" in caplog.text
+    for secret in ("sk_live_123", "hunter2", "token=abc", "api_key"):
+        assert secret not in logged
+    assert "/v1/charge" in caplog.text  # the path stays: it says where
+
+
+def test_an_error_summary_keeps_no_secret() -> None:
+    from seawall.lowlevel import error_summary
+
+    summary = error_summary(ConnectionError("GET https://u:pw@api/v1/users?key=s3cret failed"))
+    assert "s3cret" not in summary
+    assert "pw@" not in summary
+    assert summary.startswith("ConnectionError: GET https://")

@@ -7,6 +7,7 @@ import math
 from typing import TypeVar
 
 from seawall._core.public import public
+from seawall._core.redact import redact_text
 
 __all__ = [
     "DeadlineExceeded",
@@ -170,14 +171,14 @@ SUMMARY_LIMIT = 500
 
 def error_summary(exc: BaseException, limit: int = SUMMARY_LIMIT) -> str:
     """``"Type: message"`` for *exc* (``"Type"`` alone when the message is empty), at most
-    *limit* characters: what a durable log keeps of an error. Never raises, whatever the
-    exception's ``__str__`` does."""
+    *limit* characters, with URLs' query strings and user info removed: what a durable log
+    keeps of an error. Never raises, whatever the exception's ``__str__`` does."""
     name = type(exc).__qualname__
     try:
         message = str(exc)
     except Exception:  # a broken __str__ must not lose the record
         message = "<unprintable>"
-    text = f"{name}: {message}" if message else name
+    text = f"{name}: {redact_text(message)}" if message else name
     if len(text) > limit:
         text = text[: max(0, limit - 3)] + "..."
     return text

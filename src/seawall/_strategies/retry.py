@@ -47,6 +47,7 @@ from seawall._core.errors import (
 )
 from seawall._core.events import check_hooks, emit
 from seawall._core.public import public
+from seawall._core.redact import redact_text
 from seawall._core.switch import ONE_ATTEMPT, SWITCH
 from seawall._strategies.backoff import DEFAULT_BACKOFF, Backoff
 from seawall._strategies.budget import Budget, answer_callback, first_attempt_callables
@@ -139,25 +140,29 @@ def logging_hook(event: RetryEvent) -> None:
     level = logging.INFO if event.kind == "retry" else logging.WARNING
     if not logger.isEnabledFor(level):
         return
+    # The error's repr without secrets: HTTP libraries put the URL (query string and all) in
+    # their messages; seawall logs it without query string and user info.
+    error = redact_text(repr(event.error))
+    policy = redact_text(event.policy or "")  # a name can be a URL (the HTTP integrations')
     extra = {
-        "seawall_policy": event.policy,
+        "seawall_policy": policy,
         "seawall_attempt": event.attempt,
         "seawall_delay": event.delay,
-        "seawall_error": repr(event.error),
+        "seawall_error": error,
         "seawall_elapsed": event.elapsed,
     }
     if event.kind == "retry":
         logger.log(
             level,
-            "retry %s scheduled in %.3f s after attempt %d failed: %r",
-            event.policy or "",
+            "retry %s scheduled in %.3f s after attempt %d failed: %s",
+            policy,
             event.delay,
             event.attempt,
-            event.error,
+            error,
             extra=extra,
         )
     else:
-        logger.log(level, "retry budget exhausted for %s", event.policy or "", extra=extra)
+        logger.log(level, "retry budget exhausted for %s", policy, extra=extra)
 
 
 @public("seawall.lowlevel")
@@ -426,7 +431,7 @@ class RetryState:
             if mark:
                 mark_exhausted(error)
             if self.attempts > 1 or mark:
-                name = f" {self.policy.name!r}" if self.policy.name else ""
+                name = f" {redact_text(repr(self.policy.name))}" if self.policy.name else ""
                 add_note(
                     error,
                     f"seawall{name}: gave up after {self.attempts} attempt"
