@@ -314,3 +314,25 @@ def test_the_route_hedge_settings_have_one_name() -> None:
     assert handle.hedge_config.delay == 0.05
     with pytest.warns(DeprecationWarning, match="hedge_config"):
         assert handle.hedge == handle.hedge_config
+
+
+def test_a_losing_hedge_whose_cleanup_raises_is_logged_not_left_unretrieved(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = seawall.VirtualClock()
+    hedge = seawall.Hedge(0.05, clock=clock)
+    calls = 0
+
+    async def fetch() -> str:
+        nonlocal calls
+        calls += 1
+        mine = calls
+        try:
+            await asyncio.sleep(1.0 if mine == 1 else 0.01)
+        except asyncio.CancelledError:
+            raise RuntimeError("connection close failed") from None
+        return f"answer {mine}"
+
+    assert seawall.testing.run(hedge.acall(fetch), clock) == "answer 2"
+    assert "failed while unwinding" in caplog.text
+    assert "connection close failed" in caplog.text

@@ -18,7 +18,7 @@ from seawall._core import validate as _validate
 from seawall._core.classify import RetryOn, Verdict, classify, compile_errors
 from seawall._core.clock import SYSTEM_CLOCK, Clock
 from seawall._core.decorate import decorate
-from seawall._core.events import check_hooks, emit
+from seawall._core.events import check_hooks, emit, logger
 from seawall._core.public import public
 from seawall._core.switch import SWITCH
 from seawall._strategies.budget import Budget, answer_callback
@@ -490,6 +490,14 @@ class Hedge:
                     task.cancel()
                 # Wait for the losers to unwind, so their cleanup (closing connections) has run.
                 await asyncio.wait(pending)
+                for task in pending:
+                    # A loser whose cleanup raised: its error is retrieved and logged here, not
+                    # left to "Task exception was never retrieved"; the call's outcome stands.
+                    if not task.cancelled() and task.exception() is not None:
+                        logger.warning(
+                            "seawall hedge: a cancelled attempt failed while unwinding",
+                            exc_info=task.exception(),
+                        )
 
     async def _trio_acall(self, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any) -> T:
         """:meth:`acall` on trio: the same decisions, attempts run in a nursery."""
