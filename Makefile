@@ -46,9 +46,11 @@ services:
 unit: $(VENV)/.dev-installed services
 	$(BIN)/pytest --cov=seawall --cov-branch --cov-report=term-missing:skip-covered
 
-# A client fleet and a shedding server under injected faults, about a minute of real time.
+# Real-time proofs, each in a pytest run of its own: the WSGI goodput test, then a client fleet
+# and a shedding server under injected faults (about a minute of real time).
 # SEAWALL_SOAK_SECONDS=300 lengthens its measured windows.
 soak: $(VENV)/.dev-installed
+	$(BIN)/pytest -m realtime tests/server
 	$(BIN)/pytest -m soak tests/soak
 
 test: lint typecheck unit soak

@@ -40,7 +40,10 @@ class CapacityApp:
         return [b"ok"]
 
 
-@pytest.mark.slow  # seconds of real traffic on a real server
+# Seconds of real traffic on a real server: measured in a pytest run of its own (`make soak`),
+# where no thread left by another test competes with the server's.
+@pytest.mark.realtime
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 async def test_wsgi_shedding_keeps_goodput_at_twice_capacity(serve_wsgi: Any) -> None:
     shedder = LoadShedder(
