@@ -138,9 +138,7 @@ def _transient_kind(cls: type) -> int:
         kind = _BY_ERRNO
     else:
         kind = _NO
-    if len(_TRANSIENT_KINDS) < _KINDS_LIMIT:
-        _TRANSIENT_KINDS[cls] = kind
-    return kind
+    return _remember(_TRANSIENT_KINDS, cls, kind)
 
 
 def is_transient(error: BaseException) -> bool:
@@ -219,6 +217,13 @@ _KINDS: dict[type, int] = {}
 _KINDS_LIMIT = 4096  # classes made at runtime must not grow the cache without bound
 
 
+def _remember(cache: dict[type, int], cls: type, kind: int) -> int:
+    """Keep *kind* for *cls* in *cache* while it holds fewer than ``_KINDS_LIMIT`` classes."""
+    if len(cache) < _KINDS_LIMIT:
+        cache[cls] = kind
+    return kind
+
+
 def _kind(cls: type) -> int:
     if issubclass(cls, Overloaded):
         kind = _SHED
@@ -232,9 +237,7 @@ def _kind(cls: type) -> int:
         kind = _PUSHBACK
     else:
         kind = _PLAIN
-    if len(_KINDS) < _KINDS_LIMIT:
-        _KINDS[cls] = kind
-    return kind
+    return _remember(_KINDS, cls, kind)
 
 
 def classify(
