@@ -28,12 +28,16 @@ lint: $(VENV)/.dev-installed
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy
 
-# Servers the tests start themselves on loopback ports, from Debian's packages: installed once
-# (apt-get update, then one install of whatever is missing), skipped when present.
+# Servers the tests start themselves on loopback ports, and the headless Chromium (with its
+# driver) that tests/web drives, from Debian's packages: installed once (apt-get update, then one
+# install of whatever is missing), skipped when present.
 services:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || [ -x /usr/lib/chromium/chromedriver ] || \
+	  missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  echo "installing:$$missing"; \

@@ -67,21 +67,24 @@ const REASONS = {
   delegated: "a layer above owns the retries",
 };
 
-const backoff = { trace: null, index: 0, generation: 0 };
+const backoff = { trace: null, index: 0, generation: 0, query: null };
 
 async function loadBackoff() {
-  const generation = ++backoff.generation;
   const form = $("backoff-form");
   if (!form.checkValidity()) { showError("backoff-error", "check the highlighted fields"); return; }
+  const q = query(form).toString();
+  if (q === backoff.query) return; // the same trace: keep the step the reader is on
+  backoff.query = q;
+  const generation = ++backoff.generation;
   try {
-    const trace = await getJSON("/api/backoff?" + query(form));
+    const trace = await getJSON("/api/backoff?" + q);
     if (generation !== backoff.generation) return; // a newer request is on its way
     showError("backoff-error", null);
     backoff.trace = trace;
     backoff.index = 0;
     renderBackoff();
   } catch (err) {
-    if (generation === backoff.generation) showError("backoff-error", err);
+    if (generation === backoff.generation) { showError("backoff-error", err); backoff.query = null; }
   }
 }
 
@@ -109,8 +112,11 @@ function renderBackoff() {
   else if (step.wait !== null) {
     const p = trace.params;
     const grown = step.attempt === 1 ? "the base" : `${number(p.multiplier)}\u00d7 the previous`;
+    const how = p.jitter === "decorrelated"
+      ? "decorrelated jitter: between the base and 3\u00d7 the previous wait"
+      : `${p.jitter} jitter of raw ${seconds(step.raw)} (${grown})`;
     sentence = `Attempt ${step.attempt} failed; wait ${seconds(step.wait)} ` +
-      `(raw ${seconds(step.raw)}: ${grown}, cap ${seconds(step.cap)}; ${p.jitter} jitter).`;
+      `(${how}; cap ${seconds(step.cap)}).`;
   } else sentence = `Attempt ${step.attempt} failed; no retry: ${why}.`;
   $("backoff-sentence").textContent = sentence;
   drawTimeline(trace, i);
@@ -147,19 +153,22 @@ function step(delta) {
 
 // -- storm view -----------------------------------------------------------------------------
 
-const storm = { generation: 0 };
+const storm = { generation: 0, query: null };
 
 async function loadStorm() {
-  const generation = ++storm.generation;
   const form = $("storm-form");
   if (!form.checkValidity()) { showError("storm-error", "check the highlighted fields"); return; }
+  const q = query(form).toString();
+  if (q === storm.query) return;
+  storm.query = q;
+  const generation = ++storm.generation;
   try {
-    const data = await getJSON("/api/storm?" + query(form));
+    const data = await getJSON("/api/storm?" + q);
     if (generation !== storm.generation) return;
     showError("storm-error", null);
     renderStorm(data);
   } catch (err) {
-    if (generation === storm.generation) showError("storm-error", err);
+    if (generation === storm.generation) { showError("storm-error", err); storm.query = null; }
   }
 }
 
@@ -365,10 +374,14 @@ function init() {
     });
   }
   const backoffForm = $("backoff-form");
-  backoffForm.addEventListener("input", debounce(loadBackoff, 150));
+  const reloadBackoff = debounce(loadBackoff, 150);
+  backoffForm.addEventListener("input", reloadBackoff);
+  backoffForm.addEventListener("change", reloadBackoff);
   backoffForm.addEventListener("submit", (e) => { e.preventDefault(); loadBackoff(); });
   const stormForm = $("storm-form");
-  stormForm.addEventListener("input", debounce(loadStorm, 200));
+  const reloadStorm = debounce(loadStorm, 200);
+  stormForm.addEventListener("input", reloadStorm);
+  stormForm.addEventListener("change", reloadStorm);
   stormForm.addEventListener("submit", (e) => { e.preventDefault(); loadStorm(); });
   $("experiment-form").addEventListener("submit", runExperiment);
   $("experiment-name").addEventListener("change", describeExperiment);
