@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit soak reliability bench compat clean services
+.PHONY: demo test lint typecheck unit soak docs web reliability bench compat clean services
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,7 +57,17 @@ soak: $(VENV)/.dev-installed
 	$(BIN)/pytest -m realtime tests/server
 	$(BIN)/pytest -m soak tests/soak
 
-test: lint typecheck unit soak
+# The documentation site (mkdocs.yml) into site/, warnings as errors: a broken link or
+# cross-reference, in a page or a docstring, fails the build.
+docs: $(VENV)/.dev-installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The interactive demo page on 127.0.0.1 (prints its URL; PORT=0 picks a free port).
+PORT ?= 8000
+web: $(VENV)/.dev-installed
+	$(BIN)/seawall web --port $(PORT)
+
+test: lint typecheck docs unit soak
 
 # The soak and property tests with their figures in docs/figures, and docs/reliability.md
 # rewritten from them.
@@ -75,7 +85,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/redis_budget.py
 
 clean:
-	rm -rf $(VENV) .venv-3.* .mypy_cache .pytest_cache .ruff_cache seawall-report .coverage
+	rm -rf $(VENV) .venv-3.* .mypy_cache .pytest_cache .ruff_cache seawall-report .coverage site .artefacts
 
 # The test suite on other interpreters, each in its own venv (skips those not installed):
 # make compat PYTHONS="python3.10 python3.13"
