@@ -21,8 +21,8 @@ demo: $(VENV)/.sim-installed
 	$(BIN)/seawall demo
 
 lint: $(VENV)/.dev-installed
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks docs/_ext
+	$(BIN)/ruff format --check src tests benchmarks docs/_ext
 	$(BIN)/lint-imports
 
 typecheck: $(VENV)/.dev-installed
@@ -58,9 +58,10 @@ soak: $(VENV)/.dev-installed
 	$(BIN)/pytest -m soak tests/soak
 
 # The documentation site (mkdocs.yml) into site/, warnings as errors: a broken link or
-# cross-reference, in a page or a docstring, fails the build.
+# cross-reference, in a page or a docstring, fails the build (never --quiet: it hides the
+# warnings that --strict counts).
 docs: $(VENV)/.dev-installed
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The interactive demo page on 127.0.0.1 (prints its URL; PORT=0 picks a free port).
 PORT ?= 8000

@@ -1,6 +1,7 @@
 """A griffe extension for the reference: seawall's docstrings cross-reference names the Sphinx
 way (``:class:`~seawall.RetryPolicy```, ``:meth:`run```); this turns each role into a Markdown
-cross-reference that mkdocstrings resolves, ``[`RetryPolicy`][seawall._strategies.retry.RetryPolicy]``.
+cross-reference to the path the reference documents it under, which mkdocs-autorefs resolves:
+``[`RetryPolicy`][seawall.RetryPolicy]``.
 
 A name is looked up the way a reader would: in the object itself, then in each enclosing scope up
 to its module (imports included), then from the package root. A name that leads outside seawall
@@ -120,7 +121,10 @@ class SphinxRoles(griffe.Extension):
             head = name.split(".", 1)[0]
             if hasattr(builtins, head) or self._external(head, obj):
                 return code
-            return f"[{code}][{name}]"  # unknown: left for autorefs to report
+            # Unknown: left for autorefs to report, under a dotted name (it passes over an
+            # unresolved name without a dot as if it were not a reference at all).
+            where = name if head == PACKAGE else f"{obj.module.path}.{name}"
+            return f"[{code}][{where}]"
         final = _final(found)
         if final is None or not final.path.startswith(PACKAGE):
             return code  # outside seawall: the standard library, httpx, ...
