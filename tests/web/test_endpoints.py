@@ -162,3 +162,21 @@ def test_serve_refuses_a_bad_port() -> None:
 
     with pytest.raises(ValueError, match="port"):
         serve(port=-1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(_adapter.EXPERIMENTS))
+def test_every_experiment_gives_what_the_page_draws(name: str) -> None:
+    data = _adapter.run_experiment(name, seed=1)
+    json.dumps(data, allow_nan=False)  # plain JSON: no inf or nan reaches the browser
+    assert data["name"] == name
+    assert data["charts"]
+    for chart in data["charts"]:
+        assert chart["series"]
+        for series in chart["series"]:
+            points = len(chart["categories"]) if chart.get("kind") == "bars" else len(series["x"])
+            assert points == len(series["y"]) > 0
+    table = data["table"]
+    assert table["rows"]
+    assert all(len(row) == len(table["columns"]) for row in table["rows"])
+    assert _adapter.run_experiment(name, seed=1) is data  # cached: the page asks again cheaply
