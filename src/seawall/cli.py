@@ -258,7 +258,8 @@ def _run_demo(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``seawall`` command; returns the exit status."""
     words = list(sys.argv[1:] if argv is None else argv)
-    if not words or words[0] not in ("saga", "web"):
+    serves_page = bool(words) and (words[0] == "web" or (words[0] == "demo" and "--web" in words))
+    if not words or not (words[0] == "saga" or serves_page):
         try:
             import matplotlib  # noqa: F401
             import rich  # noqa: F401

@@ -180,3 +180,24 @@ def test_every_experiment_gives_what_the_page_draws(name: str) -> None:
     assert table["rows"]
     assert all(len(row) == len(table["columns"]) for row in table["rows"])
     assert _adapter.run_experiment(name, seed=1) is data  # cached: the page asks again cheaply
+
+
+def test_demo_web_serves_the_page_too() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "seawall.cli", "demo", "--web", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        url = next(w for w in line.split() if w.startswith("http://127.0.0.1:"))
+        status, names = get(url + "api/experiments")
+        assert status == 200
+        assert [n["name"] for n in names] == list(_adapter.EXPERIMENTS)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
