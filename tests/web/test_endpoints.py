@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -15,6 +16,9 @@ import pytest
 
 import seawall
 from seawall.web import _adapter, _views
+
+# The fixtures (a conftest.py here would shadow the `conftest` other tests import).
+pytest_plugins = ("web_fixtures",)
 
 
 def get(url: str) -> tuple[int, Any]:
@@ -117,6 +121,23 @@ def test_the_endpoints_on_the_served_page(page_url: str) -> None:
     assert "http" not in page.split("<body>", 1)[1].replace("http://www.w3.org", "")
 
 
+def test_the_page_and_its_assets_are_served(app_url: str) -> None:
+    for path, kind in [
+        ("", "text/html"),
+        ("static/app.js", "javascript"),
+        ("static/style.css", "css"),
+    ]:
+        with urllib.request.urlopen(app_url + path, timeout=10) as response:
+            assert kind in response.headers["Content-Type"]
+            assert response.read()
+    status, data = get(app_url + "api/storm?clients=20&jitter=all&bins=10")
+    assert status == 200
+    assert [len(s["counts"]) for s in data["series"]] == [10, 10, 10, 10]
+    status, data = get(app_url + "api/experiments/hedge?seed=2")
+    assert status == 200
+    assert data == _adapter.run_experiment("hedge", 2)
+
+
 @pytest.mark.parametrize(
     ("query", "status", "message"),
     [
@@ -131,15 +152,15 @@ def test_the_endpoints_on_the_served_page(page_url: str) -> None:
         ("api/saga?seed=x", 400, "seed must be an integer"),
     ],
 )
-def test_bad_input_is_refused_by_name(page_url: str, query: str, status: int, message: str) -> None:
-    code, body = get(page_url + query)
+def test_bad_input_is_refused_by_name(app_url: str, query: str, status: int, message: str) -> None:
+    code, body = get(app_url + query)
     assert code == status
     assert message in body["error"]
 
 
 @pytest.mark.slow
-def test_the_saga_endpoint_shows_the_demo_runs_log(page_url: str) -> None:
-    status, data = get(page_url + "api/saga")
+def test_the_saga_endpoint_shows_the_demo_runs_log(app_url: str) -> None:
+    status, data = get(app_url + "api/saga")
     assert status == 200
     text = "\n".join(t["text"] for t in data["tables"])
     assert "RETRYING" in text
@@ -197,7 +218,7 @@ def test_demo_web_serves_the_page_too() -> None:
         assert status == 200
         assert [n["name"] for n in names] == list(_adapter.EXPERIMENTS)
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=10) == 130  # Ctrl-C: stopped, as the shell reports it
         if process.stdout is not None:
             process.stdout.close()

@@ -14,6 +14,9 @@ import pytest
 
 import seawall
 
+# The fixtures (a conftest.py here would shadow the `conftest` other tests import).
+pytest_plugins = ("web_fixtures",)
+
 pytestmark = pytest.mark.slow
 
 WAIT = 15.0  # seconds for the page to fetch and draw; far more than it takes

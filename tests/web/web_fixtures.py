@@ -1,5 +1,9 @@
-"""Fixtures: the demo page served by a real ``seawall web`` process on a loopback port, and a
-headless Chromium (Debian's ``chromium`` through its ``chromium-driver``) driven by Selenium.
+"""Fixtures: the demo page served by a real ``seawall web`` process on a loopback port, the same
+application under uvicorn in this process (so that coverage sees it), and a headless Chromium
+(Debian's ``chromium`` through its ``chromium-driver``) driven by Selenium.
+
+The test modules load them as a plugin (``pytest_plugins``): a ``conftest.py`` here would take
+the module name ``conftest`` that other directories' tests import their helpers by.
 
 Without Chromium the browser tests are skipped, except under ``CI=true``, where they fail
 (``make services`` installs it). Screenshots land in ``.artefacts/web/`` (or
@@ -11,6 +15,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -64,7 +69,8 @@ def page_url() -> Iterator[str]:
         assert words, line
         yield words[0]
     finally:
-        process.terminate()
+        # Ctrl-C, as a person stops it: the command exits cleanly (and coverage is saved).
+        process.send_signal(signal.SIGINT)
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover - a server that ignores SIGTERM
@@ -73,6 +79,30 @@ def page_url() -> Iterator[str]:
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 stream.close()
+
+
+@pytest.fixture(scope="module")
+def app_url() -> Iterator[str]:
+    """The page's application under uvicorn in a thread of this process, on a loopback port."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    from seawall.web import create_app
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
 
 
 @pytest.fixture(scope="session")
