@@ -158,10 +158,11 @@ def _hedge(seed: int) -> dict[str, Any]:
     return {
         "charts": [
             {
-                "title": "User-request latency (ms): p50, p99, p99.9",
+                "title": "User-request latency (ms, log scale): p50, p99, p99.9",
                 "x": "percentile",
                 "y": "ms",
                 "kind": "bars",
+                "scale": "log",
                 "categories": ["p50", "p99", "p99.9"],
                 "series": [
                     {"name": row.strategy, "y": [1000 * v for v in (row.p50, row.p99, row.p999)]}

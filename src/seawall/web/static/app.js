@@ -241,12 +241,18 @@ function barChart(chart) {
   const figure = el("figure", { class: "chart" });
   const svg = el("svg:svg", { viewBox: "0 0 600 300", role: "img", "aria-label": chart.title });
   const L = 50, R = 590, T = 10, B = 260;
-  const top = Math.max(1e-9, ...chart.series.flatMap((s) => s.y));
+  const values = chart.series.flatMap((s) => s.y);
+  const top = Math.max(1e-9, ...values);
+  // A log scale for values that span orders of magnitude (latency percentiles).
+  const low = Math.min(...values.filter((v) => v > 0)) / 2;
+  const height = chart.scale === "log"
+    ? (v) => (v > low ? (Math.log(v / low) / Math.log(top / low)) * (B - T) : 0)
+    : (v) => (v / top) * (B - T);
   const groups = chart.categories.length, per = chart.series.length;
   const gw = (R - L) / groups, bw = (gw - 10) / per;
   chart.categories.forEach((c, g) => {
     chart.series.forEach((s, k) => {
-      const h = (s.y[g] / top) * (B - T);
+      const h = height(s.y[g]);
       const rect = el("svg:rect", { x: L + g * gw + 5 + k * bw, y: B - h, width: bw - 2, height: h, fill: COLOURS[k % COLOURS.length] });
       rect.appendChild(el("svg:title", {}, `${s.name} ${c}: ${number(s.y[g])}`));
       svg.appendChild(rect);
@@ -255,6 +261,7 @@ function barChart(chart) {
   });
   svg.appendChild(el("svg:line", { x1: L, y1: B, x2: R, y2: B, class: "axis" }));
   svg.appendChild(el("svg:text", { x: L - 4, y: T + 10, "text-anchor": "end" }, number(top)));
+  if (chart.scale === "log") svg.appendChild(el("svg:text", { x: L - 4, y: B, "text-anchor": "end" }, number(low)));
   figure.appendChild(svg);
   figure.appendChild(legend(chart));
   return figure;
