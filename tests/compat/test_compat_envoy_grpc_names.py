@@ -77,6 +77,13 @@ def test_the_curve_reaches_the_policy_built_from_the_file() -> None:
     ]
 
 
+def test_the_admin_view_tells_the_curves_apart() -> None:
+    envoy = route(retry_back_off={"base_interval": "25ms"}).describe()["back_off"]
+    own = route(back_off={"base": "25ms"}).describe()["back_off"]
+    assert envoy == {"base": 0.025, "max": 0.25, "jitter": "full", "curve": "envoy"}
+    assert own == {"base": 0.025, "max": 0.25, "jitter": "full"}
+
+
 def test_seawalls_own_spelling_keeps_seawalls_doubling_curve() -> None:
     # back_off = {base, max} is seawall's: base * 2**n, capped (0-25 ms, 0-50 ms, 0-100 ms).
     back_off = route(back_off={"base": "25ms", "max": "250ms"}).back_off

@@ -387,10 +387,17 @@ class RouteConfig:
             "retry_statuses": sorted(self.retry_statuses) if self.retry_statuses else None,
             "timeout": self.timeout,
             "per_try_timeout": self.per_try_timeout,
-            "back_off": {"base": b.base, "max": b.cap, "jitter": b.jitter},
+            "back_off": _describe_back_off(b),
             "budget": dataclasses.asdict(self.budget) if self.budget else None,
             "hedge": self.hedge.describe() if self.hedge else None,
         }
+
+
+def _describe_back_off(b: Backoff) -> dict[str, Any]:
+    view: dict[str, Any] = {"base": b.base, "max": b.cap, "jitter": b.jitter}
+    if b.cumulative:
+        view["curve"] = "envoy"  # (2**N - 1) * base, not base * 2**n
+    return view
 
 
 # -- field readers --------------------------------------------------------------------------
@@ -1249,7 +1256,7 @@ class PolicyRegistry:
                 "max_attempts": p.max_attempts,
                 "timeout": p.timeout,
                 "per_try_timeout": p.attempt_timeout,
-                "back_off": {"base": b.base, "max": b.cap, "jitter": b.jitter},
+                "back_off": _describe_back_off(b),
                 "budget": type(p.budget).__name__ if p.budget is not None else None,
             }
             if handle._route is not None:
