@@ -192,6 +192,14 @@ def test_status_only_conditions_retry_no_transport_error(condition: str) -> None
     assert not retries(condition, lambda: ConnectionResetError("reset"))
 
 
+def test_the_route_says_what_it_retries_for_integrations_that_decide_themselves() -> None:
+    errors = route(retry_on="connect-failure").retry_errors
+    assert callable(errors)
+    assert errors(httpx.ConnectError("refused"))
+    assert not errors(httpx.ReadTimeout("slow"))
+    assert route().retry_errors is None  # no retry_on: the policy's default
+
+
 def test_5xx_names_every_5xx_status_and_reset_none() -> None:
     assert route(retry_on="5xx").retry_statuses == frozenset(range(500, 600))
     assert route(retry_on="reset").retry_statuses is None  # no status: the transports' default

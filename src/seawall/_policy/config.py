@@ -355,9 +355,7 @@ class RouteConfig:
         """The :class:`~seawall.RetryPolicy` this route describes."""
         kwargs: dict[str, Any] = {}
         if self._errors is not None:
-            kwargs["retry_on"] = (
-                _RetryOn(self._conditions, self._errors) if self._conditions else self._errors
-            )
+            kwargs["retry_on"] = self.retry_errors
         return RetryPolicy(
             max_attempts=self.num_retries + 1,
             backoff=self.back_off,
@@ -369,6 +367,18 @@ class RouteConfig:
             hooks=hooks,
             **kwargs,
         )
+
+    @property
+    def retry_errors(
+        self,
+    ) -> tuple[type[BaseException], ...] | Callable[[BaseException], bool] | None:
+        """What ``retry_on`` retries among errors: the policy's ``retry_on`` (classes, or a
+        predicate for conditions such as ``reset``), or ``None`` when ``retry_on`` is not given
+        (the policy's default applies). An HTTP integration that decides on transport errors
+        itself can ask it too."""
+        if self._errors is None:
+            return None
+        return _RetryOn(self._conditions, self._errors) if self._conditions else self._errors
 
     def http_rules(self) -> HttpRules:
         """:class:`HttpRules` for the HTTP integrations, retrying this route's statuses."""
