@@ -131,10 +131,11 @@ def _names(cls: type) -> frozenset[tuple[str, str]]:
 
 
 def _excluded(names: frozenset[tuple[str, str]]) -> bool:
-    return any(bad in name for _, name in names for bad in _NEVER) or any(
-        module == "grpc"
-        for module, _ in names  # gRPC statuses are not HTTP conditions
-    )
+    """Errors no condition retries: those a retry repeats, and gRPC's (its statuses are not
+    HTTP conditions)."""
+    if any(module == "grpc" for module, _ in names):
+        return True
+    return any(bad in name for _, name in names for bad in _NEVER)
 
 
 def _causes(error: BaseException) -> Iterator[BaseException]:
@@ -162,7 +163,7 @@ def is_connect_failure(error: BaseException) -> bool:
             return False
         if isinstance(e, ConnectionRefusedError) or names & _CONNECT_CLASSES:
             return True
-        if type(e) is OSError and getattr(e, "errno", None) in _CONNECT_ERRNOS:
+        if isinstance(e, OSError) and getattr(e, "errno", None) in _CONNECT_ERRNOS:
             return True
     return False
 
