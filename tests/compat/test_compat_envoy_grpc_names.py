@@ -77,6 +77,27 @@ def test_the_curve_reaches_the_policy_built_from_the_file() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"base_interval": 0}, "base_interval"),
+        ({"base_interval": -0.025}, "base_interval"),
+        ({"base_interval": 0.1, "max_interval": 0.05}, "max_interval"),
+        ({"base_interval": 0.1, "max_interval": float("inf")}, "max_interval"),
+    ],
+)
+def test_backoff_envoy_refuses_bad_values_by_name(kwargs: dict[str, float], name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        seawall.Backoff.envoy(**kwargs)
+
+
+def test_the_summed_curve_never_overflows() -> None:
+    huge = seawall.Backoff(base=1e-300, multiplier=1e300, cap=10.0, cumulative=True)
+    assert [huge.raw(n) for n in (0, 1, 2, 10**6)] == [1e-300, 1.0, 10.0, 10.0]
+    flat = seawall.Backoff(base=1.0, multiplier=1.0, cap=10.0, cumulative=True)
+    assert [flat.raw(n) for n in range(4)] == [1.0, 2.0, 3.0, 4.0]
+
+
 def test_the_admin_view_tells_the_curves_apart() -> None:
     envoy = route(retry_back_off={"base_interval": "25ms"}).describe()["back_off"]
     own = route(back_off={"base": "25ms"}).describe()["back_off"]
