@@ -1038,33 +1038,42 @@ def drive(
     call: HttpCall[Resp], send: Callable[[float], Resp], close: Callable[[Resp], object]
 ) -> Resp:
     """Run *call* synchronously: ``send(seconds_left)`` makes one attempt, ``close`` releases a
-    response nobody will read; waits sleep on the policy's clock."""
+    response nobody will read; waits sleep on the policy's clock.
+
+    The loop is :func:`adrive`'s, written once: over these synchronous steps its coroutine
+    never suspends, so it runs to the end in one ``send(None)``, without an event loop.
+    """
+
+    async def attempt(left: float) -> Resp:
+        return send(left)
+
+    async def discard(response: Resp) -> None:
+        close(response)
+
+    async def sleep(seconds: float) -> None:
+        call.clock.sleep(seconds)
+
+    steps = adrive(call, attempt, discard, sleep)
     try:
-        while (left := call.next_attempt()) is not None:
-            if (kept := call.take()) is not None:
-                close(kept)  # a discarded attempt must not hold its connection
-            try:
-                response = send(left)
-            except Exception as exc:
-                if (delay := call.on_error(exc)) is None:
-                    raise
-            else:
-                if (delay := call.on_response(response)) is None:
-                    return call.answer(response)
-            call.clock.sleep(delay)
-        return call.answer_kept()
-    finally:
-        if (kept := call.take()) is not None:
-            close(kept)  # the wait was interrupted: nobody will read it
+        steps.send(None)
+    except StopIteration as done:
+        result: Resp = done.value
+        return result
+    steps.close()  # pragma: no cover - the steps above never suspend
+    raise RuntimeError("seawall: a synchronous HTTP call suspended")  # pragma: no cover
 
 
 async def adrive(
     call: HttpCall[Resp],
     send: Callable[[float], Awaitable[Resp]],
     close: Callable[[Resp], Awaitable[object]],
+    sleep: Callable[[float], Awaitable[object]] | None = None,
 ) -> Resp:
-    """:func:`drive` for a task (asyncio or trio): waits ``await`` the policy clock's
-    ``asleep``; cancellation of the caller is never retried."""
+    """Run *call* in a task (asyncio or trio): ``send(seconds_left)`` makes one attempt,
+    ``close`` releases a response nobody will read; waits ``await`` *sleep* (the policy
+    clock's ``asleep`` by default). Cancellation of the caller is never retried."""
+    if sleep is None:
+        sleep = call.clock.asleep
     try:
         while (left := call.next_attempt()) is not None:
             if (kept := call.take()) is not None:
@@ -1077,7 +1086,7 @@ async def adrive(
             else:
                 if (delay := call.on_response(response)) is None:
                     return call.answer(response)
-            await call.clock.asleep(delay)
+            await sleep(delay)
         return call.answer_kept()
     finally:
         if (kept := call.take()) is not None:
