@@ -322,11 +322,15 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
         hedge = self._hedge
         if hedge is not None and (call.method not in self._hedge_methods or not call.replayable):
             hedge = None
-        # httpx's timeouts bound each read, not the attempt: a server dripping a byte at a time
-        # would outlive it. Cancellation bounds the whole attempt.
-        timed_out = functools.partial(httpx.TimeoutException, request=request)
 
         async def attempt(left: float) -> httpx.Response:
+            if not call.bounded_by_caller:
+                # Only the default total time: it caps httpx's timeouts (see _prepare), as in
+                # the sync transport, without a timer per request.
+                return await self._send(request, call, hedge)
+            # httpx's timeouts bound each read, not the attempt: a server dripping a byte at a
+            # time would outlive it. Cancellation bounds the whole attempt.
+            timed_out = functools.partial(httpx.TimeoutException, request=request)
             return await within(self._send(request, call, hedge), left, timed_out)
 
         return _bound_body(await adrive(call, attempt, _aclose), call, request)

@@ -816,6 +816,9 @@ class HttpCall(Generic[Resp]):
         "_history",
         "_implicit",
         "_kept",
+        "_now",
+        "_quiet",
+        "_status",
         "attempt_deadline",
         "clock",
         "exhausted",
@@ -848,7 +851,13 @@ class HttpCall(Generic[Resp]):
         self.retry_on = retry_on
         self.predicate = predicate
         self.clock = policy._clock
-        now = self.clock.now()
+        # The clock's now() (time.monotonic itself for the system clock: one call less).
+        self._now = policy._now
+        # Whether a first attempt's success has nothing to report: the budget's first_attempt()
+        # capability says "nothing after it", and no hook observes successes.
+        self._quiet = policy._after is None and not policy._attempt_hooks
+        self._status = 0
+        now = self._now()
         state = self.state = policy.new_state(now)
         self.attempt_deadline = math.inf
         #: The last response was given up on after retries (or said "overloaded"): see
@@ -871,7 +880,7 @@ class HttpCall(Generic[Resp]):
         Raises:
             DeadlineExceeded: too little time is left to start it, and no response is kept.
         """
-        now = self.clock.now()
+        now = self._now()
         try:
             self.attempt_deadline = self.state.begin_attempt(now)
         except DeadlineExceeded as error:
@@ -890,7 +899,7 @@ class HttpCall(Generic[Resp]):
 
     def time_left(self) -> float:
         """Seconds left for this attempt (``inf`` for no limit)."""
-        return self.attempt_deadline - self.clock.now()
+        return self.attempt_deadline - self._now()
 
     def timeout(self, configured: float | None) -> float | None:
         """min(configured, time left for this attempt); ``None`` for no limit.
@@ -899,7 +908,7 @@ class HttpCall(Generic[Resp]):
         with at least that much left, and a thread switch since must not turn the time left
         into a zero or negative timeout, which HTTP libraries refuse or misread.
         """
-        left = self.attempt_deadline - self.clock.now()
+        left = self.attempt_deadline - self._now()
         if configured is None and left == math.inf:
             return None
         left = min(max(left, MIN_ATTEMPT_TIME), _validate.MAX_SECONDS)
@@ -917,29 +926,30 @@ class HttpCall(Generic[Resp]):
         if self.attempt_deadline >= self._implicit or not self.rules.deadline_headers:
             return None
         # grpc-timeout and x-request-deadline, less the transit margin (see propagation).
-        return encode_deadline_headers(self.attempt_deadline - self.clock.now())
+        return encode_deadline_headers(self.attempt_deadline - self._now())
 
     def on_response(self, response: Resp) -> float | None:
         """Classify a response: the wait before retrying (the response is kept, see
         :meth:`take`), or ``None``: the driver returns ``answer(response)``."""
-        status = self.wire.status(response)
+        self._status = status = self.wire.status(response)
         retried = status in self.rules.retry_statuses
         if status < 400 and not retried:
             # An answer: nothing more to read of it (headers are costly), but the predicate's.
             if self.predicate is None or not self.predicate(response):
-                self.state.on_success(self.clock.now())
+                if not self._quiet or self.state.attempts > 1:
+                    self.state.on_success(self._now())
                 return None
             return self._retry(response, status, self.wire.headers(response))
         get_header = self.wire.headers(response)
         if is_overloaded(get_header):
             # The policy counts it as a failure for the budget and never retries it.
-            now = self.clock.now()
+            now = self._now()
             self.state.on_error(Overloaded("the server answered overloaded; don't retry"), now)
             self.exhausted = True
             return None
         if retried or (self.predicate is not None and self.predicate(response)):
             return self._retry(response, status, get_header)
-        self.state.on_success(self.clock.now())  # the dependency answered, even with a 404
+        self.state.on_success(self._now())  # the dependency answered, even with a 404
         return None
 
     def _retry(
@@ -952,7 +962,7 @@ class HttpCall(Generic[Resp]):
         )
         # A transient status is a failure of the dependency whether or not this request may be
         # sent again: retry=False still counts it against the budget, it only forbids the retry.
-        delay = state.on_error(signal, self.clock.now(), retry=self.safe and self.replayable)
+        delay = state.on_error(signal, self._now(), retry=self.safe and self.replayable)
         if delay is None:
             self.exhausted = is_exhausted(signal)  # retried and given up (attempts, deadline...)
         else:
@@ -978,11 +988,10 @@ class HttpCall(Generic[Resp]):
 
     def answer(self, response: Resp) -> Resp:
         """The response to return, with its history, marked if it was given up on."""
-        if self._history is None:
-            return self._mark(response, first_try(self.wire.status(response)))
-        return self._mark(
-            response, self._ended(HttpAttempt(self.wire.status(response), None, None))
-        )
+        if self._history is None and not self.exhausted:
+            self.wire.attach(response, first_try(self._status))
+            return response
+        return self._mark(response, self._ended(HttpAttempt(self._status, None, None)))
 
     def answer_kept(self) -> Resp:
         """The kept response, when :meth:`next_attempt` ended the call (see :meth:`answer`)."""
@@ -1003,7 +1012,7 @@ class HttpCall(Generic[Resp]):
     def on_error(self, error: Exception) -> float | None:
         """Classify a transport error: the wait before retrying, or ``None`` to raise it."""
         retryable, never_sent = self.wire.classify(error, self.retry_on)
-        now = self.clock.now()
+        now = self._now()
         if not retryable:
             # Not a transient kind (TLS, proxy, local protocol errors): the policy, whose
             # retry_on matches nothing, gives up and counts no failure of the dependency.

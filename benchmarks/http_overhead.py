@@ -1,0 +1,240 @@
+"""The HTTP integrations' own cost per request, side by side with bare clients and the peers.
+
+Each contender sends GET requests that succeed at once, in-process, with no network:
+  - httpx (sync and async) over ``httpx.MockTransport``: a bare client, seawall's
+    ``RetryTransport`` / ``AsyncRetryTransport``, and httpx-retries' ``RetryTransport``;
+  - requests over a urllib3 connection pool whose ``_make_request`` returns a prepared
+    response (everything above the socket runs: ``HTTPAdapter.send``, ``urlopen``, urllib3's
+    ``Retry``): a bare adapter (``max_retries=0``), ``HTTPAdapter(max_retries=Retry(3, ...))``
+    and seawall's ``RetryAdapter``;
+  - aiohttp against a real aiohttp server on 127.0.0.1 (the same event loop): a bare session
+    and one with seawall's ``RetryMiddleware``.
+Every seawall contender uses the defaults (a per-host budget, the 30 s total time); one more
+row per httpx client runs inside ``seawall.deadline(10)``, which adds the deadline headers.
+
+Contenders are interleaved (A B C A B C ...), the best of the rounds is kept, and each is given
+as a ratio to the bare client measured in the same run. Run: `python benchmarks/http_overhead.py`
+(the peers are pinned in the `dev` extra).
+
+Usage: python benchmarks/http_overhead.py [--rounds 15] [--number 400] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.metadata
+import io
+import os
+import platform
+import timeit
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import httpx
+import httpx_retries
+import requests
+import requests.adapters
+import urllib3
+import urllib3.connectionpool
+from aiohttp import web
+
+import seawall
+import seawall.aiohttp
+from seawall.httpx import AsyncRetryTransport, RetryTransport
+from seawall.requests import RetryAdapter
+
+PEERS = ("httpx", "httpx-retries", "requests", "urllib3", "aiohttp")
+URL = "http://api.test/orders/7"
+
+
+def machine() -> str:
+    return (
+        f"{platform.python_implementation()} {platform.python_version()}, "
+        f"{os.cpu_count()} cores, {platform.machine()}, {platform.system()}; "
+        + ", ".join(f"{p} {importlib.metadata.version(p)}" for p in PEERS)
+    )
+
+
+def answer(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, content=b'{"id": 7}')
+
+
+def httpx_sync() -> dict[str, Callable[[], object]]:
+    mock = httpx.MockTransport(answer)
+    clients = {
+        "bare": httpx.Client(transport=mock),
+        "seawall": httpx.Client(transport=RetryTransport(transport=mock)),
+        "httpx-retries": httpx.Client(
+            transport=httpx_retries.RetryTransport(transport=mock, retry=httpx_retries.Retry(3))
+        ),
+    }
+    out: dict[str, Callable[[], object]] = {
+        name: (lambda c=c: c.get(URL)) for name, c in clients.items()
+    }
+    seawall_client = clients["seawall"]
+
+    def with_deadline() -> object:
+        with seawall.deadline(10.0):
+            return seawall_client.get(URL)
+
+    out["seawall, in a deadline"] = with_deadline
+    return out
+
+
+def httpx_async() -> dict[str, Callable[[], Awaitable[object]]]:
+    mock = httpx.MockTransport(answer)
+    clients = {
+        "bare": httpx.AsyncClient(transport=mock),
+        "seawall": httpx.AsyncClient(transport=AsyncRetryTransport(transport=mock)),
+        "httpx-retries": httpx.AsyncClient(
+            transport=httpx_retries.RetryTransport(transport=mock, retry=httpx_retries.Retry(3))
+        ),
+    }
+    out: dict[str, Callable[[], Awaitable[object]]] = {
+        name: (lambda c=c: c.get(URL)) for name, c in clients.items()
+    }
+    seawall_client = clients["seawall"]
+
+    async def with_deadline() -> object:
+        async with seawall.deadline(10.0):
+            return await seawall_client.get(URL)
+
+    out["seawall, in a deadline"] = with_deadline
+    return out
+
+
+class _PreparedPool(urllib3.connectionpool.HTTPConnectionPool):
+    """A urllib3 pool whose requests are answered by a prepared response (no socket)."""
+
+    def _make_request(self, conn: Any, method: str, url: str, **kw: Any) -> Any:
+        return urllib3.HTTPResponse(
+            body=io.BytesIO(b'{"id": 7}'),
+            headers={"Content-Length": "9", "Content-Type": "application/json"},
+            status=200,
+            preload_content=kw.get("preload_content", True),
+            decode_content=kw.get("decode_content", True),
+            pool=self,
+            connection=kw.get("response_conn"),
+            request_method=method,
+            request_url=url,
+            retries=kw.get("retries"),
+        )
+
+
+def _session(adapter: requests.adapters.HTTPAdapter) -> requests.Session:
+    adapter.poolmanager.pool_classes_by_scheme = {"http": _PreparedPool, "https": _PreparedPool}
+    session = requests.Session()
+    session.mount("http://", adapter)
+    return session
+
+
+def requests_sync() -> dict[str, Callable[[], object]]:
+    retry = urllib3.Retry(total=3, backoff_factor=0.1, status_forcelist=(502, 503, 504))
+    sessions = {
+        "bare": _session(requests.adapters.HTTPAdapter()),
+        "seawall": _session(RetryAdapter()),
+        "urllib3 Retry": _session(requests.adapters.HTTPAdapter(max_retries=retry)),
+    }
+    return {name: (lambda s=s: s.get(URL)) for name, s in sessions.items()}
+
+
+def measure(
+    contenders: dict[str, Callable[[], Any]], rounds: int, number: int, run: Callable[..., Any]
+) -> dict[str, float]:
+    best = dict.fromkeys(contenders, float("inf"))
+    for _ in range(rounds):
+        for name, fn in contenders.items():
+            best[name] = min(best[name], run(fn, number) / number)
+    return best
+
+
+def run_sync(fn: Callable[[], object], number: int) -> float:
+    return timeit.timeit(fn, number=number)
+
+
+async def _serve() -> tuple[web.AppRunner, str]:
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(body=b'{"id": 7}', content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/orders/7", ok)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}/orders/7"
+
+
+async def asynchronous(rounds: int, number: int) -> tuple[dict[str, float], dict[str, float]]:
+    loop = asyncio.get_running_loop()
+
+    async def timed(fn: Callable[[], Awaitable[object]], n: int) -> float:
+        start = loop.time()
+        for _ in range(n):
+            await fn()
+        return loop.time() - start
+
+    async def best_of(contenders: dict[str, Callable[[], Awaitable[Any]]], n: int) -> dict[str, float]:
+        best = dict.fromkeys(contenders, float("inf"))
+        for _ in range(rounds):
+            for name, fn in contenders.items():
+                best[name] = min(best[name], await timed(fn, n) / n)
+        return best
+
+    httpx_times = await best_of(httpx_async(), number)
+
+    runner, url = await _serve()
+    try:
+        bare = aiohttp.ClientSession()
+        retrying = aiohttp.ClientSession(middlewares=[seawall.aiohttp.RetryMiddleware()])
+
+        async def get(session: aiohttp.ClientSession) -> bytes:
+            async with session.get(url) as response:
+                return await response.read()
+
+        contenders = {"bare": lambda: get(bare), "seawall": lambda: get(retrying)}
+        aiohttp_times = await best_of(contenders, max(50, number // 4))
+        await bare.close()
+        await retrying.close()
+    finally:
+        await runner.cleanup()
+    return httpx_times, aiohttp_times
+
+
+def table(title: str, times: dict[str, float], markdown: bool) -> str:
+    base = times["bare"]
+    rows = [(name, t * 1e6, t / base) for name, t in times.items()]
+    if markdown:
+        lines = [f"| {title} | us/request | x bare |", "|---|---:|---:|"]
+        lines += [f"| {n} | {us:.1f} | {r:.2f} |" for n, us, r in rows]
+    else:
+        lines = [title] + [f"  {n:<26} {us:8.1f} us  {r:5.2f}x" for n, us, r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--number", type=int, default=400)
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    sync_httpx = measure(httpx_sync(), args.rounds, args.number, run_sync)
+    sync_requests = measure(requests_sync(), args.rounds, args.number, run_sync)
+    async_httpx, async_aiohttp = asyncio.run(asynchronous(args.rounds, args.number))
+    print(machine())
+    print(f"best of {args.rounds} interleaved rounds of {args.number} requests")
+    for title, times in (
+        ("httpx.Client (MockTransport)", sync_httpx),
+        ("httpx.AsyncClient (MockTransport)", async_httpx),
+        ("requests.Session (prepared urllib3 response)", sync_requests),
+        ("aiohttp.ClientSession (aiohttp server on 127.0.0.1)", async_aiohttp),
+    ):
+        print()
+        print(table(title, times, args.markdown))
+
+
+if __name__ == "__main__":
+    main()
