@@ -177,7 +177,9 @@ async def asynchronous(rounds: int, number: int) -> tuple[dict[str, float], dict
             await fn()
         return loop.time() - start
 
-    async def best_of(contenders: dict[str, Callable[[], Awaitable[Any]]], n: int) -> dict[str, float]:
+    async def best_of(
+        contenders: dict[str, Callable[[], Awaitable[Any]]], n: int
+    ) -> dict[str, float]:
         best = dict.fromkeys(contenders, float("inf"))
         for _ in range(rounds):
             for name, fn in contenders.items():

@@ -72,6 +72,21 @@ class _Wire(Wire[httpx.Response]):
     def attach(self, response: httpx.Response, history: History) -> None:
         response.extensions[HISTORY_KEY] = history
 
+    def view(self, response: httpx.Response) -> httpx.Response:
+        """A copy whose body is read when it is in memory (``.text``, ``.json()`` work), so that
+        the predicate does not consume the stream the caller reads."""
+        stream = response.stream
+        if not isinstance(stream, httpx.ByteStream):
+            return response  # streamed: status and headers only
+        view = httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            content=b"".join(stream),
+            extensions=response.extensions,
+        )
+        view.read()
+        return view
+
 
 _WIRE = _Wire(never_sent=_NEVER_SENT)
 

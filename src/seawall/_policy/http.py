@@ -65,16 +65,27 @@ class LivePolicy(Protocol):
 __all__ = [
     "DEFAULT_RETRY_STATUSES",
     "DEFAULT_TOTAL_TIMEOUT",
+    "EXTENSION_KEY",
+    "HISTORY_ATTRIBUTE",
+    "HISTORY_KEY",
     "IDEMPOTENCY_KEY_HEADER",
     "IDEMPOTENT_METHODS",
     "MIN_ATTEMPT_TIME",
+    "OPTION_NAMES",
     "OVERLOADED_HEADERS",
+    "HttpAttempt",
     "HttpCall",
+    "HttpOptions",
     "HttpRules",
+    "Wire",
+    "adrive",
     "budget_for_host",
+    "drive",
     "is_overloaded",
     "new_idempotency_key",
+    "override",
     "parse_retry_after",
+    "within",
 ]
 
 # RFC 9110 section 9.2.2: methods whose intended effect of several identical requests is the same
@@ -355,6 +366,7 @@ class PolicyCache:
         return derived
 
 
+@public("seawall.http")
 class HttpOptions(TypedDict, total=False):
     """The keyword arguments every seawall HTTP integration takes (all optional).
 
@@ -473,6 +485,10 @@ class Wire(Generic[Resp]):
             return False, False
         never_sent = isinstance(error, self.never_sent)
         return never_sent or isinstance(error, retry_on), never_sent
+
+    def view(self, response: Any) -> Any:
+        """What ``retry_if_result`` is given for *response* (the response itself)."""
+        return response
 
     def attach(self, response: Any, history: History) -> None:
         """Give *response* its history (as the attribute ``seawall_history``)."""
@@ -935,7 +951,7 @@ class HttpCall(Generic[Resp]):
         retried = status in self.rules.retry_statuses
         if status < 400 and not retried:
             # An answer: nothing more to read of it (headers are costly), but the predicate's.
-            if self.predicate is None or not self.predicate(response):
+            if self.predicate is None or not self.predicate(self.wire.view(response)):
                 if not self._quiet or self.state.attempts > 1:
                     self.state.on_success(self._now())
                 return None
@@ -947,7 +963,7 @@ class HttpCall(Generic[Resp]):
             self.state.on_error(Overloaded("the server answered overloaded; don't retry"), now)
             self.exhausted = True
             return None
-        if retried or (self.predicate is not None and self.predicate(response)):
+        if retried or (self.predicate is not None and self.predicate(self.wire.view(response))):
             return self._retry(response, status, get_header)
         self.state.on_success(self._now())  # the dependency answered, even with a 404
         return None
