@@ -147,7 +147,7 @@ class RetryMiddleware:
         call: HttpCall[aiohttp.ClientResponse] = self._policies.start(
             request.method,
             request.headers,  # a CIMultiDict: an Idempotency-Key goes in
-            str(request.url.origin()),
+            f"{request.url.scheme}://{request.url.raw_authority}",  # the budget's key: origin()
             # In-memory bodies (bytes, str, JSON, url-encoded forms) are sent again as they are;
             # streams and file objects are consumed by the first attempt.
             replayable=body == b"" or isinstance(body, aiohttp.payload.BytesPayload),

@@ -9,7 +9,6 @@ Install with ``pip install seawall[httpx]``. See ``docs/http.md`` for what is re
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import AsyncIterator, Collection
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -122,16 +121,11 @@ class _Base:
         actually left. The caller's request itself when nothing changes (the common case: no
         deadline of the caller's, and httpx's timeouts within the transport's total time).
         """
-        extra = call.deadline_headers()
         configured = request.extensions.get("timeout") or {}
-        if extra is None:
-            left = call.time_left()
-            if left == math.inf or (
-                len(configured) == len(_TIMEOUT_KEYS)
-                and None not in configured.values()
-                and max(configured.values()) <= left
-            ):
-                return request
+        complete = len(configured) == len(_TIMEOUT_KEYS)
+        if call.sends_as_is(configured.values() if complete else ()):
+            return request
+        extra = call.deadline_headers()
         extensions = dict(request.extensions)
         extensions["timeout"] = {k: call.timeout(configured.get(k)) for k in _TIMEOUT_KEYS}
         headers = request.headers

@@ -819,7 +819,7 @@ class HttpCall(Generic[Resp]):
     Args:
         policy: the derived policy (see :class:`PolicyCache`).
         rules: the HTTP rules.
-        method: the request method.
+        method: the request method, in upper case.
         has_key: the request carries an ``Idempotency-Key``.
         replayable: the request body can be sent again.
         wire: how the client library's responses and errors are read.
@@ -860,7 +860,7 @@ class HttpCall(Generic[Resp]):
         predicate: Callable[[Any], bool] | None = None,
     ) -> None:
         self.rules = rules
-        self.method = method = method.upper()
+        self.method = method
         self.safe = has_key or method in rules.idempotent_methods
         self.replayable = replayable
         self.wire = wire
@@ -916,6 +916,16 @@ class HttpCall(Generic[Resp]):
     def time_left(self) -> float:
         """Seconds left for this attempt (``inf`` for no limit)."""
         return self.attempt_deadline - self._now()
+
+    def sends_as_is(self, timeouts: Collection[float | None]) -> bool:
+        """Whether the request can go as the caller built it: no deadline header is due, and
+        its *timeouts* (all of them set) fit the time left (nothing to cap)."""
+        left = self.attempt_deadline - self._now()
+        if self.attempt_deadline < self._implicit and self.rules.deadline_headers:
+            return False  # the deadline headers are due
+        if left == math.inf:
+            return True
+        return bool(timeouts) and None not in timeouts and max(timeouts) <= left  # type: ignore[operator, type-var]
 
     def timeout(self, configured: float | None) -> float | None:
         """min(configured, time left for this attempt); ``None`` for no limit.
@@ -1005,7 +1015,8 @@ class HttpCall(Generic[Resp]):
     def answer(self, response: Resp) -> Resp:
         """The response to return, with its history, marked if it was given up on."""
         if self._history is None and not self.exhausted:
-            self.wire.attach(response, first_try(self._status))
+            history = _FIRST_TRY.get(self._status) or first_try(self._status)
+            self.wire.attach(response, history)
             return response
         return self._mark(response, self._ended(HttpAttempt(self._status, None, None)))
 
