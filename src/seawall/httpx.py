@@ -114,7 +114,9 @@ class _Base:
         )
 
     @staticmethod
-    def _prepare(request: httpx.Request, call: HttpCall[httpx.Response]) -> httpx.Request:
+    def _prepare(
+        request: httpx.Request, call: HttpCall[httpx.Response], left: float
+    ) -> httpx.Request:
         """The request to send now: timeouts capped by the attempt's time left, deadline headers.
 
         Built when it is sent, so that a hedged copy started later tells the next hop the time
@@ -123,7 +125,7 @@ class _Base:
         """
         configured = request.extensions.get("timeout") or {}
         complete = len(configured) == len(_TIMEOUT_KEYS)
-        if call.sends_as_is(configured.values() if complete else ()):
+        if call.sends_as_is(configured.values() if complete else (), left):
             return request
         extra = call.deadline_headers()
         extensions = dict(request.extensions)
@@ -230,8 +232,12 @@ class RetryTransport(_Base, httpx.BaseTransport):
         limit = call.rules.buffer_limit
 
         def attempt(left: float) -> httpx.Response:
-            response = send(self._prepare(request, call))
-            if limit and _small(response, limit):
+            response = send(self._prepare(request, call, left))
+            if (
+                limit
+                and not isinstance(response.stream, httpx.ByteStream)
+                and _small(response, limit)
+            ):
                 _buffer(response)
             return response
 
@@ -347,7 +353,8 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
     async def _send_one(
         self, request: httpx.Request, call: HttpCall[httpx.Response]
     ) -> httpx.Response:
-        response = await self._transport.handle_async_request(self._prepare(request, call))
+        prepared = self._prepare(request, call, call.time_left())  # a hedged copy: sent later
+        response = await self._transport.handle_async_request(prepared)
         limit = call.rules.buffer_limit
         if limit and _small(response, limit):
             await _abuffer(response)

@@ -709,7 +709,11 @@ class Policies:
             override: the request's own override (a policy or a dict of changes), if any;
                 else that of an enclosing :func:`override` block applies.
         """
-        cache, rules = self.current()
+        live = self._state
+        if self._handle is not None:
+            self.current()
+            live = self._state
+        cache, rules = live.cache, live.rules
         if override is None:
             override = _OVERRIDE.get(None)
         if override is not None:
@@ -726,7 +730,7 @@ class Policies:
         else:
             has_key = False  # an idempotent method needs no key to be safe
         return HttpCall(
-            cache.for_host(host),
+            cache._single or cache.for_host(host),
             rules,
             method,
             has_key=has_key,
@@ -896,9 +900,11 @@ class HttpCall(Generic[Resp]):
         Raises:
             DeadlineExceeded: too little time is left to start it, and no response is kept.
         """
-        now = self._now()
+        state = self.state
+        # The first attempt starts as the call does: one clock reading less on every request.
+        now = state.started if state.attempts == 0 else self._now()
         try:
-            self.attempt_deadline = self.state.begin_attempt(now)
+            self.attempt_deadline = state.begin_attempt(now)
         except DeadlineExceeded as error:
             if self._kept is None:
                 self._end(error)
@@ -917,10 +923,9 @@ class HttpCall(Generic[Resp]):
         """Seconds left for this attempt (``inf`` for no limit)."""
         return self.attempt_deadline - self._now()
 
-    def sends_as_is(self, timeouts: Collection[float | None]) -> bool:
+    def sends_as_is(self, timeouts: Collection[float | None], left: float) -> bool:
         """Whether the request can go as the caller built it: no deadline header is due, and
-        its *timeouts* (all of them set) fit the time left (nothing to cap)."""
-        left = self.attempt_deadline - self._now()
+        its *timeouts* (all of them set) fit the time *left* (as :meth:`next_attempt` said)."""
         if self.attempt_deadline < self._implicit and self.rules.deadline_headers:
             return False  # the deadline headers are due
         if left == math.inf:
