@@ -12,21 +12,25 @@ Each contender sends GET requests that succeed at once, in-process, with no netw
 Every seawall contender uses the defaults (a per-host budget, the 30 s total time); one more
 row per httpx client runs inside ``seawall.deadline(10)``, which adds the deadline headers.
 
-Contenders are interleaved (A B C A B C ...), the best of the rounds is kept, and each is given
-as a ratio to the bare client measured in the same run. Run: `python benchmarks/http_overhead.py`
-(the peers are pinned in the `dev` extra).
+Contenders are interleaved in many short rounds (A B C A B C ...). Each row gives the best
+time per request over the rounds, and its ratio to the bare client as the median of the
+ratios measured within each round (a contender against the bare client timed just before it),
+which a noisy neighbour disturbs least. Garbage collection is off while timing. Run:
+`python benchmarks/http_overhead.py` (the peers are pinned in the `dev` extra).
 
-Usage: python benchmarks/http_overhead.py [--rounds 15] [--number 400] [--markdown]
+Usage: python benchmarks/http_overhead.py [--rounds 200] [--number 25] [--markdown]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib.metadata
 import io
 import os
 import platform
+import statistics
 import timeit
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -140,14 +144,17 @@ def requests_sync() -> dict[str, Callable[[], object]]:
     return {name: (lambda s=s: s.get(URL)) for name, s in sessions.items()}
 
 
+Times = dict[str, list[float]]  # seconds per request, one entry per round
+
+
 def measure(
     contenders: dict[str, Callable[[], Any]], rounds: int, number: int, run: Callable[..., Any]
-) -> dict[str, float]:
-    best = dict.fromkeys(contenders, float("inf"))
+) -> Times:
+    times: Times = {name: [] for name in contenders}
     for _ in range(rounds):
         for name, fn in contenders.items():
-            best[name] = min(best[name], run(fn, number) / number)
-    return best
+            times[name].append(run(fn, number) / number)
+    return times
 
 
 def run_sync(fn: Callable[[], object], number: int) -> float:
@@ -168,7 +175,7 @@ async def _serve() -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{port}/orders/7"
 
 
-async def asynchronous(rounds: int, number: int) -> tuple[dict[str, float], dict[str, float]]:
+async def asynchronous(rounds: int, number: int) -> tuple[Times, Times]:
     loop = asyncio.get_running_loop()
 
     async def timed(fn: Callable[[], Awaitable[object]], n: int) -> float:
@@ -177,14 +184,16 @@ async def asynchronous(rounds: int, number: int) -> tuple[dict[str, float], dict
             await fn()
         return loop.time() - start
 
-    async def best_of(
-        contenders: dict[str, Callable[[], Awaitable[Any]]], n: int
-    ) -> dict[str, float]:
-        best = dict.fromkeys(contenders, float("inf"))
-        for _ in range(rounds):
-            for name, fn in contenders.items():
-                best[name] = min(best[name], await timed(fn, n) / n)
-        return best
+    async def best_of(contenders: dict[str, Callable[[], Awaitable[Any]]], n: int) -> Times:
+        times: Times = {name: [] for name in contenders}
+        gc.disable()
+        try:
+            for _ in range(rounds):
+                for name, fn in contenders.items():
+                    times[name].append(await timed(fn, n) / n)
+        finally:
+            gc.enable()
+        return times
 
     httpx_times = await best_of(httpx_async(), number)
 
@@ -198,7 +207,7 @@ async def asynchronous(rounds: int, number: int) -> tuple[dict[str, float], dict
                 return await response.read()
 
         contenders = {"bare": lambda: get(bare), "seawall": lambda: get(retrying)}
-        aiohttp_times = await best_of(contenders, max(50, number // 4))
+        aiohttp_times = await best_of(contenders, number)
         await bare.close()
         await retrying.close()
     finally:
@@ -206,11 +215,14 @@ async def asynchronous(rounds: int, number: int) -> tuple[dict[str, float], dict
     return httpx_times, aiohttp_times
 
 
-def table(title: str, times: dict[str, float], markdown: bool) -> str:
-    base = times["bare"]
-    rows = [(name, t * 1e6, t / base) for name, t in times.items()]
+def table(title: str, times: Times, markdown: bool) -> str:
+    bare = times["bare"]
+    rows = [
+        (name, min(t) * 1e6, statistics.median(a / b for a, b in zip(t, bare, strict=True)))
+        for name, t in times.items()
+    ]
     if markdown:
-        lines = [f"| {title} | us/request | x bare |", "|---|---:|---:|"]
+        lines = [f"| {title} | best us/request | x bare (median) |", "|---|---:|---:|"]
         lines += [f"| {n} | {us:.1f} | {r:.2f} |" for n, us, r in rows]
     else:
         lines = [title] + [f"  {n:<26} {us:8.1f} us  {r:5.2f}x" for n, us, r in rows]
@@ -219,15 +231,18 @@ def table(title: str, times: dict[str, float], markdown: bool) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--number", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--number", type=int, default=25)
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     sync_httpx = measure(httpx_sync(), args.rounds, args.number, run_sync)
     sync_requests = measure(requests_sync(), args.rounds, args.number, run_sync)
     async_httpx, async_aiohttp = asyncio.run(asynchronous(args.rounds, args.number))
     print(machine())
-    print(f"best of {args.rounds} interleaved rounds of {args.number} requests")
+    print(
+        f"{args.rounds} interleaved rounds of {args.number} requests: best us/request, "
+        "median ratio to bare within a round"
+    )
     for title, times in (
         ("httpx.Client (MockTransport)", sync_httpx),
         ("httpx.AsyncClient (MockTransport)", async_httpx),

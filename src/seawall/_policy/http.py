@@ -470,7 +470,8 @@ class Wire(Generic[Resp]):
 
     def status(self, response: Any) -> int:
         """The response's status code."""
-        return int(response.status_code)
+        status: int = response.status_code
+        return status
 
     def headers(self, response: Any) -> Callable[[str], str | None]:
         """A case-insensitive ``get(name)`` of the response's headers."""
