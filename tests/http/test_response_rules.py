@@ -188,3 +188,12 @@ def test_requests_history_of_a_first_answer(server: Server) -> None:
     with session(policy()) as s:
         r = s.get(server.url + "/status/404")
     assert r.seawall_history == (HttpAttempt(404, None, None),)  # type: ignore[attr-defined]
+
+
+def test_an_unhashable_override_applies_to_its_request(server: Server) -> None:
+    events: list[str] = []
+    hooks = [lambda event: events.append(event.kind)]  # a list: the override cannot be cached
+    with client(policy()) as c:
+        r = c.get(server.url + "/flaky/1/503", extensions={"seawall": {"hooks": hooks}})
+    assert r.status_code == 200
+    assert events == ["retry"]

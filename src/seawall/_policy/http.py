@@ -418,7 +418,7 @@ class HttpAttempt(NamedTuple):
     Attributes:
         status: the response's status, or ``None`` when the attempt raised.
         error: the attempt's exception, or ``None`` when it was answered.
-        wait: seconds waited after it before the next attempt (``None``: none followed).
+        wait: seconds waited after it (``None``: the call ended with it).
     """
 
     status: int | None
@@ -664,27 +664,29 @@ class Policies:
         return self.current()[1]
 
     def _overridden(self, cache: PolicyCache, value: object) -> PolicyCache:
-        """The policies for a request whose policy is overridden by *value*."""
+        """The policies for a request whose policy is overridden by *value* (cached: the same
+        override on every request derives its policies once)."""
+        key: object
         if isinstance(value, RetryPolicy):
-            key: object = value
+            key = value
         elif isinstance(value, Mapping):
             value = _changes(value)
-            try:
-                key = (cache, frozenset(value.items()))
-            except TypeError:  # an unhashable value: build it for this request only
-                key = None
+            key = (cache, tuple(sorted(value.items())))
         else:
             raise TypeError(
                 "the seawall override must be a seawall.RetryPolicy or a dict of its fields, "
                 f"got {value!r}"
             )
-        found = self._overrides.get(key) if key is not None else None
+        try:
+            found = self._overrides.get(key)
+        except TypeError:  # an unhashable value: derived for this request only
+            key, found = None, None
         if found is None:
             policy = value if isinstance(value, RetryPolicy) else cache.policy.replace(**value)
             found = PolicyCache(policy, self._budget)
             if key is not None:
                 if len(self._overrides) >= 64:
-                    self._overrides = {}
+                    self._overrides = {}  # bounded: overrides built per request stay few
                 self._overrides[key] = found
         return found
 
