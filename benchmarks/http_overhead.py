@@ -65,45 +65,38 @@ def answer(request: httpx.Request) -> httpx.Response:
     return httpx.Response(200, content=b'{"id": 7}')
 
 
-def httpx_sync() -> dict[str, Callable[[], object]]:
+def httpx_clients(client: Any, transport: Any) -> dict[str, Any]:
+    """The bare *client* class, and over seawall's *transport* and httpx-retries', on a mock."""
     mock = httpx.MockTransport(answer)
-    clients = {
-        "bare": httpx.Client(transport=mock),
-        "seawall": httpx.Client(transport=RetryTransport(transport=mock)),
-        "httpx-retries": httpx.Client(
-            transport=httpx_retries.RetryTransport(transport=mock, retry=httpx_retries.Retry(3))
-        ),
+    peer = httpx_retries.RetryTransport(transport=mock, retry=httpx_retries.Retry(3))
+    return {
+        "bare": client(transport=mock),
+        "seawall": client(transport=transport(transport=mock)),
+        "httpx-retries": client(transport=peer),
     }
-    out: dict[str, Callable[[], object]] = {
-        name: (lambda c=c: c.get(URL)) for name, c in clients.items()
-    }
-    seawall_client = clients["seawall"]
+
+
+def httpx_sync() -> dict[str, Callable[[], object]]:
+    clients = httpx_clients(httpx.Client, RetryTransport)
+    out: dict[str, Callable[[], object]] = {n: (lambda c=c: c.get(URL)) for n, c in clients.items()}
 
     def with_deadline() -> object:
         with seawall.deadline(10.0):
-            return seawall_client.get(URL)
+            return clients["seawall"].get(URL)
 
     out["seawall, in a deadline"] = with_deadline
     return out
 
 
 def httpx_async() -> dict[str, Callable[[], Awaitable[object]]]:
-    mock = httpx.MockTransport(answer)
-    clients = {
-        "bare": httpx.AsyncClient(transport=mock),
-        "seawall": httpx.AsyncClient(transport=AsyncRetryTransport(transport=mock)),
-        "httpx-retries": httpx.AsyncClient(
-            transport=httpx_retries.RetryTransport(transport=mock, retry=httpx_retries.Retry(3))
-        ),
-    }
+    clients = httpx_clients(httpx.AsyncClient, AsyncRetryTransport)
     out: dict[str, Callable[[], Awaitable[object]]] = {
-        name: (lambda c=c: c.get(URL)) for name, c in clients.items()
+        n: (lambda c=c: c.get(URL)) for n, c in clients.items()
     }
-    seawall_client = clients["seawall"]
 
     async def with_deadline() -> object:
         async with seawall.deadline(10.0):
-            return await seawall_client.get(URL)
+            return await clients["seawall"].get(URL)
 
     out["seawall, in a deadline"] = with_deadline
     return out

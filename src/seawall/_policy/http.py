@@ -14,6 +14,7 @@ import contextvars
 import dataclasses
 import datetime
 import email.utils
+import linecache
 import math
 import re
 import secrets
@@ -21,7 +22,17 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, MutableMapping
-from typing import Any, Final, Generic, NamedTuple, Protocol, TypedDict, TypeVar, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Final,
+    Generic,
+    NamedTuple,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    runtime_checkable,
+)
 
 from seawall._core import validate as _validate
 from seawall._core.errors import (
@@ -1076,65 +1087,74 @@ class HttpCall(Generic[Resp]):
 
 
 # -- the drivers: every seawall HTTP integration sends through one of these two loops ----------
+#
+# The loop is written once, below, and compiled twice at import: a function for a thread and a
+# coroutine function for a task (as the retry core's first-attempt path is). A synchronous
+# driver stepping the coroutine would cost a frame and two coroutines on every request.
 
-
-def drive(
-    call: HttpCall[Resp], send: Callable[[float], Resp], close: Callable[[Resp], object]
-) -> Resp:
-    """Run *call* synchronously: ``send(seconds_left)`` makes one attempt, ``close`` releases a
-    response nobody will read; waits sleep on the policy's clock.
-
-    The loop is :func:`adrive`'s, written once: over these synchronous steps its coroutine
-    never suspends, so it runs to the end in one ``send(None)``, without an event loop.
-    """
-
-    async def attempt(left: float) -> Resp:
-        return send(left)
-
-    async def discard(response: Resp) -> None:
-        close(response)
-
-    async def sleep(seconds: float) -> None:
-        call.clock.sleep(seconds)
-
-    steps = adrive(call, attempt, discard, sleep)
-    try:
-        steps.send(None)
-    except StopIteration as done:
-        result: Resp = done.value
-        return result
-    steps.close()  # pragma: no cover - the steps above never suspend
-    raise RuntimeError("seawall: a synchronous HTTP call suspended")  # pragma: no cover
-
-
-async def adrive(
-    call: HttpCall[Resp],
-    send: Callable[[float], Awaitable[Resp]],
-    close: Callable[[Resp], Awaitable[object]],
-    sleep: Callable[[float], Awaitable[object]] | None = None,
-) -> Resp:
-    """Run *call* in a task (asyncio or trio): ``send(seconds_left)`` makes one attempt,
-    ``close`` releases a response nobody will read; waits ``await`` *sleep* (the policy
-    clock's ``asleep`` by default). Cancellation of the caller is never retried."""
-    if sleep is None:
-        sleep = call.clock.asleep
+_DRIVER = """
+{kind}def {name}(call, send, close):
     try:
         while (left := call.next_attempt()) is not None:
             if (kept := call.take()) is not None:
-                await close(kept)  # a discarded attempt must not hold its connection
+                {wait}close(kept)  # a discarded attempt must not hold its connection
             try:
-                response = await send(left)
+                response = {wait}send(left)
             except Exception as exc:
                 if (delay := call.on_error(exc)) is None:
                     raise
             else:
                 if (delay := call.on_response(response)) is None:
                     return call.answer(response)
-            await sleep(delay)
+            {wait}call.clock.{sleep}(delay)
         return call.answer_kept()
     finally:
         if (kept := call.take()) is not None:
-            await close(kept)  # the wait was interrupted (or cancelled): nobody reads it
+            {wait}close(kept)  # the wait was interrupted (or cancelled): nobody reads it
+"""
+
+
+def _compile_driver(asynchronous: bool) -> Callable[..., Any]:
+    name = "adrive" if asynchronous else "drive"
+    source = _DRIVER.format(
+        kind="async " if asynchronous else "",
+        name=name,
+        wait="await " if asynchronous else "",
+        sleep="asleep" if asynchronous else "sleep",
+    )
+    filename = f"<seawall HTTP driver: {name}>"
+    # Registered with linecache so that tracebacks and debuggers show the lines.
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace: dict[str, Any] = {}
+    exec(compile(source, filename, "exec"), namespace)
+    driver: Callable[..., Any] = namespace[name]
+    driver.__module__ = __name__
+    return driver
+
+
+if TYPE_CHECKING:
+
+    def drive(
+        call: HttpCall[Resp], send: Callable[[float], Resp], close: Callable[[Resp], object]
+    ) -> Resp:
+        """See below."""
+
+    async def adrive(
+        call: HttpCall[Resp],
+        send: Callable[[float], Awaitable[Resp]],
+        close: Callable[[Resp], Awaitable[object]],
+    ) -> Resp:
+        """See below."""
+
+else:
+    drive = _compile_driver(asynchronous=False)
+    adrive = _compile_driver(asynchronous=True)
+
+drive.__doc__ = """Run *call* in this thread: ``send(seconds_left)`` makes one attempt, ``close``
+releases a response nobody will read; waits sleep on the policy's clock."""
+adrive.__doc__ = """Run *call* in a task (asyncio or trio): ``send(seconds_left)`` makes one
+attempt, ``close`` releases a response nobody will read; waits ``await`` the policy clock's
+``asleep``. Cancellation of the caller is never retried."""
 
 
 async def within(aw: Awaitable[R], seconds: float, timed_out: Callable[[str], Exception]) -> R:
