@@ -211,3 +211,13 @@ decision: seawall.faults.Decision = plan.decide()
 chaos = seawall.faults.FaultTransport(plan)
 achaos = seawall.faults.AsyncFaultTransport(plan)
 limited = seawall.httpx.RetryTransport(total_timeout=10.0, transport=chaos)
+# HTTP: one set of options, per-request overrides, the history.
+options: seawall.http.HttpOptions = {"budget": None, "total_timeout": 5.0}
+optioned = seawall.httpx.AsyncRetryTransport(None, achaos, **options)
+with seawall.http.override(retries=0), seawall.http.override(seawall.RetryPolicy()):
+    pass
+step = seawall.http.HttpAttempt(503, None, 1.0)
+step_status: int | None = step.status
+step_wait: float | None = step.wait
+history: tuple[seawall.http.HttpAttempt, ...] = (step,)
+middleware = seawall.aiohttp.RetryMiddleware(total_timeout=None, budget=None)
