@@ -152,7 +152,6 @@ class RetryAdapter(HTTPAdapter):
         limit = 0 if stream else call.rules.buffer_limit
         connect, read = _split_timeout(timeout)
         position = getattr(request, "_body_position", None)
-        state = call.state
 
         def attempt(left: float) -> requests.Response:
             prepared = request
@@ -160,7 +159,7 @@ class RetryAdapter(HTTPAdapter):
             if extra is not None:
                 prepared = request.copy()
                 prepared.headers.update(extra)
-            if rewind and replayable and state.attempts > 1:
+            if rewind and replayable and call.attempts > 1:
                 # requests recorded where the file body started (as for redirects): rewind.
                 prepared.body.seek(position)  # type: ignore[union-attr]
             # requests' annotations forbid (None, read); urllib3 accepts it (no connect limit).

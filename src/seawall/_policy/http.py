@@ -45,8 +45,9 @@ from seawall._core.errors import (
 )
 from seawall._core.public import public
 from seawall._strategies.budget import Budget
+from seawall._strategies.deadline import current_deadline as _ambient_deadline
 from seawall._strategies.deadline import deadline_headers as encode_deadline_headers
-from seawall._strategies.retry import RetryPolicy
+from seawall._strategies.retry import RetryPolicy, RetryState
 
 R = TypeVar("R")
 
@@ -850,14 +851,16 @@ class HttpCall(Generic[Resp]):
     __slots__ = (
         "_history",
         "_implicit",
+        "_after",
         "_kept",
         "_now",
-        "_quiet",
+        "_started",
         "_status",
         "attempt_deadline",
         "clock",
         "exhausted",
         "method",
+        "policy",
         "predicate",
         "replayable",
         "retry_on",
@@ -885,16 +888,12 @@ class HttpCall(Generic[Resp]):
         self.wire = wire
         self.retry_on = retry_on
         self.predicate = predicate
+        self.policy = policy
         self.clock = policy._clock
         # The clock's now() (time.monotonic itself for the system clock: one call less).
-        self._now = policy._now
-        # Whether a first attempt's success has nothing to report: the budget's first_attempt()
-        # capability says "nothing after it", and no hook observes successes.
-        self._quiet = policy._after is None and not policy._attempt_hooks
+        self._now = now_of = policy._now
         self._status = 0
-        now = self._now()
-        state = self.state = policy.new_state(now)
-        self.attempt_deadline = math.inf
+        now = self._started = now_of()
         #: The last response was given up on after retries (or said "overloaded"): see
         #: :meth:`answer`.
         self.exhausted = False
@@ -903,10 +902,39 @@ class HttpCall(Generic[Resp]):
         self._kept: Resp | None = None
         # The attempts retried so far (the last one is added when the call ends).
         self._history: list[HttpAttempt] | None = None
+        total = rules.total_timeout
+        if policy._fast and _ambient_deadline() is None and (total is None or total >= policy.min_attempt_time):
+            # The policy's first-attempt capability: a first attempt without bookkeeping (no
+            # timeouts, no ambient deadline, no hook observing attempts) needs no RetryState
+            # until it fails (see _state()); the budget hears what its first_attempt() offers.
+            self.state: RetryState | None = None
+            self._implicit = self.attempt_deadline = math.inf if total is None else now + total
+            self._after = policy._after
+            if policy._before is not None:
+                policy._before()
+            return
+        self._after = None
+        state = self.state = policy.new_state(now)
+        self.attempt_deadline = math.inf
         # The default total time, when nobody set a deadline (not sent downstream).
         self._implicit = math.inf
-        if state.deadline == math.inf and rules.total_timeout is not None:
-            state.deadline = self._implicit = now + rules.total_timeout
+        if state.deadline == math.inf and total is not None:
+            state.deadline = self._implicit = now + total
+
+    def _state(self) -> RetryState:
+        """The call's :class:`RetryState`; after a first attempt made without one (see
+        ``__init__``), built now, as the retry core's loop does after its first attempt."""
+        state = self.state
+        if state is None:
+            state = self.state = RetryState(self.policy, self._started, self._implicit)
+            state.attempts = 1
+        return state
+
+    @property
+    def attempts(self) -> int:
+        """The attempts started so far."""
+        state = self.state
+        return 1 if state is None else state.attempts
 
     def next_attempt(self) -> float | None:
         """Count an attempt; return the seconds it may take (``inf`` for no limit), or ``None``:
@@ -916,6 +944,8 @@ class HttpCall(Generic[Resp]):
             DeadlineExceeded: too little time is left to start it, and no response is kept.
         """
         state = self.state
+        if state is None:
+            return self.attempt_deadline - self._started  # the first attempt, without a state
         # The first attempt starts as the call does: one clock reading less on every request.
         now = state.started if state.attempts == 0 else self._now()
         try:
@@ -982,26 +1012,32 @@ class HttpCall(Generic[Resp]):
         if status < 400 and not retried:
             # An answer: nothing more to read of it (headers are costly), but the predicate's.
             if self.predicate is None or not self.predicate(self.wire.view(response)):
-                if not self._quiet or self.state.attempts > 1:
+                if self.state is not None:
                     self.state.on_success(self._now())
+                elif self._after is not None:
+                    self._after()  # the budget's first_attempt() "after"
                 return None
             return self._retry(response, status, self.wire.headers(response))
         get_header = self.wire.headers(response)
         if is_overloaded(get_header):
             # The policy counts it as a failure for the budget and never retries it.
             now = self._now()
-            self.state.on_error(Overloaded("the server answered overloaded; don't retry"), now)
+            self._state().on_error(Overloaded("the server answered overloaded; don't retry"), now)
             self.exhausted = True
             return None
         if retried or (self.predicate is not None and self.predicate(self.wire.view(response))):
             return self._retry(response, status, get_header)
-        self.state.on_success(self._now())  # the dependency answered, even with a 404
+        # The dependency answered, even with a 404.
+        if self.state is not None:
+            self.state.on_success(self._now())
+        elif self._after is not None:
+            self._after()
         return None
 
     def _retry(
         self, response: Resp, status: int, get_header: Callable[[str], str | None]
     ) -> float | None:
-        state = self.state
+        state = self._state()
         signal = RetryableResponse(
             status,
             parse_retry_after(get_header("retry-after"), maximum=state.policy.max_retry_after),
@@ -1060,10 +1096,11 @@ class HttpCall(Generic[Resp]):
         """Classify a transport error: the wait before retrying, or ``None`` to raise it."""
         retryable, never_sent = self.wire.classify(error, self.retry_on)
         now = self._now()
+        state = self._state()
         if not retryable:
             # Not a transient kind (TLS, proxy, local protocol errors): the policy, whose
             # retry_on matches nothing, gives up and counts no failure of the dependency.
-            delay = self.state.on_error(error, now)
+            delay = state.on_error(error, now)
         else:
             note = None
             if not never_sent:
@@ -1073,7 +1110,7 @@ class HttpCall(Generic[Resp]):
                     note = _NOT_REPLAYABLE_NOTE
             # A reset or a timeout is a failure of the dependency even when this request must
             # not be sent again: retry=False counts it for the budget without retrying.
-            delay = self.state.on_error(error, now, retry=note is None)
+            delay = state.on_error(error, now, retry=note is None)
             if delay is None and note is not None:
                 add_note(error, note)
                 # The request may have been processed: no layer above may send it again either.
@@ -1105,7 +1142,12 @@ _DRIVER = """
                 if (delay := call.on_error(exc)) is None:
                     raise
             else:
-                if (delay := call.on_response(response)) is None:
+                try:
+                    delay = call.on_response(response)
+                except BaseException:
+                    {wait}close(response)  # retry_if_result raised: nobody reads this one
+                    raise
+                if delay is None:
                     return call.answer(response)
             {wait}call.clock.{sleep}(delay)
         return call.answer_kept()
