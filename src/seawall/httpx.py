@@ -123,24 +123,27 @@ class _Base:
         actually left. The caller's request itself when nothing changes (the common case: no
         deadline of the caller's, and httpx's timeouts within the transport's total time).
         """
-        configured = request.extensions.get("timeout") or {}
+        extensions = request.extensions
+        configured = extensions.get("timeout") or {}
         complete = len(configured) == len(_TIMEOUT_KEYS)
         if call.sends_as_is(configured.values() if complete else (), left):
             return request
         extra = call.deadline_headers()
-        extensions = dict(request.extensions)
-        extensions["timeout"] = {k: call.timeout(configured.get(k)) for k in _TIMEOUT_KEYS}
-        headers = request.headers
+        # A shallow copy of the caller's request (its URL, stream and read body are shared, as
+        # httpx's own redirects share them) with its own headers and extensions: building a
+        # new httpx.Request would parse the URL and normalise every header again.
+        prepared = _new_request(httpx.Request)
+        prepared.__dict__.update(request.__dict__)
+        extensions = prepared.extensions = dict(extensions)
+        extensions["timeout"] = call.timeouts(configured, _TIMEOUT_KEYS)
         if extra:
-            headers = headers.copy()
-            headers.update(extra)
-        return httpx.Request(
-            request.method,
-            request.url,
-            headers=headers,
-            stream=request.stream,
-            extensions=extensions,
-        )
+            headers = prepared.headers = request.headers.copy()
+            for name, value in extra.items():
+                headers[name] = value
+        return prepared
+
+
+_new_request = object.__new__
 
 
 def _small(response: httpx.Response, limit: int) -> bool:

@@ -903,7 +903,11 @@ class HttpCall(Generic[Resp]):
         # The attempts retried so far (the last one is added when the call ends).
         self._history: list[HttpAttempt] | None = None
         total = rules.total_timeout
-        if policy._fast and _ambient_deadline() is None and (total is None or total >= policy.min_attempt_time):
+        if (
+            policy._fast
+            and _ambient_deadline() is None
+            and (total is None or total >= policy.min_attempt_time)
+        ):
             # The policy's first-attempt capability: a first attempt without bookkeeping (no
             # timeouts, no ambient deadline, no hook observing attempts) needs no RetryState
             # until it fails (see _state()); the budget hears what its first_attempt() offers.
@@ -989,6 +993,20 @@ class HttpCall(Generic[Resp]):
             return None
         left = min(max(left, MIN_ATTEMPT_TIME), _validate.MAX_SECONDS)
         return left if configured is None else min(configured, left)
+
+    def timeouts(
+        self, configured: Mapping[str, float | None], keys: Iterator[str] | tuple[str, ...]
+    ) -> dict[str, float | None]:
+        """:meth:`timeout` for each of *keys* (``configured.get(key)``), read at one instant."""
+        left = self.attempt_deadline - self._now()
+        if left == math.inf:
+            return {k: configured.get(k) for k in keys}
+        left = min(max(left, MIN_ATTEMPT_TIME), _validate.MAX_SECONDS)
+        out: dict[str, float | None] = {}
+        for k in keys:
+            value = configured.get(k)
+            out[k] = left if value is None or value > left else value
+        return out
 
     @property
     def bounded_by_caller(self) -> bool:
