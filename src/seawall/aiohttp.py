@@ -126,7 +126,9 @@ class RetryMiddleware:
 
         Each request uses the route's current policy and, unless ``retry_statuses`` is given,
         the statuses its ``retry_on`` names, as :meth:`seawall.httpx.RetryTransport.from_route`
-        does. Other keyword arguments are the constructor's.
+        does. Unless ``retry_on`` is given, the error conditions it names
+        (``connect-failure``, ``reset``, ``timeout``, ...) alone decide which transport errors are
+        retried (a route naming none retries none). Other keyword arguments are the constructor's.
 
         Raises:
             KeyError: the registry has no policy named *name*.

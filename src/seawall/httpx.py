@@ -222,7 +222,10 @@ class RetryTransport(_Base, httpx.BaseTransport):
 
         Each request uses the route's current policy (attempts, backoff, timeouts, budget, kill
         switch) and, unless ``retry_statuses`` is given, the statuses its ``retry_on`` names
-        (``5xx``, ``gateway-error``, ...). Other keyword arguments are the constructor's.
+        (``5xx``, ``gateway-error``, ...). Unless ``retry_on`` is
+        given, the error conditions it names (``connect-failure``, ``reset``, ``timeout``, ...)
+        alone decide which transport errors are retried (a route naming none retries none).
+        Other keyword arguments are the constructor's.
 
         Raises:
             KeyError: the registry has no policy named *name*.

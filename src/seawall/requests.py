@@ -21,9 +21,11 @@ from seawall._policy.http import (
     PER_HOST,
     HttpCall,
     Policies,
+    RetryOnErrors,
     Wire,
     drive,
     read_within_attempt,
+    retryable_error,
 )
 from seawall._strategies.retry import RetryPolicy
 
@@ -61,12 +63,11 @@ class _Wire(Wire[requests.Response]):
 
     __slots__ = ()
 
-    def classify(
-        self, error: Exception, retry_on: tuple[type[Exception], ...]
-    ) -> tuple[bool, bool]:
+    def classify(self, error: Exception, retry_on: RetryOnErrors) -> tuple[bool, bool]:
+        if isinstance(error, _NEVER_RETRIED):
+            return False, False
         never_sent = _never_sent(error)
-        retryable = isinstance(error, retry_on) and not isinstance(error, _NEVER_RETRIED)
-        return retryable or never_sent, never_sent
+        return retryable_error(error, retry_on, never_sent), never_sent
 
 
 _WIRE = _Wire()
@@ -118,7 +119,10 @@ class RetryAdapter(HTTPAdapter):
         """An adapter that follows the route *name* of *registry*, reloads included.
 
         Each request uses the route's current policy and, unless ``retry_statuses`` is given,
-        the statuses its ``retry_on`` names. Other keyword arguments are the constructor's.
+        the statuses its ``retry_on`` names. Unless ``retry_on`` is
+        given, the error conditions it names (``connect-failure``, ``reset``, ``timeout``, ...)
+        alone decide which transport errors are retried (a route naming none retries none).
+        Other keyword arguments are the constructor's.
 
         Raises:
             KeyError: the registry has no policy named *name*.

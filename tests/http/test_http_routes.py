@@ -159,3 +159,100 @@ def test_unknown_route_and_bad_registry() -> None:
         RetryAdapter.from_route(None, "users")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="policy"):
         RetryTransport(policy=registry)  # type: ignore[arg-type]
+
+
+def _conditions_registry(
+    tmp_path: pathlib.Path, clock: seawall.VirtualClock, retry_on: str
+) -> seawall.config.PolicyRegistry:
+    file = tmp_path / "policies.toml"
+    write(file, retries=2, retry_on=retry_on)
+    return seawall.config.PolicyRegistry(file, clock=clock, hooks=())
+
+
+def _attempts(error: BaseException) -> int:
+    return len(getattr(error, seawall.http.HISTORY_ATTRIBUTE))
+
+
+def test_route_connect_failure_retries_a_refused_connection_not_a_reset(
+    server: Server, refused_url: str, tmp_path: pathlib.Path, clock: seawall.VirtualClock
+) -> None:
+    registry = _conditions_registry(tmp_path, clock, "connect-failure")
+    transport = RetryTransport.from_route(registry, "users", budget=None)
+    with httpx.Client(transport=transport, timeout=5.0) as c:
+        with pytest.raises(httpx.ConnectError) as refused:
+            c.get(refused_url)
+        assert _attempts(refused.value) == 3  # refused: retried twice
+        with pytest.raises(httpx.TransportError) as reset:
+            c.get(server.url + "/reset-head/1")
+        assert _attempts(reset.value) == 1  # a reset is not a connect failure
+    assert server.count("GET", "/reset-head/1") == 1
+
+
+def test_route_reset_retries_a_reset(
+    server: Server, tmp_path: pathlib.Path, clock: seawall.VirtualClock
+) -> None:
+    registry = _conditions_registry(tmp_path, clock, "reset")
+    transport = RetryTransport.from_route(registry, "users", budget=None)
+    with httpx.Client(transport=transport, timeout=5.0) as c:
+        assert c.get(server.url + "/reset-head/1").text == "ok after 2"
+    assert server.count("GET", "/reset-head/1") == 2
+
+
+def test_route_without_error_conditions_retries_no_transport_error(
+    refused_url: str, tmp_path: pathlib.Path, clock: seawall.VirtualClock
+) -> None:
+    # retriable-4xx names statuses only: not even a refused connection is retried, as in Envoy.
+    registry = _conditions_registry(tmp_path, clock, "retriable-4xx")
+    transport = RetryTransport.from_route(registry, "users", budget=None)
+    with (
+        httpx.Client(transport=transport, timeout=5.0) as c,
+        pytest.raises(httpx.ConnectError) as refused,
+    ):
+        c.get(refused_url)
+    assert _attempts(refused.value) == 1
+
+
+def test_given_retry_on_wins_over_the_route(
+    server: Server, tmp_path: pathlib.Path, clock: seawall.VirtualClock
+) -> None:
+    registry = _conditions_registry(tmp_path, clock, "connect-failure")
+    transport = RetryTransport.from_route(
+        registry, "users", budget=None, retry_on=(httpx.ReadError, httpx.RemoteProtocolError)
+    )
+    with httpx.Client(transport=transport, timeout=5.0) as c:
+        assert c.get(server.url + "/reset-head/1").text == "ok after 2"
+
+
+async def test_async_route_conditions(
+    server: Server, refused_url: str, tmp_path: pathlib.Path, clock: seawall.VirtualClock
+) -> None:
+    registry = _conditions_registry(tmp_path, clock, "connect-failure")
+    transport = AsyncRetryTransport.from_route(registry, "users", budget=None)
+    async with httpx.AsyncClient(transport=transport, timeout=5.0) as c:
+        with pytest.raises(httpx.ConnectError) as refused:
+            await c.get(refused_url)
+        assert _attempts(refused.value) == 3
+        with pytest.raises(httpx.TransportError):
+            await c.get(server.url + "/reset-head/1")
+    assert server.count("GET", "/reset-head/1") == 1
+    # A reload that names "reset" changes the live transport's error conditions.
+    write(tmp_path / "policies.toml", retries=2, retry_on="reset")
+    assert registry.reload()
+    async with httpx.AsyncClient(transport=transport, timeout=5.0) as c:
+        assert (await c.get(server.url + "/reset-head/2")).text == "ok after 3"
+
+
+def test_requests_route_conditions(
+    server: Server, refused_url: str, tmp_path: pathlib.Path, clock: seawall.VirtualClock
+) -> None:
+    registry = _conditions_registry(tmp_path, clock, "connect-failure")
+    session = requests.Session()
+    session.mount("http://", RetryAdapter.from_route(registry, "users", budget=None))
+    with session:
+        with pytest.raises(requests.ConnectionError) as refused:
+            session.get(refused_url, timeout=5)
+        assert _attempts(refused.value) == 3
+        with pytest.raises(requests.ConnectionError) as reset:
+            session.get(server.url + "/reset-head/1", timeout=5)
+        assert _attempts(reset.value) == 1
+    assert server.count("GET", "/reset-head/1") == 1

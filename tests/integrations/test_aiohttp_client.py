@@ -281,3 +281,26 @@ def test_total_timeout_is_validated() -> None:
         sa.RetryMiddleware(total_timeout=0)
     with pytest.raises(TypeError, match="'retries'"):
         sa.RetryMiddleware(retries=3)  # type: ignore[call-arg]
+
+
+async def test_from_route_follows_the_route_error_conditions(
+    server: Scripted, tmp_path: Any
+) -> None:
+    file = tmp_path / "policies.toml"
+    file.write_text(
+        '[routes.users]\nretry_policy = { num_retries = 2, retry_on = "connect-failure" }\n'
+    )
+    registry = seawall.config.PolicyRegistry(file, clock=seawall.VirtualClock(), hooks=())
+    mw = sa.RetryMiddleware.from_route(registry, "users", budget=None)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    async with session(mw) as s:
+        with pytest.raises(aiohttp.ClientConnectorError) as error:
+            await s.get(refused)
+        assert len(error.value.seawall_history) == 3  # type: ignore[attr-defined]
+        cut = server.script("cut", "cut", 200)
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async with s.get(cut) as r:
+                await r.read()
+    assert server.attempts["cut"] == 1  # a body cut short is not a connect failure

@@ -57,6 +57,17 @@ class RouteRules(Protocol):
 
     def http_rules(self) -> HttpRules: ...
 
+    @property
+    def retry_errors(
+        self,
+    ) -> tuple[type[BaseException], ...] | Callable[[BaseException], bool] | None: ...
+
+
+#: What decides which transport errors are retried: exception classes (a request that never
+#: left is retried as well: it cannot be duplicated), or a route's conditions (``retry_on =
+#: "connect-failure"``, ``"reset"``, ...: they alone decide).
+RetryOnErrors = tuple[type[Exception], ...] | Callable[[BaseException], bool]
+
 
 @public("seawall.http")
 @runtime_checkable
@@ -390,7 +401,9 @@ class HttpOptions(TypedDict, total=False):
         retry_statuses: statuses worth retrying (by default 408, 429, 502, 503, 504, or those
             a :class:`~seawall.config.PolicyHandle`'s route names in its ``retry_on``).
         retry_on: the client library's exception classes worth retrying (its
-            ``DEFAULT_RETRY_EXCEPTIONS`` by default).
+            ``DEFAULT_RETRY_EXCEPTIONS`` by default; with a
+            :class:`~seawall.config.PolicyHandle` whose route names error conditions in its
+            ``retry_on``, such as ``connect-failure`` or ``reset``, those conditions).
         idempotent_methods: methods retried without an ``Idempotency-Key``.
         idempotency_key: add an ``Idempotency-Key`` to non-idempotent requests (generated once
             per request, the same on every attempt) so that they can be retried.
@@ -491,14 +504,12 @@ class Wire(Generic[Resp]):
         get: Callable[[str], str | None] = response.headers.get
         return get
 
-    def classify(
-        self, error: Exception, retry_on: tuple[type[Exception], ...]
-    ) -> tuple[bool, bool]:
+    def classify(self, error: Exception, retry_on: RetryOnErrors) -> tuple[bool, bool]:
         """(a retryable kind of error, the request never left)."""
         if isinstance(error, self.never_retried):
             return False, False
         never_sent = isinstance(error, self.never_sent)
-        return never_sent or isinstance(error, retry_on), never_sent
+        return retryable_error(error, retry_on, never_sent), never_sent
 
     def view(self, response: Any) -> Any:
         """What ``retry_if_result`` is given for *response* (the response itself)."""
@@ -507,6 +518,26 @@ class Wire(Generic[Resp]):
     def attach(self, response: Any, history: History) -> None:
         """Give *response* its history (as the attribute ``seawall_history``)."""
         setattr(response, HISTORY_ATTRIBUTE, history)
+
+
+def retryable_error(error: Exception, retry_on: RetryOnErrors, never_sent: bool) -> bool:
+    """Whether *retry_on* retries *error* (one that is not never retried)."""
+    if type(retry_on) is tuple:
+        return never_sent or isinstance(error, retry_on)
+    return bool(retry_on(error))  # type: ignore[operator]
+
+
+def route_errors(route: RouteRules | None) -> Callable[[BaseException], bool] | None:
+    """The route's ``retry_on`` error conditions as one predicate (``None``: not given)."""
+    errors = None if route is None else route.retry_errors
+    if errors is None or callable(errors):
+        return errors
+    classes = errors
+
+    def named(error: BaseException) -> bool:
+        return isinstance(error, classes)
+
+    return named
 
 
 # -- per-request overrides ----------------------------------------------------------------------
@@ -591,12 +622,13 @@ class Policies:
 
     __slots__ = (
         "_budget",
+        "_explicit",
         "_handle",
         "_overrides",
+        "_retry_on",
         "_rules",
         "_state",
         "_statuses",
-        "retry_on",
         "wire",
     )
 
@@ -624,7 +656,9 @@ class Policies:
             )
         self._budget = check_budget(rules.pop("budget", PER_HOST))
         self._statuses = rules.pop("retry_statuses", None)
-        self.retry_on = exception_classes(rules.pop("retry_on", retry_on))
+        # Given retry_on wins over a route's conditions; the integration's default does not.
+        self._explicit = "retry_on" in rules
+        self._retry_on = exception_classes(rules.pop("retry_on", retry_on))
         self.wire = wire
         self._rules = rules
         self._overrides: dict[object, PolicyCache] = {}
@@ -642,7 +676,10 @@ class Policies:
                 DEFAULT_RETRY_STATUSES if route is None else route.http_rules().retry_statuses
             )
         rules = HttpRules(retry_statuses=statuses, **self._rules)
-        return _Live(policy, route, PolicyCache(policy, self._budget), rules)
+        retry_on: RetryOnErrors = self._retry_on
+        if not self._explicit:
+            retry_on = route_errors(route) or retry_on
+        return _Live(policy, route, PolicyCache(policy, self._budget), rules, retry_on)
 
     def current(self) -> tuple[PolicyCache, HttpRules]:
         """The derived policies and the rules for a request starting now."""
@@ -666,6 +703,12 @@ class Policies:
     def handle(self) -> LivePolicy | None:
         """The handle followed, if any."""
         return self._handle
+
+    @property
+    def retry_on(self) -> RetryOnErrors:
+        """What decides which transport errors are retried now."""
+        self.current()
+        return self._state.retry_on
 
     @property
     def budget(self) -> Budget | _PerHost | None:
@@ -752,7 +795,7 @@ class Policies:
             has_key=has_key,
             replayable=replayable,
             wire=self.wire,
-            retry_on=self.retry_on,
+            retry_on=live.retry_on,
             predicate=cache.predicate,
         )
 
@@ -815,6 +858,7 @@ class _Live(NamedTuple):
     route: RouteRules | None
     cache: PolicyCache
     rules: HttpRules
+    retry_on: RetryOnErrors
 
 
 _NOT_IDEMPOTENT_NOTE = (
@@ -843,15 +887,15 @@ class HttpCall(Generic[Resp]):
         has_key: the request carries an ``Idempotency-Key``.
         replayable: the request body can be sent again.
         wire: how the client library's responses and errors are read.
-        retry_on: the transport error classes worth retrying.
+        retry_on: the transport error classes worth retrying, or a route's conditions.
         predicate: the policy's ``retry_if_result``: a response it accepts (``True``) is retried
             as a retryable status is.
     """
 
     __slots__ = (
+        "_after",
         "_history",
         "_implicit",
-        "_after",
         "_kept",
         "_now",
         "_started",
@@ -878,7 +922,7 @@ class HttpCall(Generic[Resp]):
         has_key: bool,
         replayable: bool,
         wire: Wire[Resp],
-        retry_on: tuple[type[Exception], ...] = (),
+        retry_on: RetryOnErrors = (),
         predicate: Callable[[Any], bool] | None = None,
     ) -> None:
         self.rules = rules
