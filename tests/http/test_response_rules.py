@@ -197,3 +197,69 @@ def test_an_unhashable_override_applies_to_its_request(server: Server) -> None:
         r = c.get(server.url + "/flaky/1/503", extensions={"seawall": {"hooks": hooks}})
     assert r.status_code == 200
     assert events == ["retry"]
+
+
+# -- a predicate that raises ----------------------------------------------------------------------
+
+
+class Recording(httpx.HTTPTransport):
+    """A real transport that keeps the responses it returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.responses: list[httpx.Response] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        self.responses.append(response)
+        return response
+
+
+class ARecording(httpx.AsyncHTTPTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.responses: list[httpx.Response] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await super().handle_async_request(request)
+        self.responses.append(response)
+        return response
+
+
+def broken_predicate(response: Any) -> bool:
+    raise LookupError("the predicate is broken")
+
+
+def test_a_raising_predicate_closes_the_unread_response(server: Server) -> None:
+    inner = Recording()
+    p = policy(retry_if_result=broken_predicate)
+    # buffer_limit=0: the body stays on the connection, unread, when the predicate runs.
+    transport = RetryTransport(p, inner, budget=None, buffer_limit=0)
+    with httpx.Client(transport=transport, timeout=5.0) as c, pytest.raises(LookupError):
+        c.get(server.url + "/ok")
+    assert [r.is_closed for r in inner.responses] == [True]
+    assert server.count("GET", "/ok") == 1
+
+
+async def test_a_raising_predicate_closes_the_unread_response_async(server: Server) -> None:
+    inner = ARecording()
+    p = policy(retry_if_result=broken_predicate)
+    transport = AsyncRetryTransport(p, inner, budget=None, buffer_limit=0)
+    async with httpx.AsyncClient(transport=transport, timeout=5.0) as c:
+        with pytest.raises(LookupError):
+            await c.get(server.url + "/ok")
+    assert [r.is_closed for r in inner.responses] == [True]
+
+
+def test_a_raising_predicate_releases_the_requests_connection(server: Server) -> None:
+    p = policy(retry_if_result=broken_predicate)
+    adapter = RetryAdapter(p, budget=None)
+    s = requests.Session()
+    s.mount("http://", adapter)
+    with s:
+        with pytest.raises(LookupError):
+            s.get(server.url + "/ok", timeout=5, stream=True)
+        pools = adapter.poolmanager.pools
+        (pool,) = (pools[key] for key in pools.keys())  # noqa: SIM118 (a container, not a dict)
+        assert pool.num_connections == 1
+        assert pool.pool is not None and pool.pool.full()  # back in the pool
