@@ -85,3 +85,61 @@ def test_deadline_scope_is_sent_and_bounds(server: Server, backend: str) -> None
     assert run(backend, main).text == "ok"
     (got,) = server.requests_to("/ok")
     assert 0 < int(got.headers["x-request-deadline"]) <= 5000
+
+
+def test_hedge_answers_a_stalled_request_and_cancels_the_loser(
+    server: Server, backend: str
+) -> None:
+    hedge = seawall.Hedge(0.05)
+    inner = httpx.AsyncHTTPTransport()
+    p = seawall.RetryPolicy(clock=seawall.VirtualClock(), hooks=())
+    transport = AsyncRetryTransport(p, inner, budget=None, hedge=hedge)
+
+    async def main() -> tuple[httpx.Response, int, bool]:
+        async with httpx.AsyncClient(transport=transport, timeout=5.0) as c:
+            r = await c.get(server.url + "/stall/1")
+            connections = inner._pool.connections  # the loser's was closed
+            return r, len(connections), all(conn.is_idle() for conn in connections)
+
+    started = time.monotonic()
+    r, connections, idle = run(backend, main)
+    assert r.text == "ok after 2"  # the second copy's answer
+    assert time.monotonic() - started < 1.0  # the stalled copy would have held for 2 s
+    assert server.count("GET", "/stall/1") == 2
+    assert (hedge.calls, hedge.hedges, hedge.wins) == (1, 1, 1)
+    assert (connections, idle) == (1, True)
+
+
+def test_hedged_copy_errors_reach_the_retry_loop(
+    server: Server, refused_url: str, backend: str
+) -> None:
+    hedge = seawall.Hedge(0.05)
+    p = seawall.RetryPolicy(clock=seawall.VirtualClock(), hooks=(), max_attempts=2)
+    transport = AsyncRetryTransport(p, budget=None, hedge=hedge)
+
+    async def main() -> None:
+        async with httpx.AsyncClient(transport=transport, timeout=5.0) as c:
+            await c.get(refused_url)
+
+    with pytest.raises(httpx.ConnectError) as error:
+        run(backend, main)
+    assert len(error.value.seawall_history) == 2  # type: ignore[attr-defined]
+
+
+def test_hedge_inside_a_deadline_tells_each_copy_its_time_left(
+    server: Server, backend: str
+) -> None:
+    hedge = seawall.Hedge(0.05)
+    p = seawall.RetryPolicy(hooks=())  # the system clock: the copy starts 50 ms later
+    transport = AsyncRetryTransport(p, budget=None, hedge=hedge)
+
+    async def main() -> httpx.Response:
+        async with httpx.AsyncClient(transport=transport, timeout=5.0) as c:
+            with seawall.deadline(5.0):
+                return await c.get(server.url + "/stall/1")
+
+    assert run(backend, main).text == "ok after 2"
+    first, second = (
+        int(got.headers["x-request-deadline"]) for got in server.requests_to("/stall/1")
+    )
+    assert 0 < second < first <= 5000  # the copy sent later has less time left
