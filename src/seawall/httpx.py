@@ -9,6 +9,7 @@ Install with ``pip install seawall[httpx]``. See ``docs/http.md`` for what is re
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import AsyncIterator, Collection
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -146,6 +147,17 @@ class _Base:
 _new_request = object.__new__
 
 
+def _as_is(call: HttpCall[httpx.Response], configured: Any, left: float) -> bool:
+    """The common case of ``call.sends_as_is`` (no deadline header due; httpx's timeouts all
+    set and within the *left* seconds), in one call; ``False`` leaves it to :meth:`_prepare`."""
+    if configured is None or len(configured) != len(_TIMEOUT_KEYS) or call.bounded_by_caller:
+        return False
+    if left == math.inf:
+        return True
+    timeouts = configured.values()
+    return None not in timeouts and max(timeouts) <= left
+
+
 def _small(response: httpx.Response, limit: int) -> bool:
     """Whether to read the body within the attempt: declared within *limit*, and not in memory
     already (a body in memory cannot be cut short by a reset)."""
@@ -236,9 +248,14 @@ class RetryTransport(_Base, httpx.BaseTransport):
         call = self._start(request)
         send = self._transport.handle_request
         limit = call.rules.buffer_limit
+        configured = request.extensions.get("timeout")
+        prepare = self._prepare
 
         def attempt(left: float) -> httpx.Response:
-            response = send(self._prepare(request, call, left))
+            # The common case decided here, without a call to _prepare (which decides the rest).
+            response = send(
+                request if _as_is(call, configured, left) else prepare(request, call, left)
+            )
             if (
                 limit
                 and not isinstance(response.stream, httpx.ByteStream)
@@ -345,22 +362,32 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
             hedge = None
 
         async def attempt(left: float) -> httpx.Response:
+            if hedge is None:
+                sending = self._send_one(request, call, left)
+            else:
+                sending = self._send(request, call, hedge)
             if not call.bounded_by_caller:
                 # Only the default total time: it caps httpx's timeouts (see _prepare), as in
                 # the sync transport, without a timer per request.
-                return await self._send(request, call, hedge)
+                return await sending
             # httpx's timeouts bound each read, not the attempt: a server dripping a byte at a
             # time would outlive it. Cancellation bounds the whole attempt.
             timed_out = functools.partial(httpx.TimeoutException, request=request)
-            return await within(self._send(request, call, hedge), left, timed_out)
+            return await within(sending, left, timed_out)
 
         return _bound_body(await adrive(call, attempt, _aclose), call, request)
 
     async def _send_one(
-        self, request: httpx.Request, call: HttpCall[httpx.Response]
+        self, request: httpx.Request, call: HttpCall[httpx.Response], left: float | None = None
     ) -> httpx.Response:
-        prepared = self._prepare(request, call, call.time_left())  # a hedged copy: sent later
-        response = await self._transport.handle_async_request(prepared)
+        """One request: with *left*, the attempt's time left as it starts; without, a hedged
+        copy's, read as it is sent."""
+        configured = request.extensions.get("timeout")
+        if left is None:
+            left = call.time_left()
+        if not _as_is(call, configured, left):
+            request = self._prepare(request, call, left)
+        response = await self._transport.handle_async_request(request)
         limit = call.rules.buffer_limit
         if limit and _small(response, limit):
             await _abuffer(response)

@@ -789,14 +789,14 @@ class Policies:
         else:
             has_key = False  # an idempotent method needs no key to be safe
         return HttpCall(
-            cache._single or cache.for_host(host),
+            cache._single or cache._by_host.get(host) or cache.for_host(host),
             rules,
             method,
-            has_key=has_key,
-            replayable=replayable,
-            wire=self.wire,
-            retry_on=live.retry_on,
-            predicate=cache.predicate,
+            has_key,
+            replayable,
+            self.wire,
+            live.retry_on,
+            cache.predicate,
         )
 
 
@@ -1196,8 +1196,8 @@ _DRIVER = """
 {kind}def {name}(call, send, close):
     try:
         while (left := call.next_attempt()) is not None:
-            if (kept := call.take()) is not None:
-                {wait}close(kept)  # a discarded attempt must not hold its connection
+            if call._kept is not None:  # (one call less than take() on every request)
+                {wait}close(call.take())  # a discarded attempt must not hold its connection
             try:
                 response = {wait}send(left)
             except Exception as exc:
@@ -1214,8 +1214,8 @@ _DRIVER = """
             {wait}call.clock.{sleep}(delay)
         return call.answer_kept()
     finally:
-        if (kept := call.take()) is not None:
-            {wait}close(kept)  # the wait was interrupted (or cancelled): nobody reads it
+        if call._kept is not None:
+            {wait}close(call.take())  # the wait was interrupted (or cancelled): nobody reads it
 """
 
 
