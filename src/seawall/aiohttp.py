@@ -55,16 +55,10 @@ _NEVER_RETRIED: tuple[type[Exception], ...] = (
 Handler = Any  # aiohttp.ClientHandlerType: ClientRequest -> Awaitable[ClientResponse]
 
 
-class _Wire(Wire[aiohttp.ClientResponse]):
-    """aiohttp names the status ``status``."""
-
-    __slots__ = ()
-
-    def status(self, response: aiohttp.ClientResponse) -> int:
-        return response.status
-
-
-_WIRE = _Wire(never_sent=_NEVER_SENT, never_retried=_NEVER_RETRIED)
+# aiohttp names the status ``status``.
+_WIRE: Wire[aiohttp.ClientResponse] = Wire(
+    never_sent=_NEVER_SENT, never_retried=_NEVER_RETRIED, status_attribute="status"
+)
 
 
 async def _release(response: aiohttp.ClientResponse) -> None:

@@ -9,7 +9,6 @@ Install with ``pip install seawall[httpx]``. See ``docs/http.md`` for what is re
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import AsyncIterator, Collection
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -147,15 +146,13 @@ class _Base:
 _new_request = object.__new__
 
 
-def _as_is(call: HttpCall[httpx.Response], configured: Any, left: float) -> bool:
-    """The common case of ``call.sends_as_is`` (no deadline header due; httpx's timeouts all
-    set and within the *left* seconds), in one call; ``False`` leaves it to :meth:`_prepare`."""
-    if configured is None or len(configured) != len(_TIMEOUT_KEYS) or call.bounded_by_caller:
-        return False
-    if left == math.inf:
-        return True
-    timeouts = configured.values()
-    return None not in timeouts and max(timeouts) <= left
+def _timeouts(request: httpx.Request) -> Collection[float | None] | None:
+    """The request's httpx timeouts when all four are set (else ``None``: see _prepare)."""
+    configured = request.extensions.get("timeout")
+    if configured is None or len(configured) != len(_TIMEOUT_KEYS):
+        return None
+    values: Collection[float | None] = configured.values()
+    return values
 
 
 def _small(response: httpx.Response, limit: int) -> bool:
@@ -248,14 +245,20 @@ class RetryTransport(_Base, httpx.BaseTransport):
         call = self._start(request)
         send = self._transport.handle_request
         limit = call.rules.buffer_limit
-        configured = request.extensions.get("timeout")
+        configured = request.extensions.get("timeout")  # _timeouts(request), one call less
+        timeouts = (
+            configured.values()
+            if configured is not None and len(configured) == len(_TIMEOUT_KEYS)
+            else None
+        )
         prepare = self._prepare
 
         def attempt(left: float) -> httpx.Response:
             # The common case decided here, without a call to _prepare (which decides the rest).
-            response = send(
-                request if _as_is(call, configured, left) else prepare(request, call, left)
-            )
+            if timeouts is not None and call.sends_as_is(timeouts, left):
+                response = send(request)
+            else:
+                response = send(prepare(request, call, left))
             if (
                 limit
                 and not isinstance(response.stream, httpx.ByteStream)
@@ -382,10 +385,10 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
     ) -> httpx.Response:
         """One request: with *left*, the attempt's time left as it starts; without, a hedged
         copy's, read as it is sent."""
-        configured = request.extensions.get("timeout")
         if left is None:
             left = call.time_left()
-        if not _as_is(call, configured, left):
+        timeouts = _timeouts(request)
+        if timeouts is None or not call.sends_as_is(timeouts, left):
             request = self._prepare(request, call, left)
         response = await self._transport.handle_async_request(request)
         limit = call.rules.buffer_limit

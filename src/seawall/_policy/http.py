@@ -16,6 +16,7 @@ import datetime
 import email.utils
 import linecache
 import math
+import operator
 import re
 import secrets
 import threading
@@ -482,22 +483,21 @@ class Wire(Generic[Resp]):
     Args:
         never_sent: errors raised before the request left (safe to retry for every method).
         never_retried: errors never retried, whatever ``retry_on`` says (TLS, proxies).
+        status_attribute: the response's attribute holding its status code.
     """
 
-    __slots__ = ("never_retried", "never_sent")
+    __slots__ = ("never_retried", "never_sent", "status")
 
     def __init__(
         self,
         never_sent: tuple[type[Exception], ...] = (),
         never_retried: tuple[type[Exception], ...] = (),
+        status_attribute: str = "status_code",
     ) -> None:
         self.never_sent = never_sent
         self.never_retried = never_retried
-
-    def status(self, response: Any) -> int:
-        """The response's status code."""
-        status: int = response.status_code
-        return status
+        #: The response's status code (an attribute getter: no Python frame per response).
+        self.status: Callable[[Any], int] = operator.attrgetter(status_attribute)
 
     def headers(self, response: Any) -> Callable[[str], str | None]:
         """A case-insensitive ``get(name)`` of the response's headers."""
