@@ -117,3 +117,43 @@ def test_requests_adapter_counts_the_same(server: Server) -> None:
     assert server.count("POST", "/status/503") == 1
     assert server.count("POST", "/reset-head/1") == 1
     assert bucket.tokens == 8.0
+
+
+class Counting:
+    """A budget that counts what it hears (a real Budget, without the first_attempt()
+    capability: a first attempt then calls on_request and on_success)."""
+
+    def __init__(self) -> None:
+        self.heard: list[str] = []
+
+    def on_request(self) -> None:
+        self.heard.append("request")
+
+    def allow_retry(self, error: BaseException) -> bool:
+        self.heard.append("retry")
+        return True
+
+    def on_success(self) -> None:
+        self.heard.append("success")
+
+    def on_failure(self, error: BaseException) -> None:
+        self.heard.append("failure")
+
+
+@pytest.mark.parametrize(
+    ("path", "heard"),
+    [
+        ("/ok", ["request", "success"]),
+        ("/flaky/1/503", ["request", "failure", "retry", "success"]),
+        ("/reset-head/1", ["request", "failure", "retry", "success"]),
+    ],
+)
+def test_first_attempt_without_state_tells_the_budget_the_same(
+    server: Server, path: str, heard: list[str]
+) -> None:
+    # A first attempt that succeeds builds no RetryState; one that fails builds it then: the
+    # budget hears one request either way, and the failure before the retry.
+    budget = Counting()
+    with client(budget) as c:  # type: ignore[arg-type]
+        assert c.get(server.url + path).status_code == 200
+    assert budget.heard == heard
