@@ -106,7 +106,7 @@ class _Base:
         return self._policies.start(
             request.method,
             request.headers,
-            f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}",
+            (url.scheme, url.raw_host, url.port),  # cheaper than url.netloc (see origin())
             # ByteStream holds bytes (content=, data=, json=, or a body already read): it can be
             # sent again. Generators and other streams are consumed by the first attempt.
             replayable=isinstance(request.stream, httpx.ByteStream),

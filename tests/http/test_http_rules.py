@@ -7,6 +7,7 @@ import email.utils
 import math
 import uuid
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -161,3 +162,23 @@ def test_unicode_digits_in_content_length_are_not_a_length() -> None:
 )
 def test_one_budget_key_per_origin(host: str, expected: str) -> None:
     assert _http.origin(host) == expected
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.example:443/x",
+        "HTTPS://User:pw@Api.Example/x",
+        "http://api.example:8080/",
+        "https://api.example:80/",
+        "http://[::1]:80/",
+        "http://[::1]:8443/",
+        "http://127.0.0.1:54321/",
+    ],
+)
+def test_httpx_url_parts_name_the_same_budget(url: str) -> None:
+    # The httpx transports key a request by (scheme, raw_host, port): the same origin as its
+    # spelled-out netloc.
+    u = httpx.URL(url)
+    spelled = f"{u.scheme}://{u.netloc.decode('ascii')}"
+    assert _http.origin((u.scheme, u.raw_host, u.port)) == _http.origin(spelled)

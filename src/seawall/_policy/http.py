@@ -363,7 +363,7 @@ class PolicyCache:
         self._policy = policy
         self._budget = budget
         self._lock = threading.Lock()
-        self._by_host: dict[str, RetryPolicy] = {}
+        self._by_host: dict[HostKey, RetryPolicy] = {}
         self._single: RetryPolicy | None = None
         #: The policy's ``retry_if_result``, applied to responses (``None``: none).
         self.predicate = policy.retry_if_result
@@ -378,7 +378,7 @@ class PolicyCache:
     def policy(self) -> RetryPolicy:
         return self._policy
 
-    def for_host(self, host: str) -> RetryPolicy:
+    def for_host(self, host: HostKey) -> RetryPolicy:
         if self._single is not None:
             return self._single
         derived = self._by_host.get(host)
@@ -750,7 +750,7 @@ class Policies:
         self,
         method: str,
         headers: MutableMapping[str, str],
-        host: str,
+        host: HostKey,
         *,
         replayable: bool,
         override: object = None,
@@ -763,7 +763,8 @@ class Policies:
         Args:
             method: the request method.
             headers: the request's headers.
-            host: ``scheme://netloc`` (the per-host budget's key).
+            host: ``scheme://netloc`` or ``(scheme, host, port)`` (the per-host budget's key,
+                see :func:`origin`).
             replayable: the body can be sent again.
             override: the request's own override (a policy or a dict of changes), if any;
                 else that of an enclosing :func:`override` block applies.
@@ -814,12 +815,23 @@ def exception_classes(retry_on: object) -> tuple[type[Exception], ...]:
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
 
 
-def origin(host: str) -> str:
+#: How an integration names the host of a request: ``"scheme://netloc"``, or ``(scheme, host,
+#: port)`` (``port`` ``None`` for the scheme's default), which is cheaper to read off some URLs.
+HostKey = str | tuple[str, bytes, int | None]
+
+
+def origin(host: HostKey) -> str:
     """``scheme://host[:port]`` in one spelling per server, the key of the per-host budgets.
 
     Lower case, without user info, without the scheme's default port: ``HTTPS://u@Api:443`` and
     ``https://api`` share one budget.
     """
+    if isinstance(host, tuple):
+        scheme_, raw, port_ = host
+        name_ = raw.decode("ascii", "replace")
+        if ":" in name_:
+            name_ = f"[{name_}]"  # an IPv6 address
+        host = f"{scheme_}://{name_}" if port_ is None else f"{scheme_}://{name_}:{port_}"
     scheme, sep, rest = host.partition("://")
     if not sep:
         return host.lower()
