@@ -20,8 +20,33 @@ from typing import Any
 
 __all__ = ["main"]
 
+EXIT_INTERNAL = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived: unwind like Ctrl-C, so that worker processes are stopped on the way."""
+
+
+class _UsageError(Exception):
+    """Bad input found by the command itself (an unwritable path): a message, exit 2."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+def _writable_file(path: str, option: str) -> None:
+    """Refuse, before a long run, a file that could not be written afterwards."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise _UsageError(f"{option} {path}: is a directory")
+    if not os.path.isdir(directory):
+        raise _UsageError(f"{option} {path}: the directory {directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise _UsageError(f"{option} {path}: the directory {directory} is not writable")
 
 
 def _default_workers() -> int:
@@ -134,6 +159,9 @@ def _run_sim(args: argparse.Namespace) -> int:
     from seawall.sim._report import jsonable
 
     scenario = SCENARIOS[args.scenario]
+    plot = getattr(args, "plot", None)
+    if plot:
+        _writable_file(plot, "--plot")
     out, err = _consoles()
     counters = None
     with contextlib.ExitStack() as stack:
@@ -158,7 +186,6 @@ def _run_sim(args: argparse.Namespace) -> int:
         if counters is not None:
             out.rule("metrics: what production dashboards would show for this run")
             out.print(counters.format() or "(no series)", markup=False, soft_wrap=True)
-    plot = getattr(args, "plot", None)
     if plot:
         scenario.plot(result, plot)  # type: ignore[misc]
         err.print(f"plot written to {plot}", markup=False)
@@ -171,7 +198,13 @@ def _run_demo(args: argparse.Namespace) -> int:
 
     out, err = _consoles()
     directory = os.path.abspath(args.out)
-    os.makedirs(directory, exist_ok=True)
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        why = error.strerror or error
+        raise _UsageError(f"--out {args.out}: cannot create the directory: {why}") from None
+    if not os.access(directory, os.W_OK):
+        raise _UsageError(f"--out {args.out}: the directory is not writable")
     summary: dict[str, Any] = {"seed": args.seed, "scenarios": {}}
     written: list[str] = []
     started = time.monotonic()
@@ -228,6 +261,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "pip install 'seawall[sim]'\n"
             )
             return 1
+    import signal
+    import threading
+
+    from seawall.sim._util import SimulationError
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (a `kill`, a CI timeout) unwinds like Ctrl-C: the pool's workers are stopped.
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         parser = build_parser()
         args = parser.parse_args(words)
@@ -239,12 +281,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 return saga_main(args)
             return _run_sim(args)
-        except (ValueError, TypeError) as err:
+        except SimulationError as err:
+            # Not the user's input: the simulator itself failed while it ran.
+            cause = err.__cause__
+            where = ""
+            if cause is not None and cause.__traceback__ is not None:
+                import traceback
+
+                last = traceback.extract_tb(cause.__traceback__)[-1]
+                where = f" (at {os.path.basename(last.filename)}:{last.lineno})"
+            sys.stderr.write(f"seawall: internal error{where}: {err}; please report it\n")
+            return EXIT_INTERNAL
+        except (ValueError, TypeError, _UsageError) as err:
             # Parameters the option types could not check alone (e.g. --cap below --base).
             parser.exit(EXIT_USAGE, f"seawall: error: {err}\n")
+        except OSError as err:
+            # Writing a result (a plot, the report) failed after the run: the path is the cause.
+            name = f" {err.filename}" if err.filename else ""
+            parser.exit(EXIT_USAGE, f"seawall: error: cannot write{name}: {err.strerror or err}\n")
+        except Exception as err:
+            sys.stderr.write(
+                f"seawall: internal error: {type(err).__name__}: {err}; please report it\n"
+            )
+            return EXIT_INTERNAL
     except KeyboardInterrupt:
         sys.stderr.write("\nseawall: interrupted\n")
         return EXIT_INTERRUPTED
+    except _Terminated:
+        sys.stderr.write("seawall: terminated\n")
+        return EXIT_TERMINATED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0  # pragma: no cover - parser.exit raises
 
 

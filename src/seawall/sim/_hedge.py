@@ -20,7 +20,7 @@ from seawall._strategies.hedge import Hedge, HedgeDelayPassed, HedgeHook
 from seawall._strategies.latency import LatencyTracker
 from seawall.sim._engine import Engine, SimClock
 from seawall.sim._metrics import hedge_hooks
-from seawall.sim._util import trial_rng
+from seawall.sim._util import check_volume, isolated, simulate, trial_rng
 
 __all__ = ["HEDGE_PERCENTILES", "HedgeResult", "HedgeRow", "hedge"]
 
@@ -235,6 +235,7 @@ def _run(
     return row, engine.events
 
 
+@isolated
 def hedge(
     *,
     requests: int = 2000,
@@ -310,6 +311,7 @@ def hedge(
         max_extra_load = bound
     min_samples = _validate.count("min_samples", min_samples, minimum=0)
     seed = _validate.count("seed", seed, minimum=0)
+    check_volume("requests * fanout * max_attempts", requests * fanout * max_attempts)
     mu = math.log(median)
 
     def latency(rng: random.Random) -> float:
@@ -324,7 +326,8 @@ def hedge(
     if progress is not None:
         progress(0, len(strategies))
     for i, strategy in enumerate(strategies):
-        row, n = _run(
+        row, n = simulate(
+            _run,
             strategy,
             requests=requests,
             fanout=fanout,

@@ -14,7 +14,7 @@ from seawall._strategies.budget import RetryBudget
 from seawall._strategies.retry import RetryPolicy, RetryState
 from seawall.sim._engine import Engine, SimClock
 from seawall.sim._metrics import retry_hooks
-from seawall.sim._util import parallel_map, trial_rng
+from seawall.sim._util import MAX_DURATION, check_volume, isolated, parallel_map, trial_rng
 
 __all__ = ["METASTABLE_STRATEGIES", "MetastableResult", "MetastableSeries", "metastable"]
 
@@ -271,6 +271,7 @@ def _recovery(
     return None
 
 
+@isolated
 def metastable(
     *,
     strategies: Sequence[str] = METASTABLE_STRATEGIES,
@@ -338,6 +339,8 @@ def metastable(
                 f"strategies must be among {', '.join(METASTABLE_STRATEGIES)}; got {s!r}"
             )
     duration = _validate.seconds("duration", duration, zero=False, finite=True)
+    if duration > MAX_DURATION:
+        raise ValueError(f"duration must be <= {MAX_DURATION:g} seconds, got {duration!r}")
     rate = _validate.number("rate", rate, minimum=0.0, above=True, finite=True)
     spike_rate = _validate.number("spike_rate", spike_rate, minimum=0.0, above=True, finite=True)
     spike_start = _validate.seconds("spike_start", spike_start, finite=True)
@@ -353,6 +356,12 @@ def metastable(
     bin_width = _validate.seconds("bin_width", bin_width, zero=False, finite=True)
     runs = _validate.count("runs", runs, minimum=1)
     seed = _validate.count("seed", seed, minimum=0)
+    if duration / bin_width > 1_000_000:
+        raise ValueError(f"duration / bin_width must be <= 1e6 bins, got {duration / bin_width:g}")
+    check_volume(
+        "rate * duration * attempts (over every run)",
+        max(rate, spike_rate) * duration * attempts * runs * len(tuple(strategies)),
+    )
     jobs = [
         _Params(
             s,

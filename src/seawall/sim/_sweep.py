@@ -15,7 +15,7 @@ from seawall._strategies.budget import AdaptiveThrottle, Budget, RetryBudget, To
 from seawall._strategies.retry import RetryPolicy, RetryState
 from seawall.sim._engine import Engine, SimClock
 from seawall.sim._metrics import breaker_hooks, retry_hooks
-from seawall.sim._util import parallel_map, trial_rng
+from seawall.sim._util import MAX_DURATION, check_volume, isolated, parallel_map, trial_rng
 
 __all__ = ["SWEEP_STRATEGIES", "SweepResult", "SweepRow", "sweep"]
 
@@ -184,7 +184,9 @@ def _run(args: tuple[str, float, int, float, float, float, int]) -> SweepRow:
                 name=f"sweep-{strategy}",
                 hooks=breaker_hooks(),
             )
-        at(expo(per_client), on_arrival, (policy, breaker))
+        first = expo(per_client)
+        if first < duration:  # the first arrival too falls inside the run, or not at all
+            at(first, on_arrival, (policy, breaker))
     engine.run()
     return SweepRow(
         strategy,
@@ -197,6 +199,7 @@ def _run(args: tuple[str, float, int, float, float, float, int]) -> SweepRow:
     )
 
 
+@isolated
 def sweep(
     clients: int = 100,
     *,
@@ -244,6 +247,8 @@ def sweep(
     clients = _validate.count("clients", clients, minimum=1)
     rate = _validate.number("rate", rate, minimum=0.0, above=True, finite=True)
     duration = _validate.seconds("duration", duration, zero=False, finite=True)
+    if duration > MAX_DURATION:
+        raise ValueError(f"duration must be <= {MAX_DURATION:g} seconds, got {duration!r}")
     ps = tuple(_validate.ratio("failure_rates", p) for p in failure_rates)
     for s in strategies:
         if s not in SWEEP_STRATEGIES:
@@ -253,6 +258,8 @@ def sweep(
     hop_mean = _validate.seconds("hop_mean", hop_mean, zero=False, finite=True)
     seed = _validate.count("seed", seed, minimum=0)
     total = clients * rate
+    runs = (len(ps) + len(split_counts)) * len(strategies)
+    check_volume("clients * rate * duration (over every run)", total * duration * runs)
     jobs = [(s, p, clients, total, duration, hop_mean, seed) for p in ps for s in strategies]
     jobs += [
         (s, split_p, n, total, duration, hop_mean, seed) for n in split_counts for s in strategies
