@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
@@ -14,11 +13,23 @@ from seawall._strategies.budget import RetryBudget
 from seawall._strategies.retry import RetryPolicy, RetryState
 from seawall.sim._engine import Engine, SimClock
 from seawall.sim._metrics import retry_hooks
+from seawall.sim._servers import SERVER_MODELS, make_server
 from seawall.sim._util import MAX_DURATION, check_volume, isolated, parallel_map, trial_rng
 
 __all__ = ["METASTABLE_STRATEGIES", "MetastableResult", "MetastableSeries", "metastable"]
 
-METASTABLE_STRATEGIES: tuple[str, ...] = ("naive", "backoff", "budget", "budget_shedding")
+METASTABLE_STRATEGIES: tuple[str, ...] = (
+    "naive",
+    "backoff",
+    "budget",
+    "budget_shedding",
+    "published_backoff",
+    "retry_once",
+    "no_retries",
+)
+#: The strategies a run compares unless told otherwise.
+DEFAULT_METASTABLE_STRATEGIES: tuple[str, ...] = ("naive", "backoff", "budget", "budget_shedding")
+TRIGGERS: tuple[str, ...] = ("spike", "ramp")
 
 
 class AttemptTimedOut(TimeoutError):
@@ -69,6 +80,14 @@ class MetastableResult:
     spike_end: float
     runs: int
     seed: int
+    server: str = "fixed"
+    trigger: str = "spike"
+    outage: tuple[float, float] | None = None
+
+    @property
+    def trigger_end(self) -> float:
+        """When the trigger (the spike or ramp, and the outage) ended."""
+        return max(self.spike_end, self.outage[1] if self.outage else 0.0)
 
     def get(self, strategy: str) -> MetastableSeries:
         for s in self.series:
@@ -98,6 +117,12 @@ class _Params:
     attempts: int
     shed_limit: int
     bin_width: float
+    server: str = "fixed"
+    concurrency: int = 1
+    queue_limit: float = math.inf
+    trigger: str = "spike"
+    outage_start: float = 0.0
+    outage_end: float = 0.0
 
 
 class _Request:
@@ -114,11 +139,17 @@ def _policy(
     strategy: str, attempts: int, timeout: float, clock: SimClock, seed: int, run: int
 ) -> RetryPolicy:
     rng = trial_rng(seed, "metastable", strategy, run, "policy")
-    # "naive" retries at once; the others back off with full jitter.
-    backoff = Backoff.constant(0.0) if strategy == "naive" else Backoff(base=0.1, cap=2.0)
     budget = RetryBudget(clock=clock) if strategy in ("budget", "budget_shedding") else None
+    if strategy in ("naive", "retry_once"):
+        backoff = Backoff.constant(0.0)  # retry at once
+    elif strategy == "published_backoff":
+        # U(0, 20 s) before the first retry, U(0, 40 s) before the second: full jitter, base
+        # 20 s, doubling, capped at 40 s.
+        backoff = Backoff(base=20.0, multiplier=2.0, cap=40.0, jitter="full")
+    else:
+        backoff = Backoff(base=0.1, cap=2.0)
     return RetryPolicy(
-        max_attempts=attempts,
+        max_attempts={"retry_once": 2, "no_retries": 1}.get(strategy, attempts),
         backoff=backoff,
         attempt_timeout=timeout,
         budget=budget,
@@ -126,6 +157,16 @@ def _policy(
         name=f"metastable-{strategy}",
         hooks=retry_hooks(),
     )
+
+
+def _rate_at(p: _Params, now: float) -> float:
+    if not p.spike_start <= now < p.spike_end:
+        return p.rate
+    if p.trigger == "ramp":
+        # Up from `rate` to `spike_rate` across the window, then back down at once.
+        span = p.spike_end - p.spike_start
+        return p.rate + (p.spike_rate - p.rate) * (now - p.spike_start) / span
+    return p.spike_rate
 
 
 def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, int, int]:
@@ -141,31 +182,23 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
     offered = [0] * nbins
     in_flight_at = [0] * nbins
     width = p.bin_width
-    base, per = p.base_latency, p.per_request
-    # The server shares itself between the requests in it (processor sharing): each needs one
-    # unit of work, done at the rate 1 / (base + per * n) while n requests are in, so a request
-    # alone takes `base` seconds and, at a steady n, base + per * n. Everyone progresses at the
-    # same rate, so requests finish in arrival order: a deque of the work clock's finish marks.
-    work = 0.0  # units of work done per request since t=0
-    updated = 0.0
-    marks: collections.deque[tuple[float, tuple[_Request, int]]] = collections.deque()
-    version = 0
     requests = 0
     succeeded = 0
     settled = 0
     attempts = 0
 
-    def progress(now: float) -> None:
-        nonlocal work, updated
-        if marks:
-            work += (now - updated) / (base + per * len(marks))
-        updated = now
+    def on_done(arg: tuple[_Request, int]) -> None:
+        at(engine.now + expo(net), on_ok, arg)
 
-    def reschedule(now: float) -> None:
-        nonlocal version
-        version += 1
-        if marks:
-            at(now + (marks[0][0] - work) * (base + per * len(marks)), on_done, version)
+    server = make_server(
+        p.server,
+        engine,
+        on_done,
+        base=p.base_latency,
+        per_request=p.per_request,
+        concurrency=p.concurrency,
+        queue_limit=p.queue_limit,
+    )
 
     def send(req: _Request, now: float) -> None:
         nonlocal attempts
@@ -182,22 +215,21 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
         k = int(now / width)
         if k < nbins:
             offered[k] += 1
-        if shed and len(marks) >= p.shed_limit:
+        if p.outage_start <= now < p.outage_end:
+            # The server stalls (a pause, a lost dependency): requests wait in its queue and
+            # it takes them, in order, when it comes back.
+            at(p.outage_end, take, arg)
+            return
+        take(arg)
+
+    def take(arg: tuple[_Request, int]) -> None:
+        now = engine.now
+        if shed and len(server) >= p.shed_limit:
             # Shedding: answer at once with "overloaded; don't retry" instead of taking it in.
             at(now + expo(net), on_overloaded, arg)
             return
-        progress(now)
-        marks.append((work + 1.0, arg))
-        reschedule(now)
-
-    def on_done(token: int) -> None:
-        if token != version:
-            return  # the rate changed since this completion was scheduled
-        now = engine.now
-        progress(now)
-        _, arg = marks.popleft()
-        at(now + expo(net), on_ok, arg)
-        reschedule(now)
+        if not server.submit(arg):
+            at(now + expo(net), on_overloaded, arg)  # a full queue refuses at once
 
     def on_ok(arg: tuple[_Request, int]) -> None:
         nonlocal succeeded, settled
@@ -240,13 +272,12 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
         now = engine.now
         requests += 1
         send(_Request(policy.new_state(now)), now)
-        rate = p.spike_rate if p.spike_start <= now < p.spike_end else p.rate
-        nxt = now + expo(rate)
+        nxt = now + expo(_rate_at(p, now))
         if nxt < p.duration:
             at(nxt, on_arrival, None)
 
     def sample(k: int) -> None:
-        in_flight_at[k] = len(marks)
+        in_flight_at[k] = len(server)
         if k + 1 < nbins:
             at((k + 2) * width, sample, k + 1)
 
@@ -259,22 +290,29 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
 def _recovery(
     goodput: Sequence[float], width: float, spike_end: float, baseline: float
 ) -> float | None:
-    """The start of the first 5 s window after the spike whose mean goodput is >= 90% of baseline.
+    """When goodput came back after the spike, for good: the start of the first 5 s window
+    whose mean goodput is >= 90% of the baseline and after which no 5 s window falls below 75%.
 
-    A window mean, not every bin, so that Poisson noise in one bin does not count as a relapse.
+    Window means, not single bins, so that Poisson noise in one bin does not count as a relapse;
+    "for good", so that the burst of requests the server finishes just after the spike (late,
+    already timed out, or not) does not count as recovery.
     """
     first = math.ceil(spike_end / width)
     need = max(1, round(5.0 / width))
-    for k in range(first, len(goodput) - need + 1):
-        if sum(goodput[k : k + need]) / need >= 0.9 * baseline:
-            return k * width
-    return None
+    means = [sum(goodput[k : k + need]) / need for k in range(len(goodput) - need + 1)]
+    found: int | None = None
+    for k in range(len(means) - 1, first - 1, -1):
+        if means[k] < 0.75 * baseline:
+            break
+        if means[k] >= 0.9 * baseline:
+            found = k
+    return None if found is None else found * width
 
 
 @isolated
 def metastable(
     *,
-    strategies: Sequence[str] = METASTABLE_STRATEGIES,
+    strategies: Sequence[str] = DEFAULT_METASTABLE_STRATEGIES,
     duration: float = 80.0,
     rate: float = 40.0,
     spike_rate: float = 80.0,
@@ -291,12 +329,21 @@ def metastable(
     seed: int = 0,
     workers: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    server: str = "fixed",
+    concurrency: int = 100,
+    queue_limit: float = math.inf,
+    trigger: str = "spike",
+    outage: tuple[float, float] | None = None,
 ) -> MetastableResult:
     """A server that slows down with load, a short spike, and clients that retry.
 
-    The server has no concurrency limit; a request takes ``base_latency + per_request * n``
-    seconds where n is the number of requests in the server when it arrives, and it finishes its
-    work even after the client has stopped waiting. Each network hop takes Exp(mean
+    By default (``server="fixed"``) the server has no concurrency limit; a request takes
+    ``base_latency + per_request * n`` seconds where n is the number of requests in the server
+    when it arrives, and it finishes its work even after the client has stopped waiting.
+    ``server="processor_sharing"`` shares the server between the requests in it (throughput
+    capped at ``1 / per_request``); ``server="limit"`` gives it *concurrency* slots of
+    *base_latency* seconds each and a FIFO queue of *queue_limit* (see
+    :mod:`seawall.sim._servers`). Each network hop takes Exp(mean
     *network_mean*). Requests arrive as a Poisson process at *rate* per second, at *spike_rate*
     between *spike_start* and *spike_end*. Every attempt times out after *timeout* seconds.
 
@@ -307,6 +354,14 @@ def metastable(
     - ``budget``: backoff plus a shared :class:`~seawall.RetryBudget` (defaults).
     - ``budget_shedding``: the same, and the server rejects requests with "overloaded; don't
       retry" while *shed_limit* requests are in it.
+    - ``published_backoff``: U(0, 20 s) before the first retry, U(0, 40 s) before the second.
+    - ``retry_once``: one retry, at once (Bronson et al., HotOS'21).
+    - ``no_retries``: one attempt.
+
+    ``trigger="ramp"`` raises the rate linearly from *rate* to *spike_rate* between
+    *spike_start* and *spike_end* instead of jumping; *outage* ``(start, end)`` stalls the
+    server for that window: requests reaching it wait, and it takes them in order when it
+    comes back.
 
     Goodput has recovered once, after the spike, its mean over 5 s is back to >= 90% of its mean
     before the spike (from 5 s on).
@@ -325,6 +380,11 @@ def metastable(
         attempts: attempts per request, the first included.
         shed_limit: requests in the server beyond which ``budget_shedding`` rejects.
         bin_width: seconds per bin of the time series.
+        server: the server model, one of ``fixed``, ``processor_sharing``, ``limit``.
+        concurrency: slots of the ``limit`` server.
+        queue_limit: the ``limit`` server's queue (beyond it, refused at once).
+        trigger: ``spike`` or ``ramp``.
+        outage: a window ``(start, end)`` during which the server stalls, or ``None``.
         runs: independent runs per strategy; the series are their means.
         seed: the seed.
         workers: processes to spread the runs over.
@@ -362,6 +422,19 @@ def metastable(
         "rate * duration * attempts (over every run)",
         max(rate, spike_rate) * duration * attempts * runs * len(tuple(strategies)),
     )
+    if server not in SERVER_MODELS:
+        raise ValueError(f"server must be one of {', '.join(SERVER_MODELS)}; got {server!r}")
+    if trigger not in TRIGGERS:
+        raise ValueError(f"trigger must be one of {', '.join(TRIGGERS)}; got {trigger!r}")
+    concurrency = _validate.count("concurrency", concurrency, minimum=1)
+    if queue_limit != math.inf:
+        queue_limit = _validate.count("queue_limit", queue_limit, minimum=0)
+    down = (0.0, 0.0)
+    if outage is not None:
+        o_start, o_end = (_validate.seconds("outage", t, finite=True) for t in outage)
+        if o_end < o_start:
+            raise ValueError(f"outage must be (start, end) with end >= start, got {outage!r}")
+        down = (o_start, o_end)
     jobs = [
         _Params(
             s,
@@ -379,11 +452,20 @@ def metastable(
             attempts,
             shed_limit,
             bin_width,
+            server,
+            concurrency,
+            queue_limit,
+            trigger,
+            *down,
         )
         for s in strategies
         for r in range(runs)
     ]
     outs = parallel_map(_run, jobs, workers=workers, progress=progress)
+    # The trigger: the spike (or ramp), the outage, or both; recovery counts from its end.
+    windows = [w for w in ((spike_start, spike_end), down) if w[1] > w[0]]
+    trigger_start = min((w[0] for w in windows), default=spike_start)
+    trigger_end = max((w[1] for w in windows), default=spike_end)
     series = []
     for i, s in enumerate(strategies):
         mine = outs[i * runs : (i + 1) * runs]
@@ -397,10 +479,10 @@ def metastable(
             pre = [
                 g[k]
                 for k in range(len(g))
-                if k * bin_width >= 5.0 and (k + 1) * bin_width <= spike_start
+                if k * bin_width >= 5.0 and (k + 1) * bin_width <= trigger_start
             ]
             baseline = sum(pre) / len(pre) if pre else rate
-            recovered.append(_recovery(g, bin_width, spike_end, baseline))
+            recovered.append(_recovery(g, bin_width, trigger_end, baseline))
         series.append(
             MetastableSeries(
                 strategy=s,
@@ -414,5 +496,16 @@ def metastable(
             )
         )
     return MetastableResult(
-        tuple(series), bin_width, duration, rate, spike_rate, spike_start, spike_end, runs, seed
+        tuple(series),
+        bin_width,
+        duration,
+        rate,
+        spike_rate,
+        spike_start,
+        spike_end,
+        runs,
+        seed,
+        server,
+        trigger,
+        down if down[1] > down[0] else None,
     )
