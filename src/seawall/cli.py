@@ -56,8 +56,11 @@ def _default_workers() -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The command's argument parser (one subparser per registered scenario)."""
     from seawall.sim import SCENARIOS
-    from seawall.sim._args import count, whole
+    from seawall.sim._args import choice, count, whole
+    from seawall.sim._registry import load_entry_points
+    from seawall.sim._trials import ENGINES
 
+    load_entry_points()
     parser = argparse.ArgumentParser(
         prog="seawall",
         description="seawall: safe retries. Run the simulator that shows what retry policies do.",
@@ -93,8 +96,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="run one scenario: " + ", ".join(SCENARIOS),
         description="Run one scenario. `seawall sim NAME --help` lists its options.",
     )
+    sim.add_argument(
+        "--list", action="store_true", help="list the scenarios (built in and installed) and exit"
+    )
+    sim.add_argument(
+        "--from",
+        dest="from_file",
+        metavar="RESULT.json",
+        help="re-run exactly what a JSON result of `seawall sim ... --json` ran; prints JSON",
+    )
+    sim.add_argument(
+        "--workers", type=count, default=_default_workers(), help="processes to use (CPUs)"
+    )
     names = sim.add_subparsers(dest="scenario", metavar="NAME")
-    names.required = True
     for name, scenario in SCENARIOS.items():
         sub = names.add_parser(
             name, help=scenario.summary, description=scenario.description or scenario.summary
@@ -111,6 +125,24 @@ def build_parser() -> argparse.ArgumentParser:
             "--metrics",
             action="store_true",
             help="also print the production metrics (seawall_*_total) of the run; one process",
+        )
+        sub.add_argument(
+            "--seeds",
+            type=count,
+            metavar="N",
+            help="run N seeds (--seed, --seed + 1, ...) in parallel: means with 95%% confidence "
+            "intervals, and every trial in the JSON",
+        )
+        sub.add_argument(
+            "--engine",
+            type=choice(ENGINES),
+            default="processes",
+            help="where --seeds trials run: local processes, or a Dask cluster (processes)",
+        )
+        sub.add_argument(
+            "--cluster",
+            metavar="ADDRESS",
+            help="with --engine dask: a scheduler's address (default: a local cluster)",
         )
         if scenario.plot is not None:
             sub.add_argument("--plot", metavar="PATH", help="write a PNG plot to PATH")
@@ -154,10 +186,130 @@ def _consoles() -> tuple[Any, Any]:
     return Console(), Console(stderr=True)
 
 
-def _run_sim(args: argparse.Namespace) -> int:
-    from seawall.sim import SCENARIOS
+def _list_scenarios() -> int:
+    from seawall.sim._registry import BROKEN, SCENARIOS
+
+    width = max(len(n) for n in SCENARIOS)
+    for name, scenario in SCENARIOS.items():
+        sys.stdout.write(f"{name:<{width}}  {scenario.summary}\n")
+    for name, error in BROKEN:
+        sys.stderr.write(f"seawall: the installed scenario {name!r} failed to load: {error}\n")
+    return 0
+
+
+def _run_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``seawall sim --from FILE``: the same scenario, parameters and seeds as FILE."""
+    from seawall.sim._registry import SCENARIOS
+    from seawall.sim._trials import run_trials
+
+    try:
+        with open(args.from_file, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as error:
+        raise _UsageError(f"--from {args.from_file}: {error.strerror or error}") from None
+    except json.JSONDecodeError as error:
+        raise _UsageError(f"--from {args.from_file}: not JSON ({error})") from None
+    run = doc.get("run") if isinstance(doc, dict) else None
+    if not isinstance(run, dict) or not isinstance(run.get("parameters"), dict):
+        raise _UsageError(
+            f"--from {args.from_file}: no 'run' record (write it with `seawall sim NAME --json`)"
+        )
+    name = run.get("scenario")
+    if name not in SCENARIOS:
+        raise _UsageError(f"--from {args.from_file}: unknown scenario {name!r}")
+    seeds = run.get("seeds")
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+    ):
+        raise _UsageError(f"--from {args.from_file}: 'seeds' must be a list of whole numbers")
+    # Defaults first (a file from an older version may lack a newer option), then the file's.
+    defaults = parser.parse_args(["sim", name])
+    known = set(vars(defaults))
+    params = dict(vars(defaults))
+    for key, value in run["parameters"].items():
+        if key not in known:
+            raise _UsageError(f"--from {args.from_file}: unknown parameter {key!r} for {name}")
+        params[key] = value
+    from seawall.sim._trials import parameters_of
+
+    params = parameters_of(argparse.Namespace(**params))
+    _out, err = _consoles()
+    with _progress(err, f"seawall sim {name}") as progress:
+        if "trials" in doc:
+            data = run_trials(name, params, seeds, workers=args.workers, progress=progress)
+        else:
+            data = _single(name, params, seeds[0], progress)
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    return 0
+
+
+def _single(name: str, params: dict[str, Any], seed: int, progress: Any) -> dict[str, Any]:
+    from seawall import __version__
+    from seawall.sim._registry import SCENARIOS
     from seawall.sim._report import jsonable
 
+    args = argparse.Namespace(**params, seed=seed, workers=1)
+    data: dict[str, Any] = _with_run(
+        jsonable(SCENARIOS[name].run(args, progress)), name, params, seed, __version__
+    )
+    return data
+
+
+def _with_run(data: Any, name: str, params: dict[str, Any], seed: int, version: str) -> Any:
+    if not isinstance(data, dict):
+        return data
+    run = {"scenario": name, "parameters": params, "seeds": [seed], "seawall_version": version}
+    return {**data, "run": run}
+
+
+def _run_seeds(args: argparse.Namespace) -> int:
+    from seawall.sim._trials import parameters_of, run_trials
+
+    if getattr(args, "metrics", False):
+        raise ValueError("--metrics counts one run in one process: it does not go with --seeds")
+    if getattr(args, "plot", None):
+        raise ValueError("--plot draws one run: it does not go with --seeds")
+    out, err = _consoles()
+    params = parameters_of(args)
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    with _progress(err, f"seawall sim {args.scenario} x {args.seeds} seeds") as progress:
+        doc = run_trials(
+            args.scenario,
+            params,
+            seeds,
+            workers=args.workers,
+            engine=args.engine,
+            cluster=args.cluster,
+            progress=progress,
+        )
+    if args.json:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return 0
+    from rich.table import Table
+
+    table = Table(
+        title=f"{args.scenario}: {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}), mean and 95% CI"
+    )
+    for column in ("metric", "mean", "95% CI", "trials"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for key, s in doc["summary"].items():
+        mean = "-" if s["mean"] is None else f"{s['mean']:.4g}"
+        ci = "-" if s["ci95"] is None else f"[{s['ci95'][0]:.4g}, {s['ci95'][1]:.4g}]"
+        table.add_row(key, mean, ci, str(s["n"]))
+    out.print(table)
+    return 0
+
+
+def _run_sim(args: argparse.Namespace) -> int:
+    from seawall import __version__
+    from seawall.sim import SCENARIOS
+    from seawall.sim._report import jsonable
+    from seawall.sim._trials import parameters_of
+
+    if args.seeds is not None:
+        return _run_seeds(args)
     scenario = SCENARIOS[args.scenario]
     plot = getattr(args, "plot", None)
     if plot:
@@ -175,7 +327,9 @@ def _run_sim(args: argparse.Namespace) -> int:
         with _progress(err, f"seawall sim {scenario.name}") as progress:
             result = scenario.run(args, progress)
     if args.json:
-        data = jsonable(result)
+        data = _with_run(
+            jsonable(result), scenario.name, parameters_of(args), args.seed, __version__
+        )
         if counters is not None:
             from seawall.sim._metrics import metrics_json
 
@@ -280,6 +434,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from seawall.saga._cli import main as saga_main
 
                 return saga_main(args)
+            if args.list:
+                return _list_scenarios()
+            if args.from_file:
+                return _run_from(parser, args)
+            if args.scenario is None:
+                raise _UsageError(
+                    "sim: the following arguments are required: NAME (or --list, or --from FILE)"
+                )
             return _run_sim(args)
         except SimulationError as err:
             # Not the user's input: the simulator itself failed while it ran.

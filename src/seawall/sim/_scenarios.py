@@ -30,6 +30,61 @@ from seawall.sim._sweep import (
 __all__: list[str] = []
 
 
+# -- headline numbers for --seeds (means with 95% confidence intervals) --------------------
+
+
+def _storm_metrics(r: Any) -> dict[str, float | None]:
+    return {f"peak.{jitter}": float(n) for jitter, n in r.peaks.items()}
+
+
+def _occ_metrics(r: Any) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for row in r.rows:
+        out[f"{row.algorithm}.N{row.clients}.calls"] = row.calls
+        out[f"{row.algorithm}.N{row.clients}.completion"] = row.completion
+    return out
+
+
+def _amplify_metrics(r: Any) -> dict[str, float | None]:
+    return {f"{row.strategy}.per_request": row.per_request for row in r.rows}
+
+
+def _fleet_metrics(r: Any) -> dict[str, float | None]:
+    return {f"{row.strategy}.P{row.processes}.per_request": row.per_request for row in r.rows}
+
+
+def _sweep_metrics(r: Any) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for row in r.rows:
+        key = f"{row.strategy}.p{row.failure_rate:g}"
+        out[f"{key}.success"] = row.success
+        out[f"{key}.load"] = row.load
+    for row in r.splits:
+        key = f"{row.strategy}.clients{row.clients}.p{row.failure_rate:g}"
+        out[f"{key}.success"] = row.success
+        out[f"{key}.load"] = row.load
+    return out
+
+
+def overload_metrics(r: Any) -> dict[str, float | None]:
+    """Per strategy: success, load, goodput and attempts/s from 30 s after the trigger to the
+    end, and when goodput recovered (``None`` if it never did)."""
+    out: dict[str, float | None] = {}
+    for s in r.series:
+        after = [k for k in range(len(s.goodput)) if k * r.bin_width >= r.trigger_end + 30]
+        out[f"{s.strategy}.success"] = s.success
+        out[f"{s.strategy}.load"] = s.load
+        if after:
+            out[f"{s.strategy}.late_goodput"] = sum(s.goodput[k] for k in after) / len(after)
+            out[f"{s.strategy}.late_offered"] = sum(s.offered[k] for k in after) / len(after)
+        times = [t for t in s.recovered_at if t is not None]
+        out[f"{s.strategy}.recovered_at"] = (
+            sum(times) / len(times) if len(times) == len(s.recovered_at) else None
+        )
+        out[f"{s.strategy}.recovered"] = 1.0 if s.recovered else 0.0
+    return out
+
+
 # -- storm ---------------------------------------------------------------------------------
 
 
@@ -57,6 +112,7 @@ def _storm_run(a: argparse.Namespace, progress: Progress | None) -> Any:
 register_scenario(
     Scenario(
         name="storm",
+        metrics=_storm_metrics,
         summary="one client's retry trace, and N clients' retry times by jitter kind",
         description=(
             "(a) One client calls a dependency that is down for --outage seconds: each attempt, "
@@ -114,6 +170,7 @@ def _occ_run(a: argparse.Namespace, progress: Progress | None) -> Any:
 register_scenario(
     Scenario(
         name="occ",
+        metrics=_occ_metrics,
         summary="optimistic concurrency: N clients, conditional writes, backoff on conflict",
         description=(
             "The AWS Architecture Blog experiment (Exponential Backoff And Jitter, 2015): N "
@@ -151,6 +208,7 @@ def _amplify_run(a: argparse.Namespace, progress: Progress | None) -> Any:
 register_scenario(
     Scenario(
         name="amplify",
+        metrics=_amplify_metrics,
         summary="L layers x A attempts against a failing leaf: naive, one-layer rule, budget",
         description=(
             "Requests go through --layers services, each a real RetryPolicy with --attempts "
@@ -195,6 +253,7 @@ def _fleet_run(a: argparse.Namespace, progress: Progress | None) -> Any:
 register_scenario(
     Scenario(
         name="fleet",
+        metrics=_fleet_metrics,
         summary="N client processes against a dead dependency: a budget each, or one shared",
         description=(
             "Each of --processes client processes calls a dependency that is down, through a "
@@ -268,6 +327,7 @@ def _sweep_run(a: argparse.Namespace, progress: Progress | None) -> Any:
 register_scenario(
     Scenario(
         name="sweep",
+        metrics=_sweep_metrics,
         summary="success rate and load of retry strategies as the failure rate grows",
         description=(
             "Open-loop Poisson clients; each attempt fails independently with probability p. "
@@ -441,6 +501,7 @@ register_scenario(
         ),
         add_arguments=_overload_args("metastable"),
         run=_overload_run,
+        metrics=overload_metrics,
         demo=_overload_demo("metastable"),
         render=_report.render_metastable,
         plot=_report.plot_metastable,
@@ -457,6 +518,7 @@ register_scenario(
         ),
         add_arguments=_overload_args("ramp"),
         run=_overload_run,
+        metrics=overload_metrics,
         demo=_overload_demo("ramp"),
         render=_report.render_metastable,
         plot=_report.plot_metastable,
@@ -475,6 +537,7 @@ register_scenario(
         ),
         add_arguments=_overload_args("bronson"),
         run=_overload_run,
+        metrics=overload_metrics,
         demo=_overload_demo("bronson"),
         render=_report.render_metastable,
         plot=_report.plot_metastable,

@@ -18,6 +18,7 @@ from seawall._core.switch import ISOLATED
 __all__ = [
     "MAX_DURATION",
     "MAX_EVENTS",
+    "InvalidParameters",
     "SimulationError",
     "check_volume",
     "isolated",
@@ -35,6 +36,10 @@ P = ParamSpec("P")
 MAX_DURATION = 1e6
 #: The most arrivals (or attempts) a run may expect: beyond it a run would take hours.
 MAX_EVENTS = 50_000_000
+
+
+class InvalidParameters(ValueError):
+    """A trial's parameters were refused (bad input), raised from a worker process."""
 
 
 class SimulationError(RuntimeError):
@@ -129,6 +134,8 @@ def simulate(fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
     raises reported as a :class:`SimulationError` (a failure of the simulator, not bad input)."""
     try:
         return run_isolated(fn, *args, **kwargs)
+    except (SimulationError, InvalidParameters):
+        raise
     except Exception as err:
         raise SimulationError(f"the simulation failed: {type(err).__name__}: {err}") from err
 
