@@ -53,6 +53,9 @@ def _default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
+_SUBPARSERS: dict[str, argparse.ArgumentParser] = {}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command's argument parser (one subparser per registered scenario)."""
     from seawall.sim import SCENARIOS
@@ -113,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub = names.add_parser(
             name, help=scenario.summary, description=scenario.description or scenario.summary
         )
+        _SUBPARSERS[name] = sub
         scenario.add_arguments(sub)
         sub.add_argument("--seed", type=whole, default=0, help="random seed (0)")
         sub.add_argument(
@@ -225,9 +229,12 @@ def _run_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     ):
         raise _UsageError(f"--from {args.from_file}: 'seeds' must be a list of whole numbers")
     # Defaults first (a file from an older version may lack a newer option), then the file's.
-    defaults = parser.parse_args(["sim", name])
-    known = set(vars(defaults))
-    params = dict(vars(defaults))
+    params = {
+        a.dest: a.default
+        for a in _SUBPARSERS[name]._actions
+        if a.dest != "help" and a.default is not argparse.SUPPRESS
+    }
+    known = set(params)
     for key, value in run["parameters"].items():
         if key not in known:
             raise _UsageError(f"--from {args.from_file}: unknown parameter {key!r} for {name}")

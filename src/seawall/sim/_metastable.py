@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from seawall._core import validate as _validate
 from seawall._core.errors import Overloaded
@@ -123,6 +125,19 @@ class _Params:
     trigger: str = "spike"
     outage_start: float = 0.0
     outage_end: float = 0.0
+    # Scenario files (seawall.sim._file): a piecewise rate, bursts, failures, a policy file.
+    rate_points: tuple[tuple[float, float], ...] = ()  # (time, rate), linear between points
+    even: bool = False  # arrivals evenly spaced instead of Poisson
+    bursts: tuple[tuple[float, int], ...] = ()  # (time, requests at once)
+    failure_probability: float = 0.0  # each attempt fails at once, independently
+    error_outages: tuple[tuple[float, float], ...] = ()  # every attempt fails in these windows
+    stall_outages: tuple[tuple[float, float], ...] = ()  # the server stalls in these windows
+    route: Any = None  # a seawall.config.RouteConfig: the policy under test
+    client_timeout: float = math.inf  # the client's own patience per attempt
+
+
+class AttemptFailed(ConnectionError):
+    """The dependency answered the attempt with an error (at once)."""
 
 
 class _Request:
@@ -136,9 +151,22 @@ class _Request:
 
 
 def _policy(
-    strategy: str, attempts: int, timeout: float, clock: SimClock, seed: int, run: int
+    strategy: str,
+    attempts: int,
+    timeout: float,
+    clock: SimClock,
+    seed: int,
+    run: int,
+    route: Any = None,
 ) -> RetryPolicy:
     rng = trial_rng(seed, "metastable", strategy, run, "policy")
+    if route is not None:
+        # A policy from the user's own policy file, as production builds it, on virtual time.
+        budget_config = route.budget
+        policy: RetryPolicy = route.build(
+            budget=None if budget_config is None else budget_config.build(clock), clock=clock
+        )
+        return policy.replace(rng=rng, hooks=retry_hooks())
     budget = RetryBudget(clock=clock) if strategy in ("budget", "budget_shedding") else None
     if strategy in ("naive", "retry_once"):
         backoff = Backoff.constant(0.0)  # retry at once
@@ -160,6 +188,14 @@ def _policy(
 
 
 def _rate_at(p: _Params, now: float) -> float:
+    points = p.rate_points
+    if points:
+        if now <= points[0][0]:
+            return points[0][1]
+        for (t0, r0), (t1, r1) in itertools.pairwise(points):
+            if now < t1:
+                return r0 if t1 == t0 else r0 + (r1 - r0) * (now - t0) / (t1 - t0)
+        return points[-1][1]
     if not p.spike_start <= now < p.spike_end:
         return p.rate
     if p.trigger == "ramp":
@@ -175,7 +211,9 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
     rng = trial_rng(p.seed, "metastable", p.strategy, p.run)
     expo = rng.expovariate
     net = 1.0 / p.network_mean
-    policy = _policy(p.strategy, p.attempts, p.timeout, SimClock(engine), p.seed, p.run)
+    policy = _policy(p.strategy, p.attempts, p.timeout, SimClock(engine), p.seed, p.run, p.route)
+    fail_p = p.failure_probability
+    rand = rng.random
     shed = p.strategy == "budget_shedding"
     nbins = math.ceil(p.duration / p.bin_width)
     goodput = [0] * nbins
@@ -204,7 +242,7 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
         nonlocal attempts
         attempts += 1
         req.attempt += 1
-        req.deadline = req.state.begin_attempt(now)
+        req.deadline = min(req.state.begin_attempt(now), now + p.client_timeout)
         arg = (req, req.attempt)
         at(now + expo(net), on_server, arg)
         # The client stops waiting at the attempt's deadline; the server does not know.
@@ -219,6 +257,13 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
             # The server stalls (a pause, a lost dependency): requests wait in its queue and
             # it takes them, in order, when it comes back.
             at(p.outage_end, take, arg)
+            return
+        for start, end in p.stall_outages:
+            if start <= now < end:
+                at(end, take, arg)
+                return
+        if (fail_p and rand() < fail_p) or any(s <= now < e for s, e in p.error_outages):
+            at(now + expo(net), on_failed, arg)  # answered at once, with an error
             return
         take(arg)
 
@@ -267,21 +312,58 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
     def on_overloaded(arg: tuple[_Request, int]) -> None:
         fail(arg, Overloaded())
 
+    def on_failed(arg: tuple[_Request, int]) -> None:
+        fail(arg, AttemptFailed("the dependency failed the attempt"))
+
     def on_arrival(_: None) -> None:
         nonlocal requests
         now = engine.now
         requests += 1
-        send(_Request(policy.new_state(now)), now)
-        nxt = now + expo(_rate_at(p, now))
+        try:
+            state = policy.new_state(now)
+        except Overloaded:  # a client-side throttle rejected the request locally
+            pass
+        else:
+            send(_Request(state), now)
+        schedule_next(now)
+
+    def schedule_next(now: float) -> None:
+        rate = _rate_at(p, now)
+        if rate <= 0:
+            # No arrivals for now: look again at the next point of the rate, or in 0.1 s
+            # (a ramp up from zero).
+            later = [t for t, _ in p.rate_points if t > now]
+            again = min(later[0] if later else math.inf, now + 0.1)
+            if again < p.duration:
+                at(again, wake, None)
+            return
+        nxt = now + (1.0 / rate if p.even else expo(rate))
         if nxt < p.duration:
             at(nxt, on_arrival, None)
+
+    def wake(_: None) -> None:
+        schedule_next(engine.now)
+
+    def on_burst(n: int) -> None:
+        nonlocal requests
+        now = engine.now
+        for _ in range(n):
+            requests += 1
+            try:
+                state = policy.new_state(now)
+            except Overloaded:
+                continue
+            send(_Request(state), now)
 
     def sample(k: int) -> None:
         in_flight_at[k] = len(server)
         if k + 1 < nbins:
             at((k + 2) * width, sample, k + 1)
 
-    at(expo(p.rate), on_arrival, None)
+    schedule_next(0.0)
+    for when, n in p.bursts:
+        if when < p.duration:
+            at(when, on_burst, n)
     at(width, sample, 0)
     engine.run(until=p.duration)
     return goodput, offered, in_flight_at, requests, succeeded, settled, attempts, engine.events
@@ -334,6 +416,7 @@ def metastable(
     queue_limit: float = math.inf,
     trigger: str = "spike",
     outage: tuple[float, float] | None = None,
+    policies: Any = None,
 ) -> MetastableResult:
     """A server that slows down with load, a short spike, and clients that retry.
 
@@ -385,6 +468,8 @@ def metastable(
         queue_limit: the ``limit`` server's queue (beyond it, refused at once).
         trigger: ``spike`` or ``ramp``.
         outage: a window ``(start, end)`` during which the server stalls, or ``None``.
+        policies: the data of a seawall policy file (``seawall.config``): each route runs too,
+            as a strategy named after it, with the policy production would build from it.
         runs: independent runs per strategy; the series are their means.
         seed: the seed.
         workers: processes to spread the runs over.
@@ -435,6 +520,15 @@ def metastable(
         if o_end < o_start:
             raise ValueError(f"outage must be (start, end) with end >= start, got {outage!r}")
         down = (o_start, o_end)
+    routes: dict[str, Any] = {}
+    if policies is not None:
+        from seawall._policy.config import ConfigError, load_config
+
+        try:
+            routes = load_config(policies)
+        except ConfigError as err:
+            raise ValueError(f"policies: {err}") from None
+    strategies = [*strategies, *(r for r in routes if r not in strategies)]
     jobs = [
         _Params(
             s,
@@ -457,18 +551,51 @@ def metastable(
             queue_limit,
             trigger,
             *down,
+            route=routes.get(s),
         )
         for s in strategies
         for r in range(runs)
     ]
-    outs = parallel_map(_run, jobs, workers=workers, progress=progress)
     # The trigger: the spike (or ramp), the outage, or both; recovery counts from its end.
     windows = [w for w in ((spike_start, spike_end), down) if w[1] > w[0]]
     trigger_start = min((w[0] for w in windows), default=spike_start)
     trigger_end = max((w[1] for w in windows), default=spike_end)
+    series = run_series(
+        jobs, strategies, runs, trigger_start, trigger_end, workers=workers, progress=progress
+    )
+    return MetastableResult(
+        series,
+        bin_width,
+        duration,
+        rate,
+        spike_rate,
+        spike_start,
+        spike_end,
+        runs,
+        seed,
+        server,
+        trigger,
+        down if down[1] > down[0] else None,
+    )
+
+
+def run_series(
+    jobs: Sequence[_Params],
+    strategies: Sequence[str],
+    runs: int,
+    trigger_start: float,
+    trigger_end: float,
+    *,
+    workers: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[MetastableSeries, ...]:
+    """Run *jobs* (``runs`` per strategy, in order) and average them into one series each."""
+    outs = parallel_map(_run, jobs, workers=workers, progress=progress)
     series = []
     for i, s in enumerate(strategies):
         mine = outs[i * runs : (i + 1) * runs]
+        params = jobs[i * runs]
+        bin_width, rate = params.bin_width, params.rate
         nbins = len(mine[0][0])
         good = tuple(sum(o[0][k] for o in mine) / runs / bin_width for k in range(nbins))
         offered = tuple(sum(o[1][k] for o in mine) / runs / bin_width for k in range(nbins))
@@ -495,17 +622,4 @@ def metastable(
                 events=sum(o[7] for o in mine),
             )
         )
-    return MetastableResult(
-        tuple(series),
-        bin_width,
-        duration,
-        rate,
-        spike_rate,
-        spike_start,
-        spike_end,
-        runs,
-        seed,
-        server,
-        trigger,
-        down if down[1] > down[0] else None,
-    )
+    return tuple(series)

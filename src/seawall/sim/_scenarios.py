@@ -10,6 +10,7 @@ from seawall.sim._amplify import amplify
 from seawall.sim._args import choice as _choice
 from seawall.sim._args import count, positive, probability, whole
 from seawall.sim._args import non_negative as _non_negative
+from seawall.sim._file import read_policies, read_scenario, run_scenario_file
 from seawall.sim._fleet import fleet
 from seawall.sim._metastable import (
     METASTABLE_STRATEGIES,
@@ -442,6 +443,13 @@ def _overload_args(name: str) -> Any:
             + ")",
         )
         p.add_argument(
+            "--policies",
+            dest="policies_data",
+            type=_policy_file,
+            metavar="POLICIES.toml",
+            help="also run every route of this seawall policy file (seawall.config) as a strategy",
+        )
+        p.add_argument(
             "--strategies",
             type=_choice(METASTABLE_STRATEGIES),
             nargs="+",
@@ -471,6 +479,7 @@ def _overload_run(a: argparse.Namespace, progress: Progress | None) -> Any:
         concurrency=a.concurrency,
         trigger=a.trigger,
         outage=tuple(a.outage) if a.outage else None,
+        policies=a.policies_data,
         runs=a.trials,
         seed=a.seed,
         workers=a.workers,
@@ -541,5 +550,80 @@ register_scenario(
         demo=_overload_demo("bronson"),
         render=_report.render_metastable,
         plot=_report.plot_metastable,
+    )
+)
+
+
+# -- file: an experiment described in a scenario file ------------------------------------
+
+
+def _policy_file(text: str) -> Any:
+    try:
+        return read_policies(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _scenario_file(text: str) -> Any:
+    try:
+        return read_scenario(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _file_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--scenario",
+        dest="spec",
+        type=_scenario_file,
+        required=True,
+        metavar="FILE.toml",
+        help="the scenario file (arrivals, server, failures, clients; see docs/simulator.md)",
+    )
+    p.add_argument(
+        "--policies",
+        dest="policies_data",
+        type=_policy_file,
+        metavar="POLICIES.toml",
+        help="run the routes of this seawall policy file as the clients (simulate production)",
+    )
+    p.add_argument("--trials", type=count, default=1, help="independent runs, averaged (1)")
+
+
+def _file_run(a: argparse.Namespace, progress: Progress | None) -> Any:
+    return run_scenario_file(
+        a.spec,
+        policies=a.policies_data,
+        runs=a.trials,
+        seed=a.seed,
+        workers=a.workers,
+        progress=progress,
+    )
+
+
+def _file_demo(seed: int, workers: int, progress: Progress | None) -> Any:
+    data = {
+        "run": {"duration": 60.0},
+        "arrivals": {"shape": "bursts", "rate": 40.0, "bursts": [[20.0, 400.0]]},
+        "clients": {"strategies": ["naive", "budget_shedding"]},
+    }
+    return run_scenario_file(data, seed=seed, workers=workers, progress=progress)
+
+
+register_scenario(
+    Scenario(
+        name="file",
+        summary="an overload experiment from a scenario file (TOML), optionally your policy file",
+        description=(
+            "Arrival shape (constant, poisson, step, ramp, bursts), server model, failures "
+            "(independent, correlated outages) and client strategies from --scenario FILE; "
+            "--policies runs the routes of a seawall policy file as the clients."
+        ),
+        add_arguments=_file_args,
+        run=_file_run,
+        demo=_file_demo,
+        render=_report.render_metastable,
+        plot=_report.plot_metastable,
+        metrics=overload_metrics,
     )
 )
