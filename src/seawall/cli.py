@@ -24,6 +24,7 @@ EXIT_INTERNAL = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 EXIT_TERMINATED = 143  # 128 + SIGTERM
+EXIT_METASTABLE = 3  # seawall probe: a strategy did not recover on its own
 
 
 class _Terminated(BaseException):
@@ -84,6 +85,47 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--workers", type=count, default=_default_workers(), help="processes to use (CPUs)"
     )
+
+    from seawall.sim._args import non_negative, positive
+    from seawall.sim._scenarios import _policy_file, _scenario_file
+
+    probe = commands.add_parser(
+        "probe",
+        help="load-test a real HTTP service with a scenario file; a metastability verdict",
+        description=(
+            "Send a scenario file's arrivals (pushed past saturation and back down) to URL in "
+            "real time, through clients built from seawall's policies, and say whether "
+            "goodput came back on its own after the trigger or stayed down (metastable). "
+            "Loopback addresses only, unless --allow-host names your own hosts."
+        ),
+    )
+    probe.add_argument("url", help="the service, e.g. http://127.0.0.1:8000/items")
+    probe.add_argument(
+        "--scenario", dest="spec", type=_scenario_file, required=True, metavar="FILE.toml"
+    )
+    probe.add_argument(
+        "--policies",
+        dest="policies_data",
+        type=_policy_file,
+        metavar="POLICIES.toml",
+        help="the clients are the routes of this seawall policy file",
+    )
+    probe.add_argument(
+        "--allow-host",
+        dest="allow_hosts",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="a host of your own that may receive the load (repeatable)",
+    )
+    probe.add_argument("--max-requests", type=count, default=100_000, help="(100000)")
+    probe.add_argument("--max-duration", type=positive, default=300.0, help="seconds (300)")
+    probe.add_argument("--max-in-flight", type=count, default=1000, help="(1000)")
+    probe.add_argument(
+        "--settle", type=non_negative, default=5.0, help="seconds between strategies (5)"
+    )
+    probe.add_argument("--seed", type=whole, default=0, help="random seed (0)")
+    probe.add_argument("--json", action="store_true", help="print the result as JSON")
 
     from seawall.saga._cli import add_arguments as add_saga_arguments
 
@@ -188,6 +230,34 @@ def _consoles() -> tuple[Any, Any]:
     from rich.console import Console
 
     return Console(), Console(stderr=True)
+
+
+def _run_probe(args: argparse.Namespace) -> int:
+    try:
+        import httpx  # noqa: F401
+    except ImportError:
+        raise _UsageError("probe needs httpx: pip install 'seawall[httpx]'") from None
+    from seawall.sim._probe import probe, render_probe
+    from seawall.sim._report import jsonable
+
+    result = probe(
+        args.url,
+        args.spec,
+        policies=args.policies_data,
+        allow_hosts=args.allow_hosts,
+        max_requests=args.max_requests,
+        max_duration=args.max_duration,
+        max_in_flight=args.max_in_flight,
+        settle=args.settle,
+        seed=args.seed,
+    )
+    if args.json:
+        sys.stdout.write(json.dumps(jsonable(result), indent=2) + "\n")
+    else:
+        out, _err = _consoles()
+        render_probe(result, out)
+    # The exit status carries the verdict, for a CI job: 3 if any strategy stayed down.
+    return EXIT_METASTABLE if any(s.verdict != "recovered" for s in result.series) else 0
 
 
 def _list_scenarios() -> int:
@@ -441,6 +511,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from seawall.saga._cli import main as saga_main
 
                 return saga_main(args)
+            if args.command == "probe":
+                return _run_probe(args)
             if args.list:
                 return _list_scenarios()
             if args.from_file:

@@ -21,6 +21,10 @@ def _hedge_metrics(r: HedgeResult) -> dict[str, float | None]:
         for field in ("p50", "p99", "p999", "extra_load"):
             out[f"{row.strategy}.{field}"] = getattr(row, field)
     out["p99_cut"] = r.p99_cut
+    hedged = [row for row in r.rows if row.quantile is not None]
+    base = [row for row in r.rows if row.quantile is None]
+    if hedged and base and hedged[0].p999 > 0:
+        out["p999_cut"] = base[0].p999 / hedged[0].p999
     return out
 
 

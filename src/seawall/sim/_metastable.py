@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from seawall._core import validate as _validate
+from seawall._core.clock import Clock
 from seawall._core.errors import Overloaded
 from seawall._strategies.backoff import Backoff
 from seawall._strategies.budget import RetryBudget
@@ -154,7 +155,7 @@ def _policy(
     strategy: str,
     attempts: int,
     timeout: float,
-    clock: SimClock,
+    clock: Clock,
     seed: int,
     run: int,
     route: Any = None,
