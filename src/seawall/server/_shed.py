@@ -21,7 +21,7 @@ from seawall._core.errors import DeadlineExceeded
 from seawall._strategies.deadline import Deadline, deadline, timeout_from_headers
 from seawall.instrumentation._core import Recorder
 
-__all__ = ["OVERLOADED_HEADER", "LoadShedder", "ShedStats"]
+__all__ = ["OVERLOADED_HEADER", "Admission", "LoadShedder", "ShedStats"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -68,6 +68,87 @@ class ShedStats:
             f"ShedStats(admitted={self.admitted}, in_flight={self.in_flight}, "
             f"queued={self.queued}, shed={self.shed})"
         )
+
+
+class Admission:
+    """The load shedder's decisions without I/O: who runs now, who waits, who is shed.
+
+    :class:`LoadShedder` drives it on asyncio (a waiter is a future with a timer); the
+    simulator drives the same object on virtual time. A waiter is any object with a
+    ``priority`` attribute (0 most urgent ... 7), opaque otherwise.
+
+    Adaptive LIFO under overload: Maurer, "Fail at Scale", ACM Queue 13(8), 2015. One deque
+    per urgency level: append on the right, serve from the right (LIFO), evict from the left
+    (the oldest).
+    """
+
+    __slots__ = ("_queues", "max_concurrency", "max_queue", "stats")
+
+    def __init__(self, max_concurrency: int, max_queue: int, stats: ShedStats) -> None:
+        self.max_concurrency = max_concurrency
+        self.max_queue = max_queue
+        self.stats = stats
+        self._queues: tuple[deque[Any], ...] = tuple(deque() for _ in range(_LEVELS))
+
+    def try_admit(self) -> bool:
+        """A request arrives: ``True`` if it runs at once (its slot is taken), else it must wait
+        (:meth:`enqueue`)."""
+        stats = self.stats
+        if stats.in_flight < self.max_concurrency and not stats.queued:
+            stats.in_flight += 1
+            return True
+        return False
+
+    def enqueue(self, waiter: Any) -> tuple[str | None, Any, str]:
+        """Queue *waiter*, evicting the least urgent, oldest waiter if the queue is full.
+
+        Returns:
+            ``(refused, evicted, why)``: *refused* is the shed reason if *waiter* was not
+            queued (``"queue_full"``), else ``None``; *evicted* is a waiter pushed out to make
+            room (or ``None``), to be shed with reason *why* (``"priority"`` if it was less
+            urgent, else ``"queue_full"``).
+        """
+        evicted: Any = None
+        why = "queue_full"
+        if self.stats.queued >= self.max_queue:
+            evicted = self._evictable(waiter.priority)
+            if evicted is None:
+                return "queue_full", None, why
+            why = "priority" if evicted.priority > waiter.priority else "queue_full"
+            self.remove(evicted)
+        self._queues[waiter.priority].append(waiter)
+        self.stats.queued += 1
+        return None, evicted, why
+
+    def _evictable(self, priority: int) -> Any:
+        """The least urgent, oldest waiter, if it is no more urgent than *priority*."""
+        for level in range(_LEVELS - 1, priority - 1, -1):
+            q = self._queues[level]
+            if q:
+                return q[0]
+        return None
+
+    def remove(self, waiter: Any) -> bool:
+        """Take *waiter* out of the queue (it timed out, or went away); ``False`` if not in it."""
+        try:
+            self._queues[waiter.priority].remove(waiter)
+        except ValueError:
+            return False
+        self.stats.queued -= 1
+        return True
+
+    def pop_next(self) -> Any:
+        """A request finished: the waiter its slot passes to (most urgent, newest), or ``None``
+        if none waits; then call :meth:`free` unless the waiter takes the slot."""
+        for q in self._queues:
+            if q:
+                self.stats.queued -= 1
+                return q.pop()  # the newest: LIFO
+        return None
+
+    def free(self) -> None:
+        """A slot is given back with no one to take it."""
+        self.stats.in_flight -= 1
 
 
 class _Waiter:
@@ -206,11 +287,8 @@ class LoadShedder:
         self._status = status
         self._reject_headers = self._build_reject_headers(status, retry_after, overloaded_header)
         self._expired_headers = [(b"content-type", b"text/plain; charset=utf-8")]
-        # Adaptive LIFO under overload: Maurer, "Fail at Scale", ACM Queue 13(8), 2015.
-        # One deque per urgency level: append on the right, serve from the right (LIFO), evict
-        # from the left (the oldest).
-        self._queues: tuple[deque[_Waiter], ...] = tuple(deque() for _ in range(_LEVELS))
         self.stats = ShedStats()
+        self._admission = Admission(self.max_concurrency, self.max_queue, self.stats)
 
     @staticmethod
     def _build_reject_headers(
@@ -243,9 +321,7 @@ class LoadShedder:
             if allowed < _NO_LIMIT:
                 at = Deadline(self._clock.now() + allowed, self._clock)
         stats = self.stats
-        if stats.in_flight < self.max_concurrency and not stats.queued:
-            stats.in_flight += 1
-        else:
+        if not self._admission.try_admit():
             reason = await self._wait(self._priority_of(scope), at)
             if reason is not None:
                 self._count_shed(reason)
@@ -295,14 +371,13 @@ class LoadShedder:
 
     async def _wait(self, priority: int, at: Deadline | None) -> str | None:
         """Wait for a slot; ``None`` once granted (the slot is then ours), else the shed reason."""
-        stats = self.stats
-        if stats.queued >= self.max_queue:
-            victim = self._evictable(priority)
-            if victim is None:
-                return "queue_full"
-            self._drop(victim, "priority" if victim.priority > priority else "queue_full")
         loop = asyncio.get_running_loop()
         waiter = _Waiter(loop.create_future(), priority)
+        refused, evicted, why = self._admission.enqueue(waiter)
+        if refused is not None:
+            return refused
+        if evicted is not None:
+            self._shed_waiter(evicted, why)
         wait = self.max_queue_wait
         reason = "queue_timeout"
         if at is not None:
@@ -310,8 +385,6 @@ class LoadShedder:
             if left < wait:
                 wait, reason = max(0.0, left), "deadline"
         waiter.timer = loop.call_later(wait, self._drop, waiter, reason)
-        self._queues[priority].append(waiter)
-        stats.queued += 1
         try:
             return await waiter.future
         except asyncio.CancelledError:
@@ -323,23 +396,19 @@ class LoadShedder:
                 self._unlink(waiter)
             raise
 
-    def _evictable(self, priority: int) -> _Waiter | None:
-        """The least urgent, oldest waiter, if it is no more urgent than *priority*."""
-        for level in range(_LEVELS - 1, priority - 1, -1):
-            q = self._queues[level]
-            if q:
-                return q[0]
-        return None
-
     def _unlink(self, waiter: _Waiter) -> bool:
-        try:
-            self._queues[waiter.priority].remove(waiter)
-        except ValueError:
+        if not self._admission.remove(waiter):
             return False
-        self.stats.queued -= 1
         if waiter.timer is not None:
             waiter.timer.cancel()
         return True
+
+    def _shed_waiter(self, waiter: _Waiter, reason: str) -> None:
+        # Already out of the queue (evicted by Admission.enqueue): stop its timer, tell it.
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+        if not waiter.future.done():
+            waiter.future.set_result(reason)
 
     def _drop(self, waiter: _Waiter, reason: str) -> None:
         if self._unlink(waiter) and not waiter.future.done():
@@ -347,17 +416,16 @@ class LoadShedder:
 
     def _release(self) -> None:
         """A request finished: hand its slot to the best waiter, or free it."""
-        for level in range(_LEVELS):
-            q = self._queues[level]
-            while q:
-                waiter = q.pop()  # the newest: LIFO
-                self.stats.queued -= 1
-                if waiter.timer is not None:
-                    waiter.timer.cancel()
-                if not waiter.future.done():
-                    waiter.future.set_result(None)  # the slot passes to it directly
-                    return
-        self.stats.in_flight -= 1
+        while True:
+            waiter = self._admission.pop_next()
+            if waiter is None:
+                self._admission.free()
+                return
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            if not waiter.future.done():
+                waiter.future.set_result(None)  # the slot passes to it directly
+                return
 
     # -- responses ---------------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ def dask_map(
             threads_per_worker=1,
             processes=True,
             dashboard_address=None,
-            silence_logs=40,  # logging.ERROR
+            silence_logs=50,  # logging.CRITICAL: a worker losing its scheduler at close
         )
         address = cluster.scheduler_address
     try:

@@ -14,6 +14,7 @@ from seawall._core.errors import Overloaded
 from seawall._strategies.backoff import Backoff
 from seawall._strategies.budget import RetryBudget
 from seawall._strategies.retry import RetryPolicy, RetryState
+from seawall.server._shed import Admission, ShedStats
 from seawall.sim._engine import Engine, SimClock
 from seawall.sim._metrics import retry_hooks
 from seawall.sim._servers import SERVER_MODELS, make_server
@@ -134,11 +135,23 @@ class _Params:
     error_outages: tuple[tuple[float, float], ...] = ()  # every attempt fails in these windows
     stall_outages: tuple[tuple[float, float], ...] = ()  # the server stalls in these windows
     route: Any = None  # a seawall.config.RouteConfig: the policy under test
+    shed_queue: int = 0  # the shedder's queue (LoadShedder's max_queue)
+    shed_queue_wait: float = 1.0  # how long a request waits in it (max_queue_wait)
     client_timeout: float = math.inf  # the client's own patience per attempt
 
 
 class AttemptFailed(ConnectionError):
     """The dependency answered the attempt with an error (at once)."""
+
+
+class _Waiter:
+    """A request in the load shedder's queue (``Admission`` reads its priority)."""
+
+    __slots__ = ("arg", "priority")
+
+    def __init__(self, arg: tuple[_Request, int]) -> None:
+        self.arg = arg
+        self.priority = 3  # RFC 9218's default urgency: every simulated request is alike
 
 
 class _Request:
@@ -228,6 +241,31 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
 
     def on_done(arg: tuple[_Request, int]) -> None:
         at(engine.now + expo(net), on_ok, arg)
+        if admission is not None:
+            release()
+
+    # Shedding is the real load shedder's decision core (seawall.server.LoadShedder's own
+    # Admission object), driven by engine events instead of asyncio futures and timers.
+    admission = Admission(p.shed_limit, p.shed_queue, ShedStats()) if shed else None
+
+    def release() -> None:
+        assert admission is not None
+        waiter = admission.pop_next()
+        if waiter is None:
+            admission.free()
+        else:
+            serve(waiter.arg)  # the slot passes to the newest waiter
+
+    def serve(arg: tuple[_Request, int]) -> None:
+        if not server.submit(arg):
+            at(engine.now + expo(net), on_overloaded, arg)  # a full queue refuses at once
+            if admission is not None:
+                release()
+
+    def on_queue_timeout(waiter: _Waiter) -> None:
+        assert admission is not None
+        if admission.remove(waiter):
+            at(engine.now + expo(net), on_overloaded, waiter.arg)
 
     server = make_server(
         p.server,
@@ -269,13 +307,20 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
         take(arg)
 
     def take(arg: tuple[_Request, int]) -> None:
+        if admission is None or admission.try_admit():
+            serve(arg)
+            return
+        # Over the shedder's limit: wait in its queue, or be shed at once with "overloaded;
+        # don't retry" (the shedder's 503), instead of being taken in.
         now = engine.now
-        if shed and len(server) >= p.shed_limit:
-            # Shedding: answer at once with "overloaded; don't retry" instead of taking it in.
+        waiter = _Waiter(arg)
+        refused, evicted, _why = admission.enqueue(waiter)
+        if refused is not None:
             at(now + expo(net), on_overloaded, arg)
             return
-        if not server.submit(arg):
-            at(now + expo(net), on_overloaded, arg)  # a full queue refuses at once
+        if evicted is not None:
+            at(now + expo(net), on_overloaded, evicted.arg)
+        at(now + p.shed_queue_wait, on_queue_timeout, waiter)
 
     def on_ok(arg: tuple[_Request, int]) -> None:
         nonlocal succeeded, settled
@@ -418,6 +463,8 @@ def metastable(
     trigger: str = "spike",
     outage: tuple[float, float] | None = None,
     policies: Any = None,
+    shed_queue: int = 0,
+    shed_queue_wait: float = 1.0,
 ) -> MetastableResult:
     """A server that slows down with load, a short spike, and clients that retry.
 
@@ -436,8 +483,10 @@ def metastable(
     - ``naive``: retry at once after a timeout.
     - ``backoff``: full-jitter backoff (base 0.1 s, cap 2 s).
     - ``budget``: backoff plus a shared :class:`~seawall.RetryBudget` (defaults).
-    - ``budget_shedding``: the same, and the server rejects requests with "overloaded; don't
-      retry" while *shed_limit* requests are in it.
+    - ``budget_shedding``: the same, and in front of the server the decision core of
+      :class:`seawall.server.LoadShedder` (its ``Admission``) admits *shed_limit* requests at a
+      time, queues *shed_queue* more for up to *shed_queue_wait* seconds (newest first), and
+      answers the rest at once with "overloaded; don't retry".
     - ``published_backoff``: U(0, 20 s) before the first retry, U(0, 40 s) before the second.
     - ``retry_once``: one retry, at once (Bronson et al., HotOS'21).
     - ``no_retries``: one attempt.
@@ -462,7 +511,9 @@ def metastable(
         network_mean: mean one-way network latency.
         timeout: the client's timeout per attempt.
         attempts: attempts per request, the first included.
-        shed_limit: requests in the server beyond which ``budget_shedding`` rejects.
+        shed_limit: the shedder's ``max_concurrency`` (``budget_shedding``).
+        shed_queue: the shedder's ``max_queue``.
+        shed_queue_wait: the shedder's ``max_queue_wait`` (seconds).
         bin_width: seconds per bin of the time series.
         server: the server model, one of ``fixed``, ``processor_sharing``, ``limit``.
         concurrency: slots of the ``limit`` server.
@@ -499,6 +550,8 @@ def metastable(
     timeout = _validate.seconds("timeout", timeout, zero=False, finite=True)
     attempts = _validate.count("attempts", attempts, minimum=1)
     shed_limit = _validate.count("shed_limit", shed_limit, minimum=1)
+    shed_queue = _validate.count("shed_queue", shed_queue, minimum=0)
+    shed_queue_wait = _validate.seconds("shed_queue_wait", shed_queue_wait, finite=True)
     bin_width = _validate.seconds("bin_width", bin_width, zero=False, finite=True)
     runs = _validate.count("runs", runs, minimum=1)
     seed = _validate.count("seed", seed, minimum=0)
@@ -553,6 +606,8 @@ def metastable(
             trigger,
             *down,
             route=routes.get(s),
+            shed_queue=shed_queue,
+            shed_queue_wait=shed_queue_wait,
         )
         for s in strategies
         for r in range(runs)
