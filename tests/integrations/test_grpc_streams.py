@@ -8,6 +8,7 @@ message or the response headers arrive; a request stream only while it is buffer
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -254,6 +255,28 @@ def test_stream_status_and_metadata_after_retries(server: Scripted) -> None:
     assert server.attempts[key] == 2
 
 
+def test_throttling_of_streams_side_by_side(server: Scripted) -> None:
+    """Ten streams from a server that always answers UNAVAILABLE: TokenBucket(10, 0.1) and
+    grpcio's retryThrottling {maxTokens: 10, tokenRatio: 0.1} stop retrying alike."""
+    keys_a = [server.script(b"a%d" % i, UNAVAILABLE) for i in range(10)]
+    keys_b = [server.script(b"b%d" % i, UNAVAILABLE) for i in range(10)]
+    with ours(server, budget=seawall.TokenBucket()) as ch1, builtin(server, throttle=True) as ch2:
+        for a, b in zip(keys_a, keys_b, strict=True):
+            read_lines(ch1, a)
+            read_lines(ch2, b)
+    per_call = [server.attempts[k] for k in keys_a]
+    assert per_call == [3, 2] + [1] * 8  # tokens 10 -> 7 -> 5, then no retry (gRPC A6)
+    assert [server.attempts[k] for k in keys_b] == per_call
+
+
+def test_pushback_replaces_the_backoff_of_a_stream(server: Scripted) -> None:
+    key = server.script(b"k", (CODES.UNAVAILABLE, 250), "ok")
+    clock = seawall.VirtualClock()
+    with ours(server, fast_policy(clock=clock)) as channel:
+        assert read_lines(channel, key)[1] == "OK"
+    assert clock.sleeps == [0.25]
+
+
 def test_cancelled_stream_is_not_retried(server: Scripted) -> None:
     key = server.script(b"k", "ok")
     with ours(server) as channel:
@@ -460,6 +483,18 @@ async def test_aio_stream_stream(server: Scripted) -> None:
         assert [m async for m in call] == [written, b"2"]
     assert (server.attempts[early], server.attempts[late], server.attempts[written]) == (2, 1, 2)
     assert got == [late]
+
+
+async def test_aio_cancelled_stream_is_not_retried(server: Scripted) -> None:
+    key = server.script(b"k", "ok")
+    async with aio_ours(server) as channel:
+        call = channel.unary_stream(LINES)(key, timeout=5.0)
+        assert await call.read() == b"k:0"
+        assert call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call.read()
+        assert call.cancelled()
+    assert server.attempts[key] == 1
 
 
 async def test_aio_time_left_and_no_attempt_once_gone(server: Scripted) -> None:
