@@ -237,8 +237,8 @@ def test_half_open_concurrent_tasks_only_one_probe_runs(run: Run) -> None:
         async with anyio.create_task_group() as tasks:
             for _ in range(20):
                 tasks.start_soon(caller)
-            await anyio.sleep(0)
-            await anyio.sleep(0)
+            while started < 1 or len(results) < 19:  # trio runs new tasks in any order
+                await anyio.sleep(0)
             gate.set()
 
     run(main(), clock)
@@ -254,7 +254,11 @@ def test_cancelled_probe_frees_its_slot_and_is_not_a_failure(run: Run) -> None:
     trip(breaker)
     clock.advance(10.0)
 
+    entered = 0
+
     async def hang() -> str:
+        nonlocal entered
+        entered += 1
         await anyio.Event().wait()
         return "never"
 
@@ -264,10 +268,12 @@ def test_cancelled_probe_frees_its_slot_and_is_not_a_failure(run: Run) -> None:
     async def main() -> None:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(breaker.acall, hang)
-            await anyio.sleep(0)
+            while not entered:  # the probe has its slot
+                await anyio.sleep(0)
             with pytest.raises(CircuitOpen):
                 await breaker.acall(hang)  # the one probe slot is taken
             tasks.cancel_scope.cancel()  # the probe's caller cancels it
+        assert entered == 1
         assert breaker.state == "half_open"  # not re-opened by the cancellation
         assert await breaker.acall(fine) == "ok"
 
@@ -278,17 +284,23 @@ def test_cancelled_probe_frees_its_slot_and_is_not_a_failure(run: Run) -> None:
 def test_caller_cancellation_is_not_recorded_while_closed(run: Run) -> None:
     breaker = make(VirtualClock())
 
+    entered = 0
+
     async def hang() -> None:
+        nonlocal entered
+        entered += 1
         await anyio.Event().wait()
 
     async def main() -> None:
-        for _ in range(10):
+        for n in range(1, 11):
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(breaker.acall, hang)
-                await anyio.sleep(0)
+                while entered < n:  # the call is in, then its caller cancels it
+                    await anyio.sleep(0)
                 tasks.cancel_scope.cancel()
 
     run(main())
+    assert entered == 10
     assert breaker.metrics() == (0, 0, 0)
     assert breaker.state == "closed"
 
