@@ -289,6 +289,18 @@ def test_cancelled_stream_is_not_retried(server: Scripted) -> None:
     assert server.attempts[key] == 1
 
 
+def test_no_stream_attempt_with_the_deadline_gone(server: Scripted) -> None:
+    key = server.script(b"k", "ok")
+    clock = seawall.VirtualClock()
+    with ours(server, fast_policy(clock=clock)) as channel, seawall.deadline(1.0, clock=clock):
+        clock.advance(2.0)
+        with pytest.raises(seawall.DeadlineExceeded):
+            next(channel.unary_stream(LINES)(key))
+        with pytest.raises(seawall.DeadlineExceeded):
+            channel.stream_unary(SUM)(iter([key]))
+    assert server.attempts == {}
+
+
 def test_time_left_is_sent_as_the_timeout_of_a_stream(server: Scripted) -> None:
     key = server.script(b"k", "ok")
     with ours(server, seawall.RetryPolicy()) as channel:
@@ -508,7 +520,7 @@ async def test_aio_time_left_and_no_attempt_once_gone(server: Scripted) -> None:
     async with aio_ours(server, fast_policy(clock=clock)) as channel:
         with seawall.deadline(1.0, clock=clock):
             clock.advance(2.0)
+            call = channel.unary_stream(LINES)(key)
             with pytest.raises(seawall.DeadlineExceeded):
-                channel.unary_stream(LINES)(key)  # the interceptor refuses before any attempt
-                await channel.unary_stream(LINES)(key).read()
+                await call.read()  # the interceptor refused before any attempt
     assert server.attempts[key] == 1
