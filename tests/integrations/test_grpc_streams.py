@@ -34,9 +34,9 @@ UNAVAILABLE = (CODES.UNAVAILABLE, None)
 class Scripted:
     """Answers follow a script per key (the request, or a request stream's first message).
 
-    A step is ``"ok"``; ``(code, pushback)``: fail before any response; ``("after", n, code)``:
-    send *n* responses, then fail; ``("headers", code)``: send response headers, then fail.
-    The last step repeats.
+    A step is ``"ok"``; ``"empty"``: no response, status OK; ``(code, pushback)``: fail before
+    any response; ``("after", n, code)``: send *n* responses, then fail; ``("headers", code)``:
+    send response headers, then fail. The last step repeats.
     """
 
     def __init__(self) -> None:
@@ -67,6 +67,8 @@ class Scripted:
         context.abort(code, f"scripted {code.name}")
 
     def _respond(self, step: Any, responses: list[bytes], context: Any) -> Iterator[bytes]:
+        if step == "empty":
+            return
         if step == "ok":
             yield from responses
             return
@@ -275,6 +277,30 @@ def test_pushback_replaces_the_backoff_of_a_stream(server: Scripted) -> None:
     with ours(server, fast_policy(clock=clock)) as channel:
         assert read_lines(channel, key)[1] == "OK"
     assert clock.sleeps == [0.25]
+
+
+def test_the_call_answers_for_the_attempt_in_progress(server: Scripted) -> None:
+    empty = server.script(b"empty", UNAVAILABLE, "empty")
+    with ours(server) as channel:
+        call = channel.unary_stream(LINES)(empty, timeout=5.0)
+        assert 0.0 < call.time_remaining() <= 5.0
+        assert list(call) == []  # retried once, then an empty stream: OK
+        assert (call.code(), call.details()) == (CODES.OK, "")
+        assert not call.is_active()
+        assert call.add_callback(lambda: None) is False  # done already: grpcio says so
+    assert server.attempts[empty] == 2
+
+
+def test_a_failing_request_stream_fails_the_call_unretried(server: Scripted) -> None:
+    def broken() -> Iterator[bytes]:
+        yield b"broken"
+        raise RuntimeError("the caller's generator broke")
+
+    with ours(server) as channel, pytest.raises(grpc.RpcError) as info:
+        channel.stream_unary(SUM)(broken(), timeout=5.0)
+    # grpcio's own answer to a request iterator that raises; the server saw no complete call.
+    assert info.value.code() is CODES.UNKNOWN  # type: ignore[attr-defined]
+    assert server.attempts == {}
 
 
 def test_cancelled_stream_is_not_retried(server: Scripted) -> None:
@@ -495,6 +521,39 @@ async def test_aio_stream_stream(server: Scripted) -> None:
         assert [m async for m in call] == [written, b"2"]
     assert (server.attempts[early], server.attempts[late], server.attempts[written]) == (2, 1, 2)
     assert got == [late]
+
+
+async def test_aio_call_answers_for_the_attempt_in_progress(server: Scripted) -> None:
+    empty = server.script(b"empty", UNAVAILABLE, "empty")
+    listed = server.script(b"listed", UNAVAILABLE, "ok")
+    async with aio_ours(server) as channel:
+        call = channel.unary_stream(LINES)(empty, timeout=5.0)
+        await call.wait_for_connection()
+        assert await call.read() is grpc.aio.EOF
+        assert (await call.code(), await call.details()) == (CODES.OK, "")
+        assert await call.initial_metadata() == grpc.aio.Metadata()
+        assert await call.trailing_metadata() == grpc.aio.Metadata()
+        assert call.done() and not call.cancelled()
+        seen: list[Any] = []
+        call.add_done_callback(seen.append)
+        # A list is replayed whole; grpc.aio takes plain iterables too.
+        sums = channel.stream_unary(SUM)([listed, b"2"], timeout=5.0)
+        assert await sums == b"listed+2"
+    assert (server.attempts[empty], server.attempts[listed]) == (2, 2)
+    assert server.received[listed] == [[listed, b"2"]] * 2
+
+
+async def test_aio_a_failing_request_stream_fails_the_call(server: Scripted) -> None:
+    async def broken() -> AsyncIterator[bytes]:
+        yield b"broken"
+        raise RuntimeError("the caller's generator broke")
+
+    # grpc.aio cancels a call whose request iterator raises: with the interceptor as without.
+    async with aio_ours(server) as ours_ch, aio_builtin(server) as plain:
+        for channel in (ours_ch, plain):
+            with pytest.raises(asyncio.CancelledError):
+                await channel.stream_unary(SUM)(broken(), timeout=5.0)
+    assert server.attempts == {}
 
 
 async def test_aio_cancelled_stream_is_not_retried(server: Scripted) -> None:
