@@ -446,7 +446,7 @@ class _Stream(grpc.Call):
                 self._pending = next(attempt)
             except StopIteration:
                 self._settled = True
-                self._report(attempt, None)
+                self._report(None)
                 return
             except grpc.RpcError as error:
                 code = error.code() if isinstance(error, grpc.Call) else None
@@ -475,9 +475,10 @@ class _Stream(grpc.Call):
                 return
             self._settled = True
 
-    def _report(self, attempt: Any, error: Any) -> None:
-        """Tell the policy how the committed call ended (once)."""
-        if self._reported:
+    def _report(self, error: Any) -> None:
+        """Tell the policy how the committed call ended (once; a cancelled call is nobody's
+        outcome)."""
+        if self._reported or self._cancelled:
             return
         self._reported = True
         if error is None:
@@ -503,10 +504,10 @@ class _Stream(grpc.Call):
         try:
             return next(self._attempt)
         except StopIteration:
-            self._report(self._attempt, None)
+            self._report(None)
             raise
         except grpc.RpcError as error:
-            self._report(self._attempt, error)
+            self._report(error)
             raise
 
     def next(self) -> Any:
@@ -1151,7 +1152,7 @@ class _AioStream:
                 return
 
     def _report(self, error: Any) -> None:
-        if self._reported:
+        if self._reported or self._cancelled:
             return
         self._reported = True
         if error is None:

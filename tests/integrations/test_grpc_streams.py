@@ -311,7 +311,8 @@ def test_a_failing_request_stream_fails_the_call_unretried(server: Scripted) -> 
 
 def test_cancelled_stream_is_not_retried(server: Scripted) -> None:
     key = server.script(b"k", "ok")
-    with ours(server) as channel:
+    events: list[str] = []
+    with ours(server, fast_policy(hooks=[lambda e: events.append(e.kind)])) as channel:
         call = channel.unary_stream(LINES)(key, timeout=5.0)
         assert next(call) == b"k:0"
         assert call.cancel()
@@ -319,6 +320,7 @@ def test_cancelled_stream_is_not_retried(server: Scripted) -> None:
             list(call)
     assert info.value.code() is CODES.CANCELLED  # type: ignore[attr-defined]
     assert server.attempts[key] == 1
+    assert events == []  # the caller's cancellation is nobody's outcome: no give-up
 
 
 def test_no_stream_attempt_with_the_deadline_gone(server: Scripted) -> None:
@@ -567,7 +569,8 @@ async def test_aio_a_failing_request_stream_fails_the_call(server: Scripted) -> 
 
 async def test_aio_cancelled_stream_is_not_retried(server: Scripted) -> None:
     key = server.script(b"k", "ok")
-    async with aio_ours(server) as channel:
+    events: list[str] = []
+    async with aio_ours(server, fast_policy(hooks=[lambda e: events.append(e.kind)])) as channel:
         call = channel.unary_stream(LINES)(key, timeout=5.0)
         assert await call.read() == b"k:0"
         assert call.cancel()
@@ -575,6 +578,7 @@ async def test_aio_cancelled_stream_is_not_retried(server: Scripted) -> None:
             await call.read()
         assert call.cancelled()
     assert server.attempts[key] == 1
+    assert events == []
 
 
 async def test_aio_time_left_and_no_attempt_once_gone(server: Scripted) -> None:
