@@ -119,7 +119,10 @@ def test_registry_hedge_is_a_view_of_a_hedge_the_registry_owns() -> None:
     registry = PolicyRegistry(
         {
             "routes": {
-                "users": {"hedge": {"delay": "50ms"}, "retry_policy": {"budget": {"percent": 20}}}
+                "users": {
+                    "hedge": {"delay": "50ms"},
+                    "retry_policy": {"budget": {"percent_can_retry": 20}},
+                }
             }
         }
     )

@@ -60,6 +60,8 @@ for attempt in policy.attempts():
 
 b: Backoff = Backoff.constant(1.0)
 lin: Backoff = Backoff.linear(base=0.1, step=0.2, cap=3.0)
+envoy: Backoff = Backoff.envoy(base_interval=0.025, max_interval=0.25)
+summed: Backoff = Backoff(base=0.1, cumulative=True)
 delay: float = b.compute(0, random.Random(0))
 with seawall.deadline(2.0) as dl:
     left: float = seawall.remaining()

@@ -154,11 +154,12 @@ def is_overloaded(headers: Mapping[str, str] | Callable[[str], str | None]) -> b
         headers: a case-insensitive mapping, or a ``get(name) -> value`` function.
     """
     get = headers if callable(headers) else headers.get
-    for name in OVERLOADED_HEADERS:
-        value = get(name)
-        if value is not None and value.strip().lower() not in _FALSE_VALUES:
-            return True
-    return False
+    # Envoy's x-envoy-overloaded counts by its presence, whatever its value (as Envoy reads its
+    # x-envoy-ratelimited); seawall's own header may say "false".
+    if get("x-envoy-overloaded") is not None:
+        return True
+    value = get("x-seawall-overloaded")
+    return value is not None and value.strip().lower() not in _FALSE_VALUES
 
 
 def new_idempotency_key() -> str:
