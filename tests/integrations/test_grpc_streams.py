@@ -213,6 +213,11 @@ STREAM_CASES: dict[str, tuple[list[Any], tuple[int, str, int], tuple[int, str, i
         (1, "RESOURCE_EXHAUSTED", 0),
     ),
     "unavailable, pushback -1": ([(CODES.UNAVAILABLE, -1), "ok"], (1, "UNAVAILABLE", 0), None),
+    "deadline exceeded (the call's own has room), then ok": (
+        [(CODES.DEADLINE_EXCEEDED, None), "ok"],
+        (2, "OK", 3),
+        (1, "DEADLINE_EXCEEDED", 0),
+    ),
 }
 
 
