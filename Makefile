@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit soak reliability bench compat clean services
+.PHONY: demo test lint typecheck unit soak docs web reliability bench compat clean services
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,19 +21,23 @@ demo: $(VENV)/.sim-installed
 	$(BIN)/seawall demo
 
 lint: $(VENV)/.dev-installed
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks docs/_ext
+	$(BIN)/ruff format --check src tests benchmarks docs/_ext
 	$(BIN)/lint-imports
 
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy
 
-# Servers the tests start themselves on loopback ports, from Debian's packages: installed once
-# (apt-get update, then one install of whatever is missing), skipped when present.
+# Servers the tests start themselves on loopback ports, and the headless Chromium (with its
+# driver) that tests/web drives, from Debian's packages: installed once (apt-get update, then one
+# install of whatever is missing), skipped when present.
 services:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || [ -x /usr/lib/chromium/chromedriver ] || \
+	  missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  echo "installing:$$missing"; \
@@ -53,7 +57,18 @@ soak: $(VENV)/.dev-installed
 	$(BIN)/pytest -m realtime tests/server
 	$(BIN)/pytest -m soak tests/soak
 
-test: lint typecheck unit soak
+# The documentation site (mkdocs.yml) into site/, warnings as errors: a broken link or
+# cross-reference, in a page or a docstring, fails the build (never --quiet: it hides the
+# warnings that --strict counts).
+docs: $(VENV)/.dev-installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# The interactive demo page on 127.0.0.1 (prints its URL; PORT=0 picks a free port).
+PORT ?= 8000
+web: $(VENV)/.dev-installed
+	$(BIN)/seawall web --port $(PORT)
+
+test: lint typecheck docs unit soak
 
 # The soak and property tests with their figures in docs/figures, and docs/reliability.md
 # rewritten from them.
@@ -71,7 +86,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/redis_budget.py
 
 clean:
-	rm -rf $(VENV) .venv-3.* .mypy_cache .pytest_cache .ruff_cache seawall-report .coverage
+	rm -rf $(VENV) .venv-3.* .mypy_cache .pytest_cache .ruff_cache seawall-report .coverage site .artefacts
 
 # The test suite on other interpreters, each in its own venv (skips those not installed):
 # make compat PYTHONS="python3.10 python3.13"

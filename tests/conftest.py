@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 import seawall.testing
+from backends import backend, run  # noqa: F401 - fixtures: the async backends
 from seawall._core.switch import SWITCH
 from seawall._policy import http as _http
 from seawall._strategies import deadline as _deadline

@@ -342,7 +342,7 @@ def test_proof_retry_budget_bounds_amplification_to_ratio_plus_floor() -> None:
     budgets: list[RetryBudget] = []
 
     def make(clock: VirtualClock) -> RetryBudget:
-        budgets.append(RetryBudget(ratio=0.1, min_per_second=10.0, window=10.0, clock=clock))
+        budgets.append(RetryBudget(clock=clock))  # the defaults, as docs/budgets.md shows
         return budgets[0]
 
     calls, elapsed, events = storm(make, requests, 100.0)

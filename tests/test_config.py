@@ -22,7 +22,7 @@ USERS: dict[str, Any] = {
                 "num_retries": 3,
                 "per_try_timeout": "500ms",
                 "back_off": {"base": "25ms", "max": "250ms"},
-                "budget": {"percent": 20, "min": 3},
+                "budget": {"percent_can_retry": 20, "min_retries_per_sec": 3},
             },
             "hedge": {"delay": "50ms", "max_attempts": 2},
         }
@@ -42,7 +42,7 @@ retry_on = "connect-failure,reset,timeout,5xx"
 num_retries = 3
 per_try_timeout = "500ms"
 back_off = { base = "25ms", max = "250ms" }
-budget = { percent = 20, min = 3 }
+budget = { percent_can_retry = 20, min_retries_per_sec = 3 }
 
 [routes.search]
 """
@@ -60,7 +60,7 @@ routes:
       num_retries: 3
       per_try_timeout: 500ms
       back_off: {base: 25ms, max: 250ms}
-      budget: {percent: 20, min: 3}
+      budget: {percent_can_retry: 20, min_retries_per_sec: 3}
   search: {}
 """
 
@@ -214,16 +214,24 @@ def test_toml_yaml_and_json_files_give_the_same_routes(
             "routes.users.retry_policy.retry_back_off: give back_off or retry_back_off",
         ),
         (
-            {"routes": {"users": {"retry_policy": {"budget": {"percent": 0}}}}},
-            "routes.users.retry_policy.budget.percent: must be > 0, got 0",
+            {"routes": {"users": {"retry_policy": {"budget": {"percent_can_retry": 0}}}}},
+            "routes.users.retry_policy.budget.percent_can_retry: must be > 0, got 0",
         ),
         (
-            {"routes": {"users": {"retry_policy": {"budget": {"percent": 10, "min": -1}}}}},
-            "routes.users.retry_policy.budget.min: must be >= 0, got -1",
+            {
+                "routes": {
+                    "users": {
+                        "retry_policy": {
+                            "budget": {"percent_can_retry": 10, "min_retries_per_sec": -1}
+                        }
+                    }
+                }
+            },
+            "routes.users.retry_policy.budget.min_retries_per_sec: must be >= 0, got -1",
         ),
         (
-            {"routes": {"users": {"retry_policy": {"budget": {"min": 1}}}}},
-            "routes.users.retry_policy.budget.percent: required",
+            {"routes": {"users": {"retry_policy": {"budget": {"min_retries_per_sec": 1}}}}},
+            "routes.users.retry_policy.budget.percent_can_retry: required",
         ),
         (
             {"routes": {"users": {"hedge": {"delay": "fast"}}}},
@@ -391,14 +399,16 @@ def test_kill_switch_per_name_from_the_file_and_at_runtime() -> None:
 
 
 def test_budgets_survive_reloads_that_do_not_change_them() -> None:
-    registry = PolicyRegistry({"routes": {"users": {"retry_policy": {"budget": {"percent": 10}}}}})
+    registry = PolicyRegistry(
+        {"routes": {"users": {"retry_policy": {"budget": {"percent_can_retry": 10}}}}}
+    )
     kept = registry["users"].budget
     registry.load(
-        {"routes": {"users": {"timeout": 3, "retry_policy": {"budget": {"percent": 10}}}}}
+        {"routes": {"users": {"timeout": 3, "retry_policy": {"budget": {"percent_can_retry": 10}}}}}
     )
     assert registry["users"].budget is kept
     assert registry["users"].timeout == 3
-    registry.load({"routes": {"users": {"retry_policy": {"budget": {"percent": 50}}}}})
+    registry.load({"routes": {"users": {"retry_policy": {"budget": {"percent_can_retry": 50}}}}})
     assert registry["users"].budget is not kept
     registry.load({"routes": {"users": {}}})
     assert registry["users"].budget is None

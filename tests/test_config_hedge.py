@@ -132,7 +132,7 @@ def test_hedge_shares_the_route_budget_without_counting_requests_twice() -> None
             "routes": {
                 "users": {
                     "hedge": {"delay": "50ms"},
-                    "retry_policy": {"budget": {"percent": 20}},
+                    "retry_policy": {"budget": {"percent_can_retry": 20}},
                 }
             }
         }

@@ -78,9 +78,13 @@ FIELDS: dict[str, Callable[[Any], dict[str, Any]]] = {
         retry_back_off={"base_interval": v}
     ),
     "retry_policy.budget": lambda v: retry_policy(budget=v),
-    "retry_policy.budget.percent": lambda v: retry_policy(budget={"percent": v}),
-    "retry_policy.budget.min": lambda v: retry_policy(budget={"percent": 10, "min": v}),
-    "retry_policy.budget.window": lambda v: retry_policy(budget={"percent": 10, "window": v}),
+    "retry_policy.budget.percent_can_retry": lambda v: retry_policy(
+        budget={"percent_can_retry": v}
+    ),
+    "retry_policy.budget.min_retries_per_sec": lambda v: retry_policy(
+        budget={"percent_can_retry": 10, "min_retries_per_sec": v}
+    ),
+    "retry_policy.budget.ttl": lambda v: retry_policy(budget={"percent_can_retry": 10, "ttl": v}),
     "hedge": lambda v: route(hedge=v),
     "hedge.delay": lambda v: route(hedge={"delay": v}),
     "hedge.max_attempts": lambda v: route(hedge={"delay": 0.1, "max_attempts": v}),
@@ -161,10 +165,10 @@ def test_hostile_field_is_refused_by_path_or_works(field: str, value: Any) -> No
     [
         ("timeout", 10**400),
         ("retry_policy.per_try_timeout", 1e10),
-        ("retry_policy.budget.percent", 5e-324),
-        ("retry_policy.budget.window", 5e-324),
-        ("retry_policy.budget.window", 1e-320),
-        ("retry_policy.budget.min", 10**400),
+        ("retry_policy.budget.percent_can_retry", 5e-324),
+        ("retry_policy.budget.ttl", 5e-324),
+        ("retry_policy.budget.ttl", 1e-320),
+        ("retry_policy.budget.min_retries_per_sec", 10**400),
         ("hedge.percentile", 5e-324),
         ("hedge.delay", "9" * 100 + "h"),
         ("hedge.max_extra_percent", 10**400),

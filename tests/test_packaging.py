@@ -6,6 +6,7 @@ import pathlib
 import subprocess
 import sys
 import venv
+import zipfile
 
 import pytest
 
@@ -40,6 +41,10 @@ def test_wheel_and_sdist_build_and_install(tmp_path: pathlib.Path) -> None:
     sdists = list(dist.glob("seawall-*.tar.gz"))
     assert len(wheels) == 1
     assert len(sdists) == 1
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        names = set(wheel.namelist())
+    # The demo page works offline: its assets ship inside the package.
+    assert {f"seawall/web/static/{n}" for n in ("index.html", "app.js", "style.css")} <= names
     for artefact in (wheels[0], sdists[0]):
         env = tmp_path / f"venv-{artefact.suffix}"
         venv.create(env, with_pip=True)

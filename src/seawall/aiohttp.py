@@ -12,25 +12,26 @@ Install with ``pip install seawall[aiohttp]`` (aiohttp 3.12 or later: client mid
 from __future__ import annotations
 
 import asyncio
-import math
-from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import aiohttp.payload
 
-from seawall._core.compat import timeout_at
-from seawall._core.errors import DeadlineExceeded
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
-    IDEMPOTENT_METHODS,
     PER_HOST,
     HttpCall,
+    HttpOptions,
     Policies,
-    exception_classes,
+    Wire,
+    adrive,
     read_within_attempt,
+    within,
 )
 from seawall._strategies.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["DEFAULT_RETRY_EXCEPTIONS", "PER_HOST", "RetryMiddleware"]
 
@@ -52,6 +53,26 @@ _NEVER_RETRIED: tuple[type[Exception], ...] = (
 )
 
 Handler = Any  # aiohttp.ClientHandlerType: ClientRequest -> Awaitable[ClientResponse]
+
+
+class _Wire(Wire[aiohttp.ClientResponse]):
+    """aiohttp names the status ``status``."""
+
+    __slots__ = ()
+
+    def status(self, response: aiohttp.ClientResponse) -> int:
+        return response.status
+
+
+_WIRE = _Wire(never_sent=_NEVER_SENT, never_retried=_NEVER_RETRIED)
+
+
+async def _release(response: aiohttp.ClientResponse) -> None:
+    response.release()
+
+
+def _timed_out(message: str) -> Exception:
+    return aiohttp.ServerTimeoutError(message)
 
 
 class RetryMiddleware:
@@ -76,49 +97,28 @@ class RetryMiddleware:
     - a body declared (``Content-Length``) up to *buffer_limit* bytes is read within the attempt,
       so a reset mid-body is retried; responses of discarded attempts are released.
 
-    The policy's ``retry_on`` and ``retry_if_result`` are replaced by the HTTP classification.
+    The policy's ``retry_on`` is replaced by the HTTP classification; its ``retry_if_result``
+    sees each response the status rules would return (its body read when within
+    *buffer_limit*) and retries it when it returns ``True``. Inside a
+    :func:`seawall.http.override` block, requests use the policy it gives; each response
+    carries its attempts in ``response.seawall_history`` (:class:`seawall.http.HttpAttempt`).
     Redirects are followed by aiohttp after the middleware, so each hop is retried on its own.
 
     Args:
         policy: the retry policy (``RetryPolicy()`` by default), or a
             :class:`~seawall.config.PolicyHandle`: each request then uses its current policy.
-        budget: ``PER_HOST`` (default): one :class:`~seawall.RetryBudget` per host, shared with
-            the httpx and requests integrations, unless the policy has its own budget; a
-            :class:`~seawall.Budget` for every host; or ``None``.
-        retry_statuses: statuses worth retrying (by default 408, 429, 502, 503, 504).
-        retry_on: client exception classes worth retrying.
-        idempotent_methods: methods retried without an ``Idempotency-Key``.
-        idempotency_key: add an ``Idempotency-Key`` to non-idempotent requests (the same on
-            every attempt) so that they can be retried.
-        deadline_headers: send the time left downstream.
-        buffer_limit: read bodies declared up to this many bytes within the attempt (0: never).
+        **options: the :class:`seawall.http.HttpOptions` every HTTP integration takes
+            (``budget``, ``retry_statuses``, ``retry_on``, ``idempotent_methods``,
+            ``idempotency_key``, ``deadline_headers``, ``buffer_limit``, ``total_timeout``).
 
     Raises:
         TypeError, ValueError: an invalid parameter; the message names it.
     """
 
     def __init__(
-        self,
-        policy: RetryPolicy | PolicyHandle | None = None,
-        *,
-        budget: Any = PER_HOST,
-        retry_statuses: Collection[int] | None = None,
-        retry_on: tuple[type[Exception], ...] = DEFAULT_RETRY_EXCEPTIONS,
-        idempotent_methods: Collection[str] = IDEMPOTENT_METHODS,
-        idempotency_key: bool = False,
-        deadline_headers: bool = True,
-        buffer_limit: int = 1 << 20,
+        self, policy: RetryPolicy | PolicyHandle | None = None, **options: Unpack[HttpOptions]
     ) -> None:
-        self._policies = Policies(
-            policy,
-            budget,
-            retry_statuses,
-            idempotent_methods=idempotent_methods,
-            idempotency_key=idempotency_key,
-            deadline_headers=deadline_headers,
-            buffer_limit=buffer_limit,
-        )
-        self._retry_on = exception_classes(retry_on)
+        self._policies = Policies(policy, options, _WIRE, DEFAULT_RETRY_EXCEPTIONS)
 
     @classmethod
     def from_route(cls, registry: PolicyRegistry, name: str, **kwargs: Any) -> RetryMiddleware:
@@ -140,87 +140,38 @@ class RetryMiddleware:
         """The policy in use now (with a :class:`~seawall.config.PolicyHandle`: its current one)."""
         return self._policies.policy
 
-    def _classify(self, exc: Exception) -> tuple[bool, bool]:
-        """(retryable kind, never sent)."""
-        if isinstance(exc, _NEVER_RETRIED):
-            return False, False
-        never_sent = isinstance(exc, _NEVER_SENT)
-        return never_sent or isinstance(exc, self._retry_on), never_sent
-
     async def __call__(
         self, request: aiohttp.ClientRequest, handler: Handler
     ) -> aiohttp.ClientResponse:
         body = request.body
-        call = self._policies.start(
+        call: HttpCall[aiohttp.ClientResponse] = self._policies.start(
             request.method,
             request.headers,  # a CIMultiDict: an Idempotency-Key goes in
-            str(request.url.origin()),
+            f"{request.url.scheme}://{request.url.raw_authority}",  # the budget's key: origin()
             # In-memory bodies (bytes, str, JSON, url-encoded forms) are sent again as they are;
             # streams and file objects are consumed by the first attempt.
             replayable=body == b"" or isinstance(body, aiohttp.payload.BytesPayload),
         )
-        asleep = call.clock.asleep
-        retried: aiohttp.ClientResponse | None = None
-        try:
-            while True:
-                try:
-                    left = call.begin_attempt()
-                except DeadlineExceeded:
-                    if retried is None:
-                        raise
-                    response, retried = retried, None
-                    return response
-                if retried is not None:
-                    retried.release()  # a discarded attempt must not hold its connection
-                    retried = None
-                for name, value in call.deadline_headers().items():
-                    request.headers[name] = value
-                try:
-                    response = await self._attempt(request, handler, call, left)
-                except Exception as exc:
-                    retryable, never_sent = self._classify(exc)
-                    delay = call.on_error(exc, never_sent, retryable)
-                    if delay is None:
-                        raise
-                else:
-                    delay = call.on_response(response.status, response.headers.get)
-                    if delay is None:
-                        return response
-                    retried = response
-                await asleep(delay)
-        finally:
-            if retried is not None:
-                retried.release()  # the wait was interrupted (or cancelled): nobody reads it
 
-    async def _attempt(
-        self, request: aiohttp.ClientRequest, handler: Handler, call: HttpCall, left: float
-    ) -> aiohttp.ClientResponse:
-        if left == math.inf:
-            return await self._send(request, handler, call)
-        left = max(0.0, left)
-        # aiohttp's timeouts bound the whole call or each read, not the attempt: cancellation
-        # bounds it, at the attempt's deadline converted once to the event loop's clock.
-        scope = timeout_at(asyncio.get_running_loop().time() + left)
-        try:
-            async with scope:
-                return await self._send(request, handler, call)
-        except TimeoutError as err:
-            if not scope.expired():
-                raise  # a timeout of aiohttp's own
-            raise aiohttp.ServerTimeoutError(
-                f"seawall: the attempt ran out of time after {left:.3f} s"
-            ) from err
+        async def attempt(left: float) -> aiohttp.ClientResponse:
+            # aiohttp's timeouts bound the whole call or each read, not the attempt:
+            # cancellation bounds it, at the attempt's deadline.
+            return await within(_send(request, handler, call), left, _timed_out)
 
-    @staticmethod
-    async def _send(
-        request: aiohttp.ClientRequest, handler: Handler, call: HttpCall
-    ) -> aiohttp.ClientResponse:
-        response: aiohttp.ClientResponse = await handler(request)
-        limit = call.rules.buffer_limit
-        if read_within_attempt(response.headers.get("content-length"), limit):
-            try:
-                await response.read()  # kept by the response; the connection is released
-            except BaseException:
-                response.release()
-                raise
-        return response
+        return await adrive(call, attempt, _release)
+
+
+async def _send(
+    request: aiohttp.ClientRequest, handler: Handler, call: HttpCall[aiohttp.ClientResponse]
+) -> aiohttp.ClientResponse:
+    for name, value in (call.deadline_headers() or {}).items():
+        request.headers[name] = value
+    response: aiohttp.ClientResponse = await handler(request)
+    limit = call.rules.buffer_limit
+    if limit and read_within_attempt(response.headers.get("content-length"), limit):
+        try:
+            await response.read()  # kept by the response; the connection is released
+        except BaseException:
+            response.release()
+            raise
+    return response

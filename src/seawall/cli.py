@@ -4,7 +4,8 @@
 a JSON summary to ``./seawall-report/``; it ends with a saga run's log. ``seawall sim NAME`` runs
 one scenario with its own options (``seawall sim NAME --help``). Both need the ``sim`` extra:
 ``pip install seawall[sim]``. ``seawall saga list / show / retry / compensate / cancel --store
-URL`` reads and operates a saga log (no extra needed).
+URL`` reads and operates a saga log (no extra needed). ``seawall web`` (or ``seawall demo
+--web``) serves the interactive page on 127.0.0.1 (the ``web`` extra).
 """
 
 from __future__ import annotations
@@ -85,6 +86,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--workers", type=count, default=_default_workers(), help="processes to use (CPUs)"
     )
+    demo.add_argument(
+        "--web", action="store_true", help="serve the interactive page instead (see `seawall web`)"
+    )
+    _web_arguments(demo)
+    web = commands.add_parser(
+        "web",
+        help="serve the interactive demo page on 127.0.0.1 and print its URL",
+        description=(
+            "Serve the demo page: backoff stepped attempt by attempt, retry storms with and "
+            "without jitter, the simulator's experiments and a saga's log. Needs the 'web' "
+            "extra: pip install 'seawall[web,sim]'."
+        ),
+    )
+    _web_arguments(web)
 
     from seawall.sim._args import non_negative, positive
     from seawall.sim._scenarios import _policy_file, _scenario_file
@@ -193,6 +208,31 @@ def build_parser() -> argparse.ArgumentParser:
         if scenario.plot is not None:
             sub.add_argument("--plot", metavar="PATH", help="write a PNG plot to PATH")
     return parser
+
+
+def _web_arguments(parser: argparse.ArgumentParser) -> None:
+    from seawall.sim._args import whole
+
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    parser.add_argument(
+        "--port", type=whole, default=8000, help="TCP port (8000; 0 picks a free one)"
+    )
+
+
+def _run_web(args: argparse.Namespace) -> int:
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as err:
+        sys.stderr.write(
+            f"seawall: the page needs the 'web' extra ({err.name} is missing): "
+            "pip install 'seawall[web,sim]'\n"
+        )
+        return 1
+    from seawall.web import serve
+
+    serve(args.host, args.port)
+    return 0
 
 
 @contextlib.contextmanager
@@ -482,7 +522,8 @@ def _run_demo(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``seawall`` command; returns the exit status."""
     words = list(sys.argv[1:] if argv is None else argv)
-    if not words or words[0] != "saga":
+    serves_page = bool(words) and (words[0] == "web" or (words[0] == "demo" and "--web" in words))
+    if not words or not (words[0] == "saga" or serves_page):
         try:
             import matplotlib  # noqa: F401
             import rich  # noqa: F401
@@ -505,6 +546,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser()
         args = parser.parse_args(words)
         try:
+            if args.command == "web" or (args.command == "demo" and args.web):
+                return _run_web(args)
             if args.command == "demo":
                 return _run_demo(args)
             if args.command == "saga":

@@ -8,28 +8,34 @@ Install with ``pip install seawall[httpx]``. See ``docs/http.md`` for what is re
 
 from __future__ import annotations
 
-import asyncio
-import math
-from collections.abc import AsyncIterator, Awaitable, Collection
-from typing import Any, TypeVar
+import functools
+from collections.abc import AsyncIterator, Collection
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
-from seawall._core.compat import timeout_at
-from seawall._core.errors import DeadlineExceeded
+from seawall._core.compat import current_time
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
-    DEFAULT_TOTAL_TIMEOUT,
-    IDEMPOTENT_METHODS,
+    EXTENSION_KEY,
+    HISTORY_KEY,
     PER_HOST,
+    History,
     HttpCall,
+    HttpOptions,
     Policies,
-    exception_classes,
+    Wire,
+    adrive,
+    drive,
     read_within_attempt,
+    within,
 )
 from seawall._strategies.budget import RetryBudget
 from seawall._strategies.hedge import Hedge
 from seawall._strategies.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 T = TypeVar("T")
 
@@ -57,40 +63,45 @@ _NEVER_SENT: tuple[type[Exception], ...] = (
 _TIMEOUT_KEYS = ("connect", "read", "write", "pool")
 
 
+class _Wire(Wire[httpx.Response]):
+    """httpx's responses carry their history in ``extensions``."""
+
+    __slots__ = ()
+
+    def attach(self, response: httpx.Response, history: History) -> None:
+        response.extensions[HISTORY_KEY] = history
+
+    def view(self, response: httpx.Response) -> httpx.Response:
+        """A copy whose body is read when it is in memory (``.text``, ``.json()`` work), so that
+        the predicate does not consume the stream the caller reads."""
+        stream = response.stream
+        if not isinstance(stream, httpx.ByteStream):
+            return response  # streamed: status and headers only
+        view = httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            content=b"".join(stream),
+            extensions=response.extensions,
+        )
+        view.read()
+        return view
+
+
+_WIRE = _Wire(never_sent=_NEVER_SENT)
+
+
 class _Base:
     """What the sync and async transports share: configuration and per-attempt requests."""
 
-    def __init__(
-        self,
-        policy: RetryPolicy | PolicyHandle | None,
-        *,
-        budget: Any,
-        retry_statuses: Collection[int] | None,
-        retry_on: tuple[type[Exception], ...],
-        idempotent_methods: Collection[str],
-        idempotency_key: bool,
-        deadline_headers: bool,
-        buffer_limit: int,
-        total_timeout: float | None,
-    ) -> None:
-        self._policies = Policies(
-            policy,
-            budget,
-            retry_statuses,
-            idempotent_methods=idempotent_methods,
-            idempotency_key=idempotency_key,
-            deadline_headers=deadline_headers,
-            buffer_limit=buffer_limit,
-            total_timeout=total_timeout,
-        )
-        self._retry_on = exception_classes(retry_on)
+    def __init__(self, policy: RetryPolicy | PolicyHandle | None, options: HttpOptions) -> None:
+        self._policies = Policies(policy, options, _WIRE, DEFAULT_RETRY_EXCEPTIONS)
 
     @property
     def policy(self) -> RetryPolicy:
         """The policy in use now (with a :class:`~seawall.config.PolicyHandle`: its current one)."""
         return self._policies.policy
 
-    def _start(self, request: httpx.Request) -> HttpCall:
+    def _start(self, request: httpx.Request) -> HttpCall[httpx.Response]:
         url = request.url
         return self._policies.start(
             request.method,
@@ -99,20 +110,27 @@ class _Base:
             # ByteStream holds bytes (content=, data=, json=, or a body already read): it can be
             # sent again. Generators and other streams are consumed by the first attempt.
             replayable=isinstance(request.stream, httpx.ByteStream),
+            override=request.extensions.get(EXTENSION_KEY),
         )
 
     @staticmethod
-    def _prepare(request: httpx.Request, call: HttpCall) -> httpx.Request:
+    def _prepare(
+        request: httpx.Request, call: HttpCall[httpx.Response], left: float
+    ) -> httpx.Request:
         """The request to send now: timeouts capped by the attempt's time left, deadline headers.
 
         Built when it is sent, so that a hedged copy started later tells the next hop the time
-        actually left.
+        actually left. The caller's request itself when nothing changes (the common case: no
+        deadline of the caller's, and httpx's timeouts within the transport's total time).
         """
         configured = request.extensions.get("timeout") or {}
+        complete = len(configured) == len(_TIMEOUT_KEYS)
+        if call.sends_as_is(configured.values() if complete else (), left):
+            return request
+        extra = call.deadline_headers()
         extensions = dict(request.extensions)
         extensions["timeout"] = {k: call.timeout(configured.get(k)) for k in _TIMEOUT_KEYS}
         headers = request.headers
-        extra = call.deadline_headers()
         if extra:
             headers = headers.copy()
             headers.update(extra)
@@ -124,14 +142,21 @@ class _Base:
             extensions=extensions,
         )
 
-    def _classify(self, exc: Exception) -> tuple[bool, bool]:
-        """(retryable kind, never sent)."""
-        never_sent = isinstance(exc, _NEVER_SENT)
-        return never_sent or isinstance(exc, self._retry_on), never_sent
-
 
 def _small(response: httpx.Response, limit: int) -> bool:
-    return read_within_attempt(response.headers.get("content-length"), limit)
+    """Whether to read the body within the attempt: declared within *limit*, and not in memory
+    already (a body in memory cannot be cut short by a reset)."""
+    return not isinstance(response.stream, httpx.ByteStream) and read_within_attempt(
+        response.headers.get("content-length"), limit
+    )
+
+
+def _close(response: httpx.Response) -> None:
+    response.close()
+
+
+async def _aclose(response: httpx.Response) -> None:
+    await response.aclose()
 
 
 class RetryTransport(_Base, httpx.BaseTransport):
@@ -151,59 +176,35 @@ class RetryTransport(_Base, httpx.BaseTransport):
       downstream in ``grpc-timeout`` and ``x-request-deadline``;
     - responses of discarded attempts are closed.
 
-    The policy's ``retry_on`` and ``retry_if_result`` are replaced by the HTTP classification.
+    The policy's ``retry_on`` is replaced by the HTTP classification; its ``retry_if_result``
+    sees each response that the status rules would return, and retries it when it returns
+    ``True`` (as httpx-retries' ``validate_response``).
 
     Args:
         policy: the retry policy (``RetryPolicy()`` by default), or a
             :class:`~seawall.config.PolicyHandle` from a :class:`~seawall.config.PolicyRegistry`:
-            each request
-            then uses the handle's current policy, so a reload changes the live transport (see
-            :meth:`from_route`).
+            each request then uses the handle's current policy, so a reload changes the live
+            transport (see :meth:`from_route`).
         transport: the transport that sends each attempt (``httpx.HTTPTransport()`` by default).
-        budget: ``PER_HOST`` (default): one :class:`~seawall.RetryBudget` per host, shared by all
-            transports in the process, unless the policy has its own budget; a
-            :class:`~seawall.Budget` to use for every host; or ``None`` for no budget.
-        retry_statuses: statuses worth retrying (by default 408, 429, 502, 503, 504, or those the
-            handle's route names in its ``retry_on``).
-        retry_on: transport exception classes worth retrying.
-        idempotent_methods: methods retried without an ``Idempotency-Key``.
-        idempotency_key: add an ``Idempotency-Key`` to non-idempotent requests (generated once
-            per request, the same on every attempt) so that they can be retried.
-        deadline_headers: send the time left downstream.
-        buffer_limit: read bodies declared up to this many bytes within the attempt (0: never).
-        total_timeout: seconds for the whole request, attempts and waits included, when neither
-            the policy's ``timeout`` nor an ambient :func:`seawall.deadline` sets one (30 s by
-            default; ``None``: no limit). It caps each attempt's timeouts but is not sent
-            downstream.
+        **options: the :class:`seawall.http.HttpOptions` every HTTP integration takes
+            (``budget``, ``retry_statuses``, ``retry_on``, ``idempotent_methods``,
+            ``idempotency_key``, ``deadline_headers``, ``buffer_limit``, ``total_timeout``).
+
+    A request's extension ``"seawall"`` overrides the policy for that request: a
+    :class:`~seawall.RetryPolicy`, or a dict of its fields (``{"retries": 0}``, see
+    :func:`seawall.http.override`). Each response carries its attempts in
+    ``response.extensions["seawall.history"]`` (:class:`seawall.http.HttpAttempt`).
     """
 
     def __init__(
         self,
         policy: RetryPolicy | PolicyHandle | None = None,
         transport: httpx.BaseTransport | None = None,
-        *,
-        budget: Any = PER_HOST,
-        retry_statuses: Collection[int] | None = None,
-        retry_on: tuple[type[Exception], ...] = DEFAULT_RETRY_EXCEPTIONS,
-        idempotent_methods: Collection[str] = IDEMPOTENT_METHODS,
-        idempotency_key: bool = False,
-        deadline_headers: bool = True,
-        buffer_limit: int = 1 << 20,
-        total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT,
+        **options: Unpack[HttpOptions],
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.BaseTransport):
             raise TypeError(f"transport must be an httpx.BaseTransport, got {transport!r}")
-        super().__init__(
-            policy,
-            budget=budget,
-            retry_statuses=retry_statuses,
-            retry_on=retry_on,
-            idempotent_methods=idempotent_methods,
-            idempotency_key=idempotency_key,
-            deadline_headers=deadline_headers,
-            buffer_limit=buffer_limit,
-            total_timeout=total_timeout,
-        )
+        super().__init__(policy, options)
         self._transport = transport if transport is not None else httpx.HTTPTransport()
 
     @classmethod
@@ -227,51 +228,28 @@ class RetryTransport(_Base, httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         call = self._start(request)
-        sleep = call.clock.sleep
         send = self._transport.handle_request
-        # The latest retried response, kept through the wait: if the policy then gives up before
-        # the next attempt, the caller gets it, as without retries. Closed when that attempt
-        # starts (its body is usually in memory already: see _small).
-        retried: httpx.Response | None = None
-        try:
-            while True:
-                try:
-                    call.begin_attempt()
-                except DeadlineExceeded:
-                    if retried is None:
-                        raise
-                    # The wait left too little time (a sleep that overshot on a real clock).
-                    response, retried = retried, None
-                    call.exhausted = True  # retried, and no time for another attempt
-                    return call.mark_answer(response)
-                if retried is not None:
-                    retried.close()  # a discarded attempt must not hold its connection
-                    retried = None
-                try:
-                    response = send(self._prepare(request, call))
-                    if _small(response, call.rules.buffer_limit):
-                        response = _buffered(response)
-                except Exception as exc:
-                    retryable, never_sent = self._classify(exc)
-                    delay = call.on_error(exc, never_sent, retryable)
-                    if delay is None:
-                        raise
-                else:
-                    delay = call.on_response(response.status_code, response.headers.get)
-                    if delay is None:
-                        return call.mark_answer(response)
-                    retried = response
-                sleep(delay)
-        finally:
-            if retried is not None:
-                retried.close()  # the wait was interrupted: nobody will read it
+        limit = call.rules.buffer_limit
+
+        def attempt(left: float) -> httpx.Response:
+            response = send(self._prepare(request, call, left))
+            if (
+                limit
+                and not isinstance(response.stream, httpx.ByteStream)
+                and _small(response, limit)
+            ):
+                _buffer(response)
+            return response
+
+        return drive(call, attempt, _close)
 
     def close(self) -> None:
         self._transport.close()
 
 
 class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
-    """The asyncio twin of :class:`RetryTransport`, for ``httpx.AsyncClient(transport=...)``.
+    """The async twin of :class:`RetryTransport`, for ``httpx.AsyncClient(transport=...)``, on
+    asyncio, trio and anyio (the running library is detected).
 
     Waits use the policy clock's ``asleep``; cancellation of the caller is never retried. Each
     attempt is also bounded by cancellation: it may last the policy's ``attempt_timeout`` and
@@ -302,33 +280,18 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
         policy: RetryPolicy | PolicyHandle | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         *,
-        budget: Any = PER_HOST,
-        retry_statuses: Collection[int] | None = None,
-        retry_on: tuple[type[Exception], ...] = DEFAULT_RETRY_EXCEPTIONS,
-        idempotent_methods: Collection[str] = IDEMPOTENT_METHODS,
-        idempotency_key: bool = False,
-        deadline_headers: bool = True,
-        buffer_limit: int = 1 << 20,
-        total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT,
         hedge: Hedge | None = None,
         hedge_methods: Collection[str] | None = None,
+        **options: Unpack[HttpOptions],
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             raise TypeError(f"transport must be an httpx.AsyncBaseTransport, got {transport!r}")
-        super().__init__(
-            policy,
-            budget=budget,
-            retry_statuses=retry_statuses,
-            retry_on=retry_on,
-            idempotent_methods=idempotent_methods,
-            idempotency_key=idempotency_key,
-            deadline_headers=deadline_headers,
-            buffer_limit=buffer_limit,
-            total_timeout=total_timeout,
-        )
+        super().__init__(policy, options)
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
-        self._hedge_methods = _hedge_methods(hedge, hedge_methods, idempotent_methods)
+        rules = self._policies.rules
+        self._hedge_methods = _hedge_methods(hedge, hedge_methods, rules.idempotent_methods)
         if hedge is not None:
+            budget = self._policies.budget
             shared = budget if budget is not PER_HOST else self.policy.budget
             if hedge.budget is not None and hedge.budget is shared:
                 # As in a Pipeline: the retry loop reports requests and outcomes to the shared
@@ -371,56 +334,34 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         call = self._start(request)
-        asleep = call.clock.asleep
         hedge = self._hedge
         if hedge is not None and (call.method not in self._hedge_methods or not call.replayable):
             hedge = None
-        # As in RetryTransport: the latest retried response is kept through the wait, returned if
-        # the policy gives up before the next attempt, and closed when that attempt starts.
-        retried: httpx.Response | None = None
-        try:
-            while True:
-                try:
-                    left = call.begin_attempt()
-                except DeadlineExceeded:
-                    if retried is None:
-                        raise
-                    response, retried = retried, None
-                    call.exhausted = True  # retried, and no time for another attempt
-                    return call.mark_answer(response)
-                if retried is not None:
-                    await retried.aclose()  # a discarded attempt must not hold its connection
-                    retried = None
-                try:
-                    if left == math.inf:
-                        response = await self._send(request, call, hedge)
-                    else:
-                        # httpx's timeouts bound each read, not the attempt: a server dripping a
-                        # byte at a time would outlive it. Cancellation bounds the whole attempt.
-                        response = await _bounded(self._send(request, call, hedge), left, request)
-                except Exception as exc:
-                    retryable, never_sent = self._classify(exc)
-                    delay = call.on_error(exc, never_sent, retryable)
-                    if delay is None:
-                        raise
-                else:
-                    delay = call.on_response(response.status_code, response.headers.get)
-                    if delay is None:
-                        return _bound_body(call.mark_answer(response), call, request)
-                    retried = response
-                await asleep(delay)
-        finally:
-            if retried is not None:
-                await retried.aclose()  # the wait was interrupted (or cancelled): nobody reads it
 
-    async def _send_one(self, request: httpx.Request, call: HttpCall) -> httpx.Response:
-        response = await self._transport.handle_async_request(self._prepare(request, call))
-        if _small(response, call.rules.buffer_limit):
-            response = await _abuffered(response)
+        async def attempt(left: float) -> httpx.Response:
+            if not call.bounded_by_caller:
+                # Only the default total time: it caps httpx's timeouts (see _prepare), as in
+                # the sync transport, without a timer per request.
+                return await self._send(request, call, hedge)
+            # httpx's timeouts bound each read, not the attempt: a server dripping a byte at a
+            # time would outlive it. Cancellation bounds the whole attempt.
+            timed_out = functools.partial(httpx.TimeoutException, request=request)
+            return await within(self._send(request, call, hedge), left, timed_out)
+
+        return _bound_body(await adrive(call, attempt, _aclose), call, request)
+
+    async def _send_one(
+        self, request: httpx.Request, call: HttpCall[httpx.Response]
+    ) -> httpx.Response:
+        prepared = self._prepare(request, call, call.time_left())  # a hedged copy: sent later
+        response = await self._transport.handle_async_request(prepared)
+        limit = call.rules.buffer_limit
+        if limit and _small(response, limit):
+            await _abuffer(response)
         return response
 
     async def _send(
-        self, request: httpx.Request, call: HttpCall, hedge: Hedge | None
+        self, request: httpx.Request, call: HttpCall[httpx.Response], hedge: Hedge | None
     ) -> httpx.Response:
         if hedge is None:
             return await self._send_one(request, call)
@@ -430,7 +371,7 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
             try:
                 response = await self._send_one(request, call)
             except Exception as exc:
-                if self._classify(exc)[0]:
+                if _WIRE.classify(exc, call.retry_on)[0]:
                     # Let the hedge go on with the other copies (its retry_on sees a
                     # ConnectionError); the retry loop then sees the original error.
                     raise _CopyFailed(exc) from None
@@ -502,86 +443,61 @@ def _handle(registry: PolicyRegistry, name: str) -> PolicyHandle:
     return registry.policy(name)
 
 
-async def _bounded(aw: Awaitable[T], seconds: float, request: httpx.Request) -> T:
-    """Await *aw* for at most *seconds*; then cancel it and raise ``httpx.TimeoutException``."""
-    seconds = max(0.0, seconds)
-    scope = timeout_at(asyncio.get_running_loop().time() + seconds)
-    try:
-        async with scope:
-            return await aw
-    except TimeoutError as err:
-        if not scope.expired():
-            raise  # a timeout of the request itself, not of this scope
-        raise httpx.TimeoutException(
-            f"seawall: the attempt ran out of time after {seconds:.3f} s", request=request
-        ) from err
-
-
 class _BoundedStream(httpx.AsyncByteStream):
-    """A response body whose reading ends at the attempt's deadline (on the event loop's clock)."""
+    """A response body whose reading ends at the attempt's deadline (on the running async
+    library's clock: asyncio's loop or trio's)."""
 
     def __init__(self, stream: httpx.AsyncByteStream, at: float, request: httpx.Request) -> None:
         self._stream = stream
         self._at = at
-        self._request = request
+        self._timed_out = functools.partial(httpx.ReadTimeout, request=request)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        loop = asyncio.get_running_loop()
         chunks = self._stream.__aiter__()
         while True:
-            left = self._at - loop.time()
+            left = max(0.0, self._at - current_time())
             try:
-                chunk = await _bounded(chunks.__anext__(), left, self._request)
+                chunk = await within(chunks.__anext__(), left, self._timed_out)
             except StopAsyncIteration:
                 return
-            except httpx.TimeoutException as err:
-                if isinstance(err, httpx.ReadTimeout):
-                    raise
-                raise httpx.ReadTimeout(str(err), request=self._request) from err
             yield chunk
 
     async def aclose(self) -> None:
         await self._stream.aclose()
 
 
-def _bound_body(response: httpx.Response, call: HttpCall, request: httpx.Request) -> httpx.Response:
+def _bound_body(
+    response: httpx.Response, call: HttpCall[httpx.Response], request: httpx.Request
+) -> httpx.Response:
     """The response whose body, if still to be read, is bounded by the attempt's deadline."""
     stream = response.stream
     if not call.bounded_by_caller or isinstance(stream, httpx.ByteStream):
         return response  # no deadline of the caller's, or the body is in memory already
+    left = call.time_left()
+    if left <= 0.0:
+        return response  # the call ended for want of time: the caller reads what is there
     assert isinstance(stream, httpx.AsyncByteStream)
-    left = call.attempt_deadline - call.clock.now()
-    # The policy's clock may be virtual; the event loop's is what cancels: convert once.
-    response.stream = _BoundedStream(stream, asyncio.get_running_loop().time() + left, request)
+    # The policy's clock may be virtual; the async library's is what cancels: convert once.
+    response.stream = _BoundedStream(stream, current_time() + left, request)
     return response
 
 
-def _buffered(response: httpx.Response) -> httpx.Response:
-    """The same response with its raw body read into memory (the connection is released)."""
+def _buffer(response: httpx.Response) -> None:
+    """Read the raw body into memory within the attempt (the connection is released)."""
     stream = response.stream
     assert isinstance(stream, httpx.SyncByteStream)
     try:
         body = b"".join(stream)
     finally:
-        response.close()
-    return httpx.Response(
-        response.status_code,
-        headers=response.headers,
-        stream=httpx.ByteStream(body),
-        extensions=response.extensions,
-    )
+        stream.close()
+    response.stream = httpx.ByteStream(body)
 
 
-async def _abuffered(response: httpx.Response) -> httpx.Response:
+async def _abuffer(response: httpx.Response) -> None:
     stream = response.stream
     assert isinstance(stream, httpx.AsyncByteStream)
     try:
         body = b"".join([chunk async for chunk in stream])
     finally:
-        await response.aclose()
-    return httpx.Response(
-        response.status_code,
-        headers=response.headers,
-        stream=httpx.ByteStream(body),
-        extensions=response.extensions,
-    )
+        await stream.aclose()
+    response.stream = httpx.ByteStream(body)

@@ -8,21 +8,21 @@ Install with ``pip install seawall[requests]``. See ``docs/http.md`` for what is
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
-from seawall._core.errors import DeadlineExceeded
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
-    DEFAULT_TOTAL_TIMEOUT,
-    IDEMPOTENT_METHODS,
+    OPTION_NAMES,
     PER_HOST,
+    HttpCall,
     Policies,
-    exception_classes,
+    Wire,
+    drive,
     read_within_attempt,
 )
 from seawall._strategies.retry import RetryPolicy
@@ -56,6 +56,26 @@ def _never_sent(exc: Exception) -> bool:
     return False
 
 
+class _Wire(Wire[requests.Response]):
+    """requests says that a request never left only in the cause of its error."""
+
+    __slots__ = ()
+
+    def classify(
+        self, error: Exception, retry_on: tuple[type[Exception], ...]
+    ) -> tuple[bool, bool]:
+        never_sent = _never_sent(error)
+        retryable = isinstance(error, retry_on) and not isinstance(error, _NEVER_RETRIED)
+        return retryable or never_sent, never_sent
+
+
+_WIRE = _Wire()
+
+
+def _close(response: requests.Response) -> None:
+    response.close()
+
+
 class RetryAdapter(HTTPAdapter):
     """A ``requests`` transport adapter that retries per a :class:`~seawall.RetryPolicy`.
 
@@ -68,53 +88,25 @@ class RetryAdapter(HTTPAdapter):
         policy: the retry policy (``RetryPolicy()`` by default), or a
             :class:`~seawall.config.PolicyHandle`: each request then uses its current policy, so a
             registry reload changes the live adapter (see :meth:`from_route`).
-        budget: ``PER_HOST`` (default): one :class:`~seawall.RetryBudget` per host shared in the
-            process, unless the policy has its own budget; a :class:`~seawall.Budget`; or ``None``.
-        retry_statuses: statuses worth retrying (by default 408, 429, 502, 503, 504, or those the
-            handle's route names in its ``retry_on``).
-        retry_on: exception classes worth retrying.
-        idempotent_methods: methods retried without an ``Idempotency-Key``.
-        idempotency_key: add an ``Idempotency-Key`` to non-idempotent requests (generated once
-            per request, the same on every attempt) so that they can be retried.
-        deadline_headers: send the time left downstream.
-        buffer_limit: when the caller does not stream, read bodies declared up to this many bytes
-            within the attempt, so that a connection reset mid-body is retried (0: never).
-        total_timeout: seconds for the whole request, attempts and waits included, when neither
-            the policy's ``timeout`` nor an ambient :func:`seawall.deadline` sets one (30 s by
-            default; ``None``: no limit). It caps each attempt's timeouts but is not sent
-            downstream.
-        **adapter_kwargs: passed to ``HTTPAdapter`` (``pool_connections``, ``pool_maxsize``,
-            ``pool_block``).
+        **kwargs: the :class:`seawall.http.HttpOptions` every HTTP integration takes
+            (``budget``, ``retry_statuses``, ``retry_on``, ``idempotent_methods``,
+            ``idempotency_key``, ``deadline_headers``, ``buffer_limit``, ``total_timeout``);
+            the others go to ``HTTPAdapter`` (``pool_connections``, ``pool_maxsize``,
+            ``pool_block``) or the next class of a combined adapter.
+            When the caller does not stream, bodies declared up to ``buffer_limit`` bytes are
+            read within the attempt, so that a connection reset mid-body is retried.
+
+    Inside a :func:`seawall.http.override` block, requests use the policy it gives
+    (``with seawall.http.override(retries=0): session.get(url)``). Each response carries its
+    attempts in ``response.seawall_history`` (:class:`seawall.http.HttpAttempt`).
     """
 
-    def __init__(
-        self,
-        policy: RetryPolicy | PolicyHandle | None = None,
-        *,
-        budget: Any = PER_HOST,
-        retry_statuses: Collection[int] | None = None,
-        retry_on: tuple[type[Exception], ...] = DEFAULT_RETRY_EXCEPTIONS,
-        idempotent_methods: Collection[str] = IDEMPOTENT_METHODS,
-        idempotency_key: bool = False,
-        deadline_headers: bool = True,
-        buffer_limit: int = 1 << 20,
-        total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT,
-        **adapter_kwargs: Any,
-    ) -> None:
-        if "max_retries" in adapter_kwargs:
+    def __init__(self, policy: RetryPolicy | PolicyHandle | None = None, **kwargs: Any) -> None:
+        if "max_retries" in kwargs:
             raise TypeError("max_retries is not accepted: the policy decides retries")
-        self._policies = Policies(
-            policy,
-            budget,
-            retry_statuses,
-            idempotent_methods=idempotent_methods,
-            idempotency_key=idempotency_key,
-            deadline_headers=deadline_headers,
-            buffer_limit=buffer_limit,
-            total_timeout=total_timeout,
-        )
-        self._retry_on = exception_classes(retry_on)
-        super().__init__(max_retries=0, **adapter_kwargs)
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in OPTION_NAMES}
+        self._policies = Policies(policy, options, _WIRE, DEFAULT_RETRY_EXCEPTIONS)
+        super().__init__(max_retries=0, **kwargs)
 
     @property
     def policy(self) -> RetryPolicy:
@@ -154,69 +146,33 @@ class RetryAdapter(HTTPAdapter):
         )
         scheme, _, rest = (request.url or "").partition("://")
         host = f"{scheme}://{rest.split('/', 1)[0].rsplit('@', 1)[-1]}"
-        call = self._policies.start(
+        call: HttpCall[requests.Response] = self._policies.start(
             request.method or "GET", request.headers, host, replayable=replayable
         )
-        rules = call.rules
+        limit = 0 if stream else call.rules.buffer_limit
         connect, read = _split_timeout(timeout)
         position = getattr(request, "_body_position", None)
-        sleep = call.clock.sleep
-        first = True
-        # The latest retried response, kept through the wait: if the policy then gives up before
-        # the next attempt, the caller gets it, as without retries. Closed when that attempt
-        # starts (its body is usually in memory already: see _small).
-        retried: requests.Response | None = None
-        try:
-            while True:
-                try:
-                    call.begin_attempt()
-                except DeadlineExceeded:
-                    if retried is None:
-                        raise
-                    # The wait left too little time (a sleep that overshot on a real clock).
-                    response, retried = retried, None
-                    call.exhausted = True  # retried, and no time for another attempt
-                    return call.mark_answer(response)
-                if retried is not None:
-                    retried.close()  # a discarded attempt must not hold its connection
-                    retried = None
-                attempt = request.copy()
-                if call.rules.deadline_headers:
-                    attempt.headers.update(call.deadline_headers())
-                if rewind and replayable and not first:
-                    # requests recorded where the file body started (as for redirects): rewind.
-                    attempt.body.seek(position)  # type: ignore[union-attr]
-                first = False
-                # requests' annotations forbid (None, read); urllib3 accepts it (no connect limit).
-                attempt_timeout: Any = (call.timeout(connect), call.timeout(read))
-                try:
-                    response = super().send(
-                        attempt,
-                        stream=stream,
-                        timeout=attempt_timeout,
-                        verify=verify,
-                        cert=cert,
-                        proxies=proxies,
-                    )
-                    if not stream and _small(response, rules.buffer_limit):
-                        _ = response.content  # read now: a reset mid-body is then retried
-                except Exception as exc:
-                    retryable = isinstance(exc, self._retry_on) and not isinstance(
-                        exc, _NEVER_RETRIED
-                    )
-                    never_sent = _never_sent(exc)
-                    delay = call.on_error(exc, never_sent, retryable or never_sent)
-                    if delay is None:
-                        raise
-                else:
-                    delay = call.on_response(response.status_code, response.headers.get)
-                    if delay is None:
-                        return call.mark_answer(response)
-                    retried = response
-                sleep(delay)
-        finally:
-            if retried is not None:
-                retried.close()  # the wait was interrupted: nobody will read it
+        state = call.state
+
+        def attempt(left: float) -> requests.Response:
+            prepared = request
+            extra = call.deadline_headers()
+            if extra is not None:
+                prepared = request.copy()
+                prepared.headers.update(extra)
+            if rewind and replayable and state.attempts > 1:
+                # requests recorded where the file body started (as for redirects): rewind.
+                prepared.body.seek(position)  # type: ignore[union-attr]
+            # requests' annotations forbid (None, read); urllib3 accepts it (no connect limit).
+            timeouts: Any = (call.timeout(connect), call.timeout(read))
+            response: requests.Response = super(RetryAdapter, self).send(
+                prepared, stream=stream, timeout=timeouts, verify=verify, cert=cert, proxies=proxies
+            )
+            if limit and _small(response, limit):
+                _ = response.content  # read now: a reset mid-body is then retried
+            return response
+
+        return drive(call, attempt, _close)
 
 
 def _small(response: requests.Response, limit: int) -> bool:

@@ -238,3 +238,46 @@ def test_bad_arguments_name_the_parameter() -> None:
         sa.RetryMiddleware(budget=3)
     with pytest.raises(TypeError, match="retry_on"):
         sa.RetryMiddleware(retry_on=(int,))  # type: ignore[arg-type]
+
+
+async def test_response_predicate_history_and_override(server: Scripted) -> None:
+    # retry_if_result sees the ClientResponse (its status and headers): a 200 marked stale.
+    url = server.script("p", (200, {"x-stale": "1"}), (200, {"x-stale": "1"}), 200)
+    p = policy(
+        retry_if_result=lambda r: r.headers.get("x-stale") == "1",
+        backoff=seawall.Backoff.constant(0.25),
+    )
+    async with session(sa.RetryMiddleware(p, budget=None)) as s:
+        async with s.get(url) as r:
+            assert r.status == 200 and "x-stale" not in r.headers
+            assert [(a.status, a.wait) for a in r.seawall_history] == [  # type: ignore[attr-defined]
+                (200, 0.25),
+                (200, 0.25),
+                (200, None),
+            ]
+        once = server.script("once", 503, 200)
+        with seawall.http.override(retries=0):
+            async with s.get(once) as r:
+                assert r.status == 503
+    assert (server.attempts["p"], server.attempts["once"]) == (3, 1)
+
+
+async def test_total_timeout_caps_the_whole_request(server: Scripted) -> None:
+    # Each attempt meets a server that takes 1 s: with a total time of 0.3 s and no deadline
+    # of the caller's, the attempt is cut at 0.3 s and no other starts.
+    url = server.script("slow", "slow")
+    loop = asyncio.get_running_loop()
+    mw = sa.RetryMiddleware(seawall.RetryPolicy(hooks=()), budget=None, total_timeout=0.3)
+    started = loop.time()
+    async with session(mw) as s:
+        with pytest.raises(aiohttp.ServerTimeoutError):
+            await s.get(url)
+    assert 0.25 <= loop.time() - started < 0.9
+    assert server.attempts["slow"] == 1
+
+
+def test_total_timeout_is_validated() -> None:
+    with pytest.raises(ValueError, match="total_timeout"):
+        sa.RetryMiddleware(total_timeout=0)
+    with pytest.raises(TypeError, match="'retries'"):
+        sa.RetryMiddleware(retries=3)  # type: ignore[call-arg]

@@ -19,7 +19,7 @@ POLICIES = textwrap.dedent(
     num_retries = 2
     per_try_timeout = "3s"
     back_off = { base = "100ms", max = "2s" }
-    budget = { percent = 10, min = 10 }
+    budget = { percent_can_retry = 10, min_retries_per_sec = 10 }
 
     [routes.eager.retry_policy]
     num_retries = 2

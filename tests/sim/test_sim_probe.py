@@ -1,19 +1,23 @@
-"""`seawall probe`: a scenario file's load against real HTTP servers on 127.0.0.1 started here,
-a deliberately metastable one and the same one behind seawall's load shedder; and its bounds."""
+"""`seawall probe`: a scenario file's load against real HTTP servers on 127.0.0.1 started here
+(tests/sim/metastable_server.py, a deliberately metastable one, and the same one behind
+seawall's load shedder); and its bounds."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from seawall.cli import main
-from seawall.server import LoadShedder
 from seawall.sim._probe import check_target, probe
-from servers import serve_asgi
 
 # 2 slots of 50 ms: 40 requests/s at most. 20/s, then 80/s for 2 s: a backlog of about 2 s
 # builds, longer than the clients' 0.5 s timeout.
@@ -24,35 +28,47 @@ SCENARIO: dict[str, Any] = {
 }
 
 
-def metastable_app(slots: int = 2, work: float = 0.05) -> Any:
-    """A server with a FIFO queue and no limit on it, that finishes work nobody waits for."""
-    semaphore: asyncio.Semaphore | None = None
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        nonlocal semaphore
-        if scope["type"] != "http":
-            return
-        if semaphore is None:
-            semaphore = asyncio.Semaphore(slots)
-        async with semaphore:
-            await asyncio.sleep(work)  # the work: done even when the client has gone
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"ok"})
-
-    return app
+@contextlib.contextmanager
+def server(*flags: str) -> Iterator[str]:
+    """tests/sim/metastable_server.py in a process of its own; yields its URL."""
+    script = Path(__file__).with_name("metastable_server.py")
+    proc = subprocess.Popen(
+        [sys.executable, str(script), *flags], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        url = f"http://127.0.0.1:{port}/"
+        limit = time.monotonic() + 20
+        while True:  # until it accepts connections
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < limit, "the server did not start"
+                time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a stuck shutdown
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 @pytest.mark.slow  # 10 s of real load per run
 def test_the_metastable_server_stays_down_and_the_shedder_saves_it() -> None:
-    with serve_asgi(metastable_app()) as url:
-        stuck = probe(url + "/", SCENARIO).get("naive")
+    with server() as url:
+        stuck = probe(url, SCENARIO).get("naive")
     assert stuck.baseline >= 12  # healthy before the trigger (20/s offered)
     assert stuck.verdict == "metastable" and stuck.recovered_at is None
     assert max(stuck.goodput[-6:]) < 10  # still down at the end, 5 s after the trigger
     assert sum(stuck.offered[-6:]) / 6 > 40  # retries keep the load above capacity
-    shed = LoadShedder(metastable_app(), max_concurrency=2, max_queue=4, max_queue_wait=0.1)
-    with serve_asgi(shed) as url:
-        saved = probe(url + "/", SCENARIO).get("naive")
+    with server("--shed") as url:  # the same server behind LoadShedder
+        saved = probe(url, SCENARIO).get("naive")
     assert saved.verdict == "recovered" and saved.recovered_at is not None
     assert saved.recovered_at - 5.0 <= 2.0  # back within 2 s of the trigger's end
 
@@ -63,8 +79,8 @@ def test_probe_command_prints_the_verdict_and_exits_3_when_stuck(
 ) -> None:
     scenario = tmp_path / "spike.json"
     scenario.write_text(json.dumps(SCENARIO))
-    with serve_asgi(metastable_app()) as url:
-        code = main(["probe", url + "/", "--scenario", str(scenario), "--json"])
+    with server() as url:
+        code = main(["probe", url, "--scenario", str(scenario), "--json"])
     assert code == 3
     data = json.loads(capsys.readouterr().out)
     assert data["series"][0]["verdict"] == "metastable"

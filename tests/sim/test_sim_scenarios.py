@@ -165,11 +165,14 @@ def test_sweep_retries_buy_success_with_load_and_budgets_cap_the_load() -> None:
     assert r.row("breaker", 0.0).load == 1.0 and r.row("breaker", 0.0).throttled == 0
     assert r.row("breaker", 0.5).throttled > 0
     assert r.row("breaker", 0.5).load < three.load
-    # Per-client budgets: spread thin (50 clients at 4 req/s), the RetryBudget's floor of 10
-    # retries/s lets every retry through; concentrated (2 clients at 100 req/s), the ratio binds.
+    # Per-client budgets: spread thin (50 clients at 4 req/s, 20 requests each), the
+    # RetryBudget's floor (1 retry/s, 10 per window) is most of each budget: at most
+    # (20 + 2 + 10) / 20 = 1.6 attempts a request; concentrated (2 clients at 100 req/s), the
+    # ratio binds.
     thin = {x.strategy: x for x in r.splits if x.clients == 50}
     dense = {x.strategy: x for x in r.splits if x.clients == 2}
-    assert thin["retry_budget"].load == pytest.approx(thin["retries_3"].load, rel=0.05)
+    assert dense["retry_budget"].load < thin["retry_budget"].load <= 1.6 + 1e-9
+    assert thin["retry_budget"].load < thin["retries_3"].load
     assert dense["retry_budget"].load < 0.8 * dense["retries_3"].load
 
 

@@ -60,12 +60,21 @@ for attempt in policy.attempts():
 
 b: Backoff = Backoff.constant(1.0)
 lin: Backoff = Backoff.linear(base=0.1, step=0.2, cap=3.0)
+envoy: Backoff = Backoff.envoy(base_interval=0.025, max_interval=0.25)
+summed: Backoff = Backoff(base=0.1, cumulative=True)
 delay: float = b.compute(0, random.Random(0))
 with seawall.deadline(2.0) as dl:
     left: float = seawall.remaining()
     at: float = dl.at
 seawall.set_enabled(False, name="payments")
 err: ConnectionError = seawall.permanent(ConnectionError())
+
+
+async def one() -> int:
+    return 1
+
+
+on_trio: int = seawall.testing.run(one(), seawall.VirtualClock(), backend="trio")
 with seawall.testing.instant():
     pass
 
@@ -164,6 +173,10 @@ grpc_channel: grpcio.Channel = grpcio.intercept_channel(
 aio_interceptor = seawall.grpc.AsyncRetryInterceptor(
     policy, hedge=seawall.Hedge(delay=0.05), hedge_methods=["/pkg.Users/Get"]
 )
+aio_interceptors: list[grpcio.aio.ClientInterceptor] = seawall.grpc.AsyncRetryInterceptor(
+    policy, request_buffer=seawall.grpc.DEFAULT_REQUEST_BUFFER
+).interceptors()
+stream_interceptor = seawall.grpc.RetryInterceptor(policy, request_buffer=0)
 grpc_server_interceptors: list[grpcio.ServerInterceptor] = [
     seawall.grpc.LoadShedder(max_concurrency=8, retry_after=0.5),
     seawall.grpc.DeadlineInterceptor(max_request_time=10.0),
@@ -209,3 +222,13 @@ decision: seawall.faults.Decision = plan.decide()
 chaos = seawall.faults.FaultTransport(plan)
 achaos = seawall.faults.AsyncFaultTransport(plan)
 limited = seawall.httpx.RetryTransport(total_timeout=10.0, transport=chaos)
+# HTTP: one set of options, per-request overrides, the history.
+options: seawall.http.HttpOptions = {"budget": None, "total_timeout": 5.0}
+optioned = seawall.httpx.AsyncRetryTransport(None, achaos, **options)
+with seawall.http.override(retries=0), seawall.http.override(seawall.RetryPolicy()):
+    pass
+step = seawall.http.HttpAttempt(503, None, 1.0)
+step_status: int | None = step.status
+step_wait: float | None = step.wait
+history: tuple[seawall.http.HttpAttempt, ...] = (step,)
+middleware = seawall.aiohttp.RetryMiddleware(total_timeout=None, budget=None)

@@ -129,11 +129,16 @@ class VirtualClock:
         from seawall._core.compat import running_trio
 
         if running_trio():
-            # Jump at once, as on a plain asyncio loop (fine for one task at a time).
             import trio
 
-            self._now += seconds
-            await trio.lowlevel.checkpoint()
+            if getattr(trio.lowlevel.current_clock(), "virtual", None) is self:
+                # trio's time is this clock (seawall.testing.trio_clock): it jumps when every
+                # task waits.
+                await trio.sleep(seconds)
+            else:
+                # Jump at once, as on a plain asyncio loop (fine for one task at a time).
+                self._now += seconds
+                await trio.lowlevel.checkpoint()
             return
         import asyncio
 

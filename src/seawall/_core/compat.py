@@ -10,7 +10,15 @@ from collections.abc import Awaitable
 from types import TracebackType
 from typing import Any, TypeVar
 
-__all__ = ["checkpoint", "running_trio", "sleep", "timeout_after", "timeout_at", "with_timeout"]
+__all__ = [
+    "checkpoint",
+    "current_time",
+    "running_trio",
+    "sleep",
+    "timeout_after",
+    "timeout_at",
+    "with_timeout",
+]
 
 T = TypeVar("T")
 
@@ -114,6 +122,16 @@ def timeout_after(seconds: float) -> Any:
     if running_trio():
         return _TrioTimeout(seconds)
     return timeout_at(asyncio.get_running_loop().time() + max(0.0, seconds))
+
+
+def current_time() -> float:
+    """The running async library's clock (asyncio's loop time, or trio's), which
+    :func:`timeout_after` measures against."""
+    if running_trio():
+        import trio
+
+        return float(trio.current_time())
+    return asyncio.get_running_loop().time()
 
 
 async def sleep(seconds: float) -> None:

@@ -12,8 +12,8 @@ The shape follows Envoy's route retry policy, which operators already know::
     retry_on = "connect-failure,reset,timeout,5xx"
     num_retries = 3
     per_try_timeout = "500ms"
-    back_off = { base = "25ms", max = "250ms" }
-    budget = { percent = 20, min = 3 }
+    retry_back_off = { base_interval = "25ms", max_interval = "250ms" }
+    budget = { percent_can_retry = 20, min_retries_per_sec = 1 }
 
 Every field is validated, and errors name the field path
 (``routes.users.retry_policy.num_retries: must be >= 0, got -1``). A :class:`PolicyRegistry`
@@ -23,22 +23,25 @@ policy, so :meth:`PolicyRegistry.reload` changes behaviour without a restart.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import errno
 import math
 import os
 import re
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, ParamSpec, TypeVar, overload
 
+from seawall._core.classify import is_transient
 from seawall._core.clock import Clock
 from seawall._core.decorate import decorate
 from seawall._core.public import public
 from seawall._core.switch import is_enabled, set_enabled
 from seawall._core.validate import MAX_SECONDS, MIN_WINDOW, shown
 from seawall._strategies.backoff import DEFAULT_BACKOFF, Backoff
-from seawall._strategies.budget import RetryBudget
+from seawall._strategies.budget import DEFAULT_MIN_PER_SECOND, DEFAULT_WINDOW, RetryBudget
 from seawall._strategies.hedge import Hedge, HedgeHook
 from seawall._strategies.latency import LatencyTracker
 from seawall._strategies.retry import Attempts, Hook, Outcome, RetryPolicy
@@ -76,13 +79,131 @@ class ConfigError(ValueError):
 
 
 # -- retry_on conditions ------------------------------------------------------------------------
+#
+# Envoy's router docs (x-envoy-retry-on): "5xx" retries any 5xx response *or no response at all*
+# (disconnect, reset, read timeout), connect failures and refused streams included;
+# "gateway-error" is the same for 502/503/504 (Envoy counts a reset as the 503 it answers);
+# "reset" retries no response at all; "connect-failure" a connection that could not be made
+# (refused, connect timeout). Python's clients raise their own classes for these: they are
+# recognised by name, as the default retry_on does, so none is imported.
 
-#: Conditions that name transport errors, and the exception classes they retry.
-ERROR_CONDITIONS: Final[Mapping[str, tuple[type[BaseException], ...]]] = {
-    "connect-failure": (ConnectionError,),
-    "reset": (ConnectionResetError, ConnectionAbortedError),
-    "refused-stream": (ConnectionRefusedError,),
-    "timeout": (TimeoutError,),
+# Connection-level errnos of a connection that was never made.
+_CONNECT_ERRNOS: Final = frozenset(
+    getattr(errno, name)
+    for name in ("ECONNREFUSED", "ENETUNREACH", "EHOSTUNREACH", "ENETDOWN", "EHOSTDOWN")
+    if hasattr(errno, name)
+)
+_CONNECT_CLASSES: Final = frozenset(
+    {
+        ("httpx", "ConnectError"),
+        ("httpx", "ConnectTimeout"),
+        ("requests", "ConnectTimeout"),
+        ("urllib3", "NewConnectionError"),
+        ("urllib3", "ConnectTimeoutError"),
+        ("aiohttp", "ClientConnectorError"),
+        ("aiohttp", "ConnectionTimeoutError"),
+    }
+)
+_TIMEOUT_CLASSES: Final = frozenset(
+    {
+        ("httpx", "TimeoutException"),
+        ("requests", "Timeout"),
+        ("urllib3", "TimeoutError"),
+        ("aiohttp", "ServerTimeoutError"),
+    }
+)
+# A retry repeats these, whatever their base classes say.
+_NEVER: Final = ("SSLError", "Certificate", "InvalidURL", "UnsupportedProtocol")
+
+
+_NAMES: dict[type, frozenset[tuple[str, str]]] = {}
+_NAMES_LIMIT: Final = 4096  # classes made at runtime must not grow the cache without bound
+
+
+def _names(cls: type) -> frozenset[tuple[str, str]]:
+    """``(top-level package, class name)`` of every class in *cls*'s hierarchy."""
+    names = _NAMES.get(cls)
+    if names is None:
+        names = frozenset((c.__module__.partition(".")[0], c.__name__) for c in cls.__mro__)
+        if len(_NAMES) < _NAMES_LIMIT:
+            _NAMES[cls] = names
+    return names
+
+
+def _excluded(names: frozenset[tuple[str, str]]) -> bool:
+    """Errors no condition retries: those a retry repeats, and gRPC's (its statuses are not
+    HTTP conditions)."""
+    if any(module == "grpc" for module, _ in names):
+        return True
+    return any(bad in name for _, name in names for bad in _NEVER)
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """*error*, then what it wraps, a few levels deep: requests raises ``ConnectionError``
+    around urllib3's ``MaxRetryError`` around the ``NewConnectionError`` that says what
+    happened."""
+    seen: list[BaseException] = []
+    todo = [error]
+    while todo and len(seen) < 8:
+        e = todo.pop(0)
+        if any(e is s for s in seen):
+            continue
+        seen.append(e)
+        yield e
+        nested = [e.__cause__, e.__context__, getattr(e, "reason", None), *e.args[:2]]
+        todo.extend(n for n in nested if isinstance(n, BaseException))
+
+
+def is_connect_failure(error: BaseException) -> bool:
+    """``connect-failure``: the connection could not be made (refused, unreachable, connect
+    timeout); the request never reached the server."""
+    for e in _causes(error):
+        names = _names(type(e))
+        if _excluded(names):
+            return False
+        if isinstance(e, ConnectionRefusedError) or names & _CONNECT_CLASSES:
+            return True
+        if isinstance(e, OSError) and getattr(e, "errno", None) in _CONNECT_ERRNOS:
+            return True
+    return False
+
+
+def is_refused(error: BaseException) -> bool:
+    """``refused-stream``: the server refused the request before processing it. Python's HTTP
+    clients do not tell an HTTP/2 REFUSED_STREAM reset apart from other resets, so this is a
+    refused connection."""
+    return any(
+        isinstance(e, ConnectionRefusedError) or getattr(e, "errno", None) == errno.ECONNREFUSED
+        for e in _causes(error)
+    )
+
+
+def is_timeout(error: BaseException) -> bool:
+    """``timeout``: an attempt timed out (connect, read, write or pool timeout)."""
+    names = _names(type(error))
+    if _excluded(names):
+        return False
+    return (
+        isinstance(error, (TimeoutError, asyncio.TimeoutError))
+        or bool(names & _TIMEOUT_CLASSES)
+        or (isinstance(error, OSError) and getattr(error, "errno", None) == errno.ETIMEDOUT)
+    )
+
+
+def is_no_response(error: BaseException) -> bool:
+    """``reset``: no response at all: a connect failure, a reset or closed connection, a read
+    timeout (and the clients' forms of these: httpx, requests/urllib3, aiohttp)."""
+    if _excluded(_names(type(error))):
+        return False
+    return is_transient(error) or is_timeout(error) or is_connect_failure(error)
+
+
+#: Conditions that name failures without a response, and how each is recognised.
+ERROR_CONDITIONS: Final[Mapping[str, Callable[[BaseException], bool]]] = {
+    "connect-failure": is_connect_failure,
+    "reset": is_no_response,
+    "refused-stream": is_refused,
+    "timeout": is_timeout,
 }
 #: Conditions that name HTTP statuses (Envoy's x-envoy-retry-on values), for HTTP integrations.
 STATUS_CONDITIONS: Final[Mapping[str, frozenset[int]]] = {
@@ -91,15 +212,40 @@ STATUS_CONDITIONS: Final[Mapping[str, frozenset[int]]] = {
     "retriable-4xx": frozenset({409}),
     "retriable-status-codes": frozenset(),  # the codes come from retriable_status_codes
 }
+# Status conditions that also retry a request that got no response at all (Envoy: "5xx ...
+# or does not respond at all (disconnect/reset/read timeout)").
+_NO_RESPONSE_TOO: Final = frozenset({"5xx", "gateway-error"})
+# Envoy conditions seawall does not offer, and why (a clear error beats a silent no-op).
+_UNSUPPORTED: Final[Mapping[str, str]] = {
+    "retriable-headers": "retrying on response headers is not supported; name the statuses "
+    "(retriable-status-codes) instead",
+    "envoy-ratelimited": "x-envoy-ratelimited responses are not retried by seawall",
+    "http3-post-connect-failure": "HTTP/3 is not supported",
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _RetryOn:
+    """A route's ``retry_on``: the named failure conditions, then the application's classes."""
+
+    conditions: tuple[str, ...]
+    classes: tuple[type[BaseException], ...]
+
+    def __call__(self, error: BaseException) -> bool:
+        if self.classes and isinstance(error, self.classes):
+            return True
+        return any(ERROR_CONDITIONS[c](error) for c in self.conditions)
 
 
 @public("seawall.config")
 @dataclasses.dataclass(frozen=True, slots=True)
 class BudgetConfig:
-    """``budget = {percent, min, window}``: a :class:`~seawall.RetryBudget` per route.
+    """``budget = {percent_can_retry, min_retries_per_sec, ttl}``: a route's
+    :class:`~seawall.RetryBudget`, under Finagle's names with Finagle's meaning.
 
-    ``percent`` maps to ``ratio = percent / 100`` (Envoy's ``budget_percent``); ``min`` to
-    ``min_per_second``; ``window`` in seconds.
+    Over any ``ttl`` seconds, retries may be at most ``percent_can_retry`` per 100 requests, plus
+    ``min_retries_per_sec * ttl``. ``percent`` maps to ``ratio = percent / 100``,
+    ``min_per_second`` is ``min_retries_per_sec`` and ``window`` is ``ttl``, in seconds.
     """
 
     percent: float
@@ -193,9 +339,12 @@ class RouteConfig:
     budget: BudgetConfig | None
     hedge: HedgeConfig | None
     enabled: bool
+    # When retry_on is given: the application's classes it names, and the failure conditions
+    # (connect-failure, reset, ...; "5xx" and "gateway-error" bring "reset").
     _errors: tuple[type[BaseException], ...] | None = dataclasses.field(
         default=None, repr=False, compare=True
     )
+    _conditions: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=True)
 
     def build(
         self,
@@ -207,7 +356,7 @@ class RouteConfig:
         """The :class:`~seawall.RetryPolicy` this route describes."""
         kwargs: dict[str, Any] = {}
         if self._errors is not None:
-            kwargs["retry_on"] = self._errors
+            kwargs["retry_on"] = self.retry_errors
         return RetryPolicy(
             max_attempts=self.num_retries + 1,
             backoff=self.back_off,
@@ -219,6 +368,18 @@ class RouteConfig:
             hooks=hooks,
             **kwargs,
         )
+
+    @property
+    def retry_errors(
+        self,
+    ) -> tuple[type[BaseException], ...] | Callable[[BaseException], bool] | None:
+        """What ``retry_on`` retries among errors: the policy's ``retry_on`` (classes, or a
+        predicate for conditions such as ``reset``), or ``None`` when ``retry_on`` is not given
+        (the policy's default applies). An HTTP integration that decides on transport errors
+        itself can ask it too."""
+        if self._errors is None:
+            return None
+        return _RetryOn(self._conditions, self._errors) if self._conditions else self._errors
 
     def http_rules(self) -> HttpRules:
         """:class:`HttpRules` for the HTTP integrations, retrying this route's statuses."""
@@ -237,10 +398,17 @@ class RouteConfig:
             "retry_statuses": sorted(self.retry_statuses) if self.retry_statuses else None,
             "timeout": self.timeout,
             "per_try_timeout": self.per_try_timeout,
-            "back_off": {"base": b.base, "max": b.cap, "jitter": b.jitter},
+            "back_off": _describe_back_off(b),
             "budget": dataclasses.asdict(self.budget) if self.budget else None,
             "hedge": self.hedge.describe() if self.hedge else None,
         }
+
+
+def _describe_back_off(b: Backoff) -> dict[str, Any]:
+    view: dict[str, Any] = {"base": b.base, "max": b.cap, "jitter": b.jitter}
+    if b.cumulative:
+        view["curve"] = "envoy"  # (2**N - 1) * base, not base * 2**n
+    return view
 
 
 # -- field readers --------------------------------------------------------------------------
@@ -371,13 +539,20 @@ _RETRY_FIELDS: Final = (
 )
 
 
+class _RetryOnSpec(NamedTuple):
+    names: tuple[str, ...]
+    classes: tuple[type[BaseException], ...]
+    conditions: tuple[str, ...]
+    statuses: frozenset[int] | None
+
+
 def _retry_on(
     value: object,
     path: str,
     errors: Mapping[str, type[BaseException]],
     statuses: object,
     statuses_path: str,
-) -> tuple[tuple[str, ...], tuple[type[BaseException], ...] | None, frozenset[int] | None]:
+) -> _RetryOnSpec:
     if isinstance(value, str):
         names = [n.strip() for n in value.split(",") if n.strip()]
     elif isinstance(value, Sequence) and all(isinstance(n, str) for n in value):
@@ -389,16 +564,21 @@ def _retry_on(
     if not names:
         raise ConfigError(path, "must name at least one condition")
     classes: list[type[BaseException]] = []
+    conditions: list[str] = []
     codes: set[int] = set()
     http = False
     for name in names:
-        if name in ERROR_CONDITIONS:
-            classes.extend(ERROR_CONDITIONS[name])
+        if name in errors:  # the application's own names come first
+            classes.append(errors[name])
+        elif name in ERROR_CONDITIONS:
+            conditions.append(name)
         elif name in STATUS_CONDITIONS:
             http = True
             codes |= STATUS_CONDITIONS[name]
-        elif name in errors:
-            classes.append(errors[name])
+            if name in _NO_RESPONSE_TOO:
+                conditions.append("reset")
+        elif name in _UNSUPPORTED:
+            raise ConfigError(path, f"{name!r}: {_UNSUPPORTED[name]}")
         else:
             known = sorted({*ERROR_CONDITIONS, *STATUS_CONDITIONS, *errors})
             raise ConfigError(path, f"unknown condition {name!r} (known: {', '.join(known)})")
@@ -417,7 +597,12 @@ def _retry_on(
             codes.add(code)
     elif "retriable-status-codes" in names:
         raise ConfigError(path, "'retriable-status-codes' needs retriable_status_codes = [...]")
-    return tuple(names), tuple(dict.fromkeys(classes)), frozenset(codes) if http else None
+    return _RetryOnSpec(
+        tuple(names),
+        tuple(dict.fromkeys(classes)),
+        tuple(dict.fromkeys(conditions)),
+        frozenset(codes) if http else None,
+    )
 
 
 def _back_off(table: Mapping[str, Any], path: str) -> Backoff:
@@ -425,8 +610,9 @@ def _back_off(table: Mapping[str, Any], path: str) -> Backoff:
         raise ConfigError(
             _join(path, "retry_back_off"), "give back_off or retry_back_off, not both"
         )
-    if "retry_back_off" in table:
-        # Envoy's spelling: retry_back_off = {base_interval, max_interval}.
+    envoy = "retry_back_off" in table
+    if envoy:
+        # Envoy's spelling, with Envoy's curve: retry_back_off = {base_interval, max_interval}.
         key, base_key, max_key = "retry_back_off", "base_interval", "max_interval"
     elif "back_off" in table:
         key, base_key, max_key = "back_off", "base", "max"
@@ -451,18 +637,58 @@ def _back_off(table: Mapping[str, Any], path: str) -> Backoff:
             _join(bpath, "jitter"),
             f"must be none, full, equal or decorrelated, got {shown(jitter)}",
         )
+    if envoy:
+        # Retry N waits U(0, (2**N - 1) * base_interval), capped: see Backoff.envoy.
+        return Backoff.envoy(base, cap).replace(jitter=jitter)
     return Backoff(base=base, cap=cap, jitter=jitter)
 
 
+# Finagle's RetryBudget(ttl, minRetriesPerSec, percentCanRetry), in the file's snake case; the
+# former names (percent, min, window) still work, with a DeprecationWarning.
+_BUDGET_FIELDS: Final = ("percent_can_retry", "min_retries_per_sec", "ttl")
+_BUDGET_FORMER: Final = {
+    "percent": "percent_can_retry",
+    "min": "min_retries_per_sec",
+    "window": "ttl",
+}
+# Envoy's retry_budget is another thing: a limit on *concurrent* retries, budget_percent of the
+# requests in flight but at least min_retry_concurrency (cluster circuit_breakers.retry_budget).
+_ENVOY_BUDGET: Final = ("budget_percent", "min_retry_concurrency")
+
+
 def _budget(value: object, path: str) -> BudgetConfig:
-    spec = _mapping(value, path)
-    _known(spec, path, ("percent", "min", "window"))
-    if "percent" not in spec:
-        raise ConfigError(_join(path, "percent"), "required")
-    percent = _percent(spec["percent"], _join(path, "percent"), maximum=1e14)
-    minimum = _number(spec.get("min", 10.0), _join(path, "min"), minimum=0.0)
-    window = _duration(spec.get("window", 10.0), _join(path, "window"), minimum=MIN_WINDOW)
-    return BudgetConfig(percent, minimum, window)
+    spec = dict(_mapping(value, path))
+    for key in _ENVOY_BUDGET:
+        if key in spec:
+            raise ConfigError(
+                _join(path, key),
+                "is Envoy's budget of concurrent retries (a share of the requests in flight), "
+                "which seawall does not have; seawall's budget is Finagle's: "
+                "percent_can_retry (retries per 100 requests over ttl) plus min_retries_per_sec",
+            )
+    renamed = []
+    for former, name in _BUDGET_FORMER.items():
+        if former in spec:
+            if name in spec:
+                raise ConfigError(_join(path, former), f"give {name} or {former}, not both")
+            spec[name] = spec.pop(former)
+            renamed.append(f"{former} is now {name}")
+    if renamed:
+        import warnings
+
+        warnings.warn(
+            f"{path}: {', '.join(renamed)} (Finagle's names for the same settings)",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+    _known(spec, path, _BUDGET_FIELDS)
+    ppath, mpath, tpath = (_join(path, key) for key in _BUDGET_FIELDS)
+    if "percent_can_retry" not in spec:
+        raise ConfigError(ppath, "required")
+    percent = _percent(spec["percent_can_retry"], ppath, maximum=1e14)
+    minimum = _number(spec.get("min_retries_per_sec", DEFAULT_MIN_PER_SECOND), mpath, minimum=0.0)
+    ttl = _duration(spec.get("ttl", DEFAULT_WINDOW), tpath, minimum=MIN_WINDOW)
+    return BudgetConfig(percent, minimum, ttl)
 
 
 def _hedge(value: object, path: str) -> HedgeConfig:
@@ -510,14 +736,16 @@ def _route(
     per_try_timeout = (
         None if per_try is None else _duration(per_try, _join(rpath, "per_try_timeout"))
     )
+    conditions: tuple[str, ...] = ()
     if "retry_on" in retry:
-        retry_on, classes, statuses = _retry_on(
+        spec = _retry_on(
             retry["retry_on"],
             _join(rpath, "retry_on"),
             errors,
             retry.get("retriable_status_codes"),
             _join(rpath, "retriable_status_codes"),
         )
+        retry_on, classes, conditions, statuses = spec
     elif "retriable_status_codes" in retry:
         raise ConfigError(
             _join(rpath, "retriable_status_codes"), "needs 'retriable-status-codes' in retry_on"
@@ -538,6 +766,7 @@ def _route(
         hedge=hedge,
         enabled=enabled,
         _errors=classes,
+        _conditions=conditions,
     )
     # Every field was checked above; building the objects once proves the combination works,
     # and a problem found only here still names the route.
@@ -1038,7 +1267,7 @@ class PolicyRegistry:
                 "max_attempts": p.max_attempts,
                 "timeout": p.timeout,
                 "per_try_timeout": p.attempt_timeout,
-                "back_off": {"base": b.base, "max": b.cap, "jitter": b.jitter},
+                "back_off": _describe_back_off(b),
                 "budget": type(p.budget).__name__ if p.budget is not None else None,
             }
             if handle._route is not None:

@@ -10,20 +10,39 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import contextvars
 import dataclasses
 import datetime
 import email.utils
+import linecache
 import math
 import re
 import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping, MutableMapping
-from typing import Final, NamedTuple, Protocol, TypeVar, runtime_checkable
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, MutableMapping
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Final,
+    Generic,
+    NamedTuple,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    runtime_checkable,
+)
 
 from seawall._core import validate as _validate
-from seawall._core.errors import _EXHAUSTED_MARK, Overloaded, add_note, is_exhausted, permanent
+from seawall._core.errors import (
+    _EXHAUSTED_MARK,
+    DeadlineExceeded,
+    Overloaded,
+    add_note,
+    is_exhausted,
+    permanent,
+)
 from seawall._core.public import public
 from seawall._strategies.budget import Budget
 from seawall._strategies.deadline import deadline_headers as encode_deadline_headers
@@ -57,16 +76,27 @@ class LivePolicy(Protocol):
 __all__ = [
     "DEFAULT_RETRY_STATUSES",
     "DEFAULT_TOTAL_TIMEOUT",
+    "EXTENSION_KEY",
+    "HISTORY_ATTRIBUTE",
+    "HISTORY_KEY",
     "IDEMPOTENCY_KEY_HEADER",
     "IDEMPOTENT_METHODS",
     "MIN_ATTEMPT_TIME",
+    "OPTION_NAMES",
     "OVERLOADED_HEADERS",
+    "HttpAttempt",
     "HttpCall",
+    "HttpOptions",
     "HttpRules",
+    "Wire",
+    "adrive",
     "budget_for_host",
+    "drive",
     "is_overloaded",
     "new_idempotency_key",
+    "override",
     "parse_retry_after",
+    "within",
 ]
 
 # RFC 9110 section 9.2.2: methods whose intended effect of several identical requests is the same
@@ -154,11 +184,12 @@ def is_overloaded(headers: Mapping[str, str] | Callable[[str], str | None]) -> b
         headers: a case-insensitive mapping, or a ``get(name) -> value`` function.
     """
     get = headers if callable(headers) else headers.get
-    for name in OVERLOADED_HEADERS:
-        value = get(name)
-        if value is not None and value.strip().lower() not in _FALSE_VALUES:
-            return True
-    return False
+    # Envoy's x-envoy-overloaded counts by its presence, whatever its value (as Envoy reads its
+    # x-envoy-ratelimited); seawall's own header may say "false".
+    if get("x-envoy-overloaded") is not None:
+        return True
+    value = get("x-seawall-overloaded")
+    return value is not None and value.strip().lower() not in _FALSE_VALUES
 
 
 def new_idempotency_key() -> str:
@@ -287,7 +318,8 @@ def derive_policy(policy: RetryPolicy, budget: Budget | None) -> RetryPolicy:
     if not isinstance(policy, RetryPolicy):
         raise TypeError(f"policy must be a seawall.RetryPolicy, got {policy!r}")
     # retry_on=(): every decision comes from HttpCall through on_error(retry=True|False); an error
-    # it leaves to the policy (retry=None) is one the HTTP rules do not retry.
+    # it leaves to the policy (retry=None) is one the HTTP rules do not retry. retry_if_result is
+    # applied by HttpCall to the response (see PolicyCache.predicate), not by the state.
     return policy.replace(
         retry_on=(),
         retry_if_result=None,
@@ -303,9 +335,13 @@ def check_budget(budget: object) -> Budget | _PerHost | None:
 
 
 class PolicyCache:
-    """The derived policy for each host (the budget differs per host), bounded in size."""
+    """The derived policy for each host (the budget differs per host), bounded in size.
 
-    __slots__ = ("_budget", "_by_host", "_lock", "_policy", "_single")
+    Hosts are looked up by the key the integration gives (its own spelling of scheme and
+    authority); :func:`origin` normalises a key only the first time it is seen.
+    """
+
+    __slots__ = ("_budget", "_by_host", "_lock", "_policy", "_single", "predicate")
 
     def __init__(self, policy: RetryPolicy, budget: object) -> None:
         if not isinstance(policy, RetryPolicy):
@@ -316,6 +352,8 @@ class PolicyCache:
         self._lock = threading.Lock()
         self._by_host: dict[str, RetryPolicy] = {}
         self._single: RetryPolicy | None = None
+        #: The policy's ``retry_if_result``, applied to responses (``None``: none).
+        self.predicate = policy.retry_if_result
         if budget is PER_HOST and policy.budget is not None:
             budget = policy.budget  # the policy brought its own budget: use it everywhere
         if budget is not PER_HOST:
@@ -335,37 +373,243 @@ class PolicyCache:
             with self._lock:
                 if len(self._by_host) >= _MAX_HOST_BUDGETS:
                     self._by_host.clear()
-                derived = derive_policy(self._policy, budget_for_host(host))
+                derived = derive_policy(self._policy, budget_for_host(origin(host)))
                 self._by_host[host] = derived
         return derived
+
+
+@public("seawall.http")
+class HttpOptions(TypedDict, total=False):
+    """The keyword arguments every seawall HTTP integration takes (all optional).
+
+    Attributes:
+        budget: ``PER_HOST`` (default): one :class:`~seawall.RetryBudget` per host, shared by
+            every seawall HTTP client in the process, unless the policy has its own budget; a
+            :class:`~seawall.Budget` for every host; or ``None`` for no budget.
+        retry_statuses: statuses worth retrying (by default 408, 429, 502, 503, 504, or those
+            a :class:`~seawall.config.PolicyHandle`'s route names in its ``retry_on``).
+        retry_on: the client library's exception classes worth retrying (its
+            ``DEFAULT_RETRY_EXCEPTIONS`` by default).
+        idempotent_methods: methods retried without an ``Idempotency-Key``.
+        idempotency_key: add an ``Idempotency-Key`` to non-idempotent requests (generated once
+            per request, the same on every attempt) so that they can be retried.
+        deadline_headers: send the time left downstream (``grpc-timeout``,
+            ``x-request-deadline``).
+        buffer_limit: read bodies declared (``Content-Length``) up to this many bytes within
+            the attempt, so that a reset mid-body is retried (0: never).
+        total_timeout: seconds for the whole request, attempts and waits included, when
+            neither the policy's ``timeout`` nor an ambient :func:`seawall.deadline` sets one
+            (30 s by default; ``None``: no limit). It bounds each attempt but is not sent
+            downstream.
+    """
+
+    budget: Budget | _PerHost | None
+    retry_statuses: Collection[int] | None
+    retry_on: tuple[type[Exception], ...]
+    idempotent_methods: Collection[str]
+    idempotency_key: bool
+    deadline_headers: bool
+    buffer_limit: int
+    total_timeout: float | None
+
+
+#: The names of :class:`HttpOptions`.
+OPTION_NAMES: Final = frozenset(HttpOptions.__annotations__)
+
+Resp = TypeVar("Resp")
+
+
+@public("seawall.http")
+class HttpAttempt(NamedTuple):
+    """One attempt of an HTTP request, in the history its response or error carries.
+
+    ``response.extensions["seawall.history"]`` with httpx, ``response.seawall_history`` with
+    requests and aiohttp, and ``error.seawall_history`` on the error a request raised: a tuple
+    of these, the first attempt first (as urllib3's ``Retry.history``).
+
+    Attributes:
+        status: the response's status, or ``None`` when the attempt raised.
+        error: the attempt's exception, or ``None`` when it was answered.
+        wait: seconds waited after it (``None``: the call ended with it).
+    """
+
+    status: int | None
+    error: BaseException | None
+    wait: float | None
+
+
+#: Where an httpx response carries its history (``response.extensions[HISTORY_KEY]``).
+HISTORY_KEY: Final = "seawall.history"
+#: The attribute of a requests or aiohttp response (and of an error) holding its history.
+HISTORY_ATTRIBUTE: Final = "seawall_history"
+#: The httpx request extension that overrides the policy for one request.
+EXTENSION_KEY: Final = "seawall"
+
+History = tuple[HttpAttempt, ...]
+_FIRST_TRY: dict[int, History] = {}  # the history of a response to a first attempt, by status
+
+
+def first_try(status: int) -> History:
+    """The history of a request answered *status* at the first attempt (shared, immutable)."""
+    history = _FIRST_TRY.get(status)
+    if history is None:
+        history = (HttpAttempt(status, None, None),)
+        if len(_FIRST_TRY) < 1024:  # statuses are untrusted numbers: keep the table bounded
+            _FIRST_TRY[status] = history
+    return history
+
+
+class Wire(Generic[Resp]):
+    """How the HTTP decisions read one client library's responses and errors.
+
+    The defaults fit a response with ``status_code``, ``headers.get`` and attributes; an
+    integration overrides what differs.
+
+    Args:
+        never_sent: errors raised before the request left (safe to retry for every method).
+        never_retried: errors never retried, whatever ``retry_on`` says (TLS, proxies).
+    """
+
+    __slots__ = ("never_retried", "never_sent")
+
+    def __init__(
+        self,
+        never_sent: tuple[type[Exception], ...] = (),
+        never_retried: tuple[type[Exception], ...] = (),
+    ) -> None:
+        self.never_sent = never_sent
+        self.never_retried = never_retried
+
+    def status(self, response: Any) -> int:
+        """The response's status code."""
+        status: int = response.status_code
+        return status
+
+    def headers(self, response: Any) -> Callable[[str], str | None]:
+        """A case-insensitive ``get(name)`` of the response's headers."""
+        get: Callable[[str], str | None] = response.headers.get
+        return get
+
+    def classify(
+        self, error: Exception, retry_on: tuple[type[Exception], ...]
+    ) -> tuple[bool, bool]:
+        """(a retryable kind of error, the request never left)."""
+        if isinstance(error, self.never_retried):
+            return False, False
+        never_sent = isinstance(error, self.never_sent)
+        return never_sent or isinstance(error, retry_on), never_sent
+
+    def view(self, response: Any) -> Any:
+        """What ``retry_if_result`` is given for *response* (the response itself)."""
+        return response
+
+    def attach(self, response: Any, history: History) -> None:
+        """Give *response* its history (as the attribute ``seawall_history``)."""
+        setattr(response, HISTORY_ATTRIBUTE, history)
+
+
+# -- per-request overrides ----------------------------------------------------------------------
+
+_OVERRIDE: contextvars.ContextVar[object] = contextvars.ContextVar("seawall_http_override")
+_NO_OVERRIDE: Final = object()
+_POLICY_FIELDS: Final = frozenset(f.name for f in dataclasses.fields(RetryPolicy) if f.init) | {
+    "retries"
+}
+
+
+@public("seawall.http")
+@contextlib.contextmanager
+def override(policy: RetryPolicy | None = None, /, **changes: Any) -> Iterator[None]:
+    """Requests sent in this block by any seawall HTTP integration use another policy.
+
+    ``with seawall.http.override(retries=0): session.get(url)`` sends once;
+    ``override(other_policy)`` uses *other_policy*; ``override(max_attempts=5, timeout=2.0)``
+    changes the transport's own policy for these requests. The HTTP rules, the budget choice and
+    the transport's options stay. It follows the thread or task (a :mod:`contextvars`
+    variable); with httpx, the request extension ``extensions={"seawall": ...}`` (a policy, or a
+    dict of the same changes) overrides one request, and wins over this block.
+
+    Args:
+        policy: the policy to use instead of the transport's.
+        **changes: :class:`~seawall.RetryPolicy` fields to change (``retries=N`` is
+            ``max_attempts=N + 1``).
+
+    Raises:
+        TypeError, ValueError: an unknown field or an invalid value (named).
+    """
+    if policy is not None and not isinstance(policy, RetryPolicy):
+        raise TypeError(f"policy must be a seawall.RetryPolicy or None, got {policy!r}")
+    changes = _changes(changes)
+    if policy is not None:
+        value: object = policy.replace(**changes) if changes else policy
+    else:
+        RetryPolicy().replace(**changes)  # validate the values now, not on the first request
+        value = changes
+    token = _OVERRIDE.set(value)
+    try:
+        yield
+    finally:
+        _OVERRIDE.reset(token)
+
+
+def _changes(changes: Mapping[Any, Any]) -> dict[str, Any]:
+    """*changes* as ``RetryPolicy.replace`` arguments; ``retries`` becomes ``max_attempts``."""
+    out: dict[str, Any] = {}
+    for key, value in changes.items():
+        if key not in _POLICY_FIELDS:
+            raise TypeError(
+                f"unknown seawall override {key!r}: a RetryPolicy field or 'retries' expected"
+            )
+        if key == "retries":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"retries must be an int >= 0, got {value!r}")
+            key, value = "max_attempts", value + 1
+        out[key] = value
+    return out
+
+
+def current_override() -> object:
+    """The override of the enclosing :func:`override` block, or ``None``."""
+    return _OVERRIDE.get(None)
 
 
 class Policies:
     """What a transport retries with now: a fixed policy, or the current one of a PolicyHandle.
 
     With a :class:`~seawall.config.PolicyHandle`, a reload of its registry changes the live
-    transport:
-    the next request uses the new policy (attempts, backoff, timeouts, budget) and, unless
-    *retry_statuses* were given, the route's statuses.
+    transport: the next request uses the new policy (attempts, backoff, timeouts, budget) and,
+    unless *retry_statuses* were given, the route's statuses.
 
     Args:
-        policy: a :class:`~seawall.RetryPolicy`, a :class:`~seawall.config.PolicyHandle` or ``None``
-            (``RetryPolicy()``).
-        budget: ``PER_HOST``, a :class:`~seawall.Budget` or ``None`` (see the transports).
-        retry_statuses: the statuses to retry; ``None``: the route's (when the handle's route
-            names any), else :data:`DEFAULT_RETRY_STATUSES`.
-        **rules: the other :class:`HttpRules` fields.
+        policy: a :class:`~seawall.RetryPolicy`, a :class:`~seawall.config.PolicyHandle` or
+            ``None`` (``RetryPolicy()``).
+        options: the integration's :class:`HttpOptions`.
+        wire: how the integration's responses and errors are read.
+        retry_on: the integration's default ``retry_on``.
     """
 
-    __slots__ = ("_budget", "_handle", "_rules", "_state", "_statuses")
+    __slots__ = (
+        "_budget",
+        "_handle",
+        "_overrides",
+        "_rules",
+        "_state",
+        "_statuses",
+        "retry_on",
+        "wire",
+    )
 
     def __init__(
         self,
         policy: object,
-        budget: object,
-        retry_statuses: Collection[int] | None,
-        **rules: object,
+        options: Mapping[str, Any],
+        wire: Wire[Any],
+        retry_on: tuple[type[Exception], ...],
     ) -> None:
+        for name in options:
+            if name not in OPTION_NAMES:
+                raise TypeError(f"unexpected keyword argument {name!r}")
+        rules = dict(options)
         if policy is None:
             policy = RetryPolicy()
         if isinstance(policy, RetryPolicy):
@@ -377,9 +621,12 @@ class Policies:
                 "policy must be a seawall.RetryPolicy or a seawall.config.PolicyHandle, "
                 f"got {policy!r}"
             )
-        self._budget = check_budget(budget)
+        self._budget = check_budget(rules.pop("budget", PER_HOST))
+        self._statuses = rules.pop("retry_statuses", None)
+        self.retry_on = exception_classes(rules.pop("retry_on", retry_on))
+        self.wire = wire
         self._rules = rules
-        self._statuses = retry_statuses
+        self._overrides: dict[object, PolicyCache] = {}
         handle = self._handle
         if handle is None:
             assert isinstance(policy, RetryPolicy)
@@ -393,7 +640,7 @@ class Policies:
             statuses = (
                 DEFAULT_RETRY_STATUSES if route is None else route.http_rules().retry_statuses
             )
-        rules = HttpRules(retry_statuses=statuses, **self._rules)  # type: ignore[arg-type]
+        rules = HttpRules(retry_statuses=statuses, **self._rules)
         return _Live(policy, route, PolicyCache(policy, self._budget), rules)
 
     def current(self) -> tuple[PolicyCache, HttpRules]:
@@ -406,6 +653,7 @@ class Policies:
             # The registry reloaded: rebuild once (two threads may both rebuild; the results are
             # equal and either one is kept).
             state = self._state = self._build(handle.policy, handle.route)
+            self._overrides = {}
         return state.cache, state.rules
 
     @property
@@ -419,31 +667,92 @@ class Policies:
         return self._handle
 
     @property
+    def budget(self) -> Budget | _PerHost | None:
+        """The ``budget`` option."""
+        return self._budget
+
+    @property
     def rules(self) -> HttpRules:
         return self.current()[1]
 
+    def _overridden(self, cache: PolicyCache, value: object) -> PolicyCache:
+        """The policies for a request whose policy is overridden by *value* (cached: the same
+        override on every request derives its policies once)."""
+        key: object
+        if isinstance(value, RetryPolicy):
+            key = value
+        elif isinstance(value, Mapping):
+            value = _changes(value)
+            key = (cache, tuple(sorted(value.items())))
+        else:
+            raise TypeError(
+                "the seawall override must be a seawall.RetryPolicy or a dict of its fields, "
+                f"got {value!r}"
+            )
+        try:
+            found = self._overrides.get(key)
+        except TypeError:  # an unhashable value: derived for this request only
+            key, found = None, None
+        if found is None:
+            policy = value if isinstance(value, RetryPolicy) else cache.policy.replace(**value)
+            found = PolicyCache(policy, self._budget)
+            if key is not None:
+                if len(self._overrides) >= 64:
+                    self._overrides = {}  # bounded: overrides built per request stay few
+                self._overrides[key] = found
+        return found
+
     def start(
-        self, method: str, headers: MutableMapping[str, str], host: str, *, replayable: bool
-    ) -> HttpCall:
+        self,
+        method: str,
+        headers: MutableMapping[str, str],
+        host: str,
+        *,
+        replayable: bool,
+        override: object = None,
+    ) -> HttpCall[Any]:
         """The decisions for one request starting now (to *host*, ``scheme://netloc``).
 
         With ``idempotency_key``, a request whose method is not idempotent gets an
         ``Idempotency-Key`` in *headers* (the caller's request: every attempt sends it).
+
+        Args:
+            method: the request method.
+            headers: the request's headers.
+            host: ``scheme://netloc`` (the per-host budget's key).
+            replayable: the body can be sent again.
+            override: the request's own override (a policy or a dict of changes), if any;
+                else that of an enclosing :func:`override` block applies.
         """
-        cache, rules = self.current()
-        method = method.upper()
-        if (
-            rules.idempotency_key
-            and method not in rules.idempotent_methods
-            and IDEMPOTENCY_KEY_HEADER not in headers
-        ):
-            headers[IDEMPOTENCY_KEY_HEADER] = new_idempotency_key()
+        live = self._state
+        if self._handle is not None:
+            self.current()
+            live = self._state
+        cache, rules = live.cache, live.rules
+        if override is None:
+            override = _OVERRIDE.get(None)
+        if override is not None:
+            cache = self._overridden(cache, override)
+        if method not in rules.idempotent_methods:
+            method = method.upper()
+            if (
+                rules.idempotency_key
+                and method not in rules.idempotent_methods
+                and IDEMPOTENCY_KEY_HEADER not in headers
+            ):
+                headers[IDEMPOTENCY_KEY_HEADER] = new_idempotency_key()
+            has_key = IDEMPOTENCY_KEY_HEADER in headers
+        else:
+            has_key = False  # an idempotent method needs no key to be safe
         return HttpCall(
-            cache.for_host(origin(host)),
+            cache._single or cache.for_host(host),
             rules,
             method,
-            has_key=IDEMPOTENCY_KEY_HEADER in headers,
+            has_key=has_key,
             replayable=replayable,
+            wire=self.wire,
+            retry_on=self.retry_on,
+            predicate=cache.predicate,
         )
 
 
@@ -517,62 +826,126 @@ _NOT_REPLAYABLE_NOTE = (
 )
 
 
-class HttpCall:
+class HttpCall(Generic[Resp]):
     """The retry decisions for one logical HTTP request, over the policy's :class:`RetryState`.
 
-    A driver calls :meth:`begin_attempt`, sends the request with :meth:`timeout` and
-    :meth:`deadline_headers`, then reports the outcome with :meth:`on_response` or
-    :meth:`on_error`; each returns the wait before the next attempt, or ``None``: return that
-    response / raise that error.
+    Sans-I/O: it decides, the driver (:func:`drive`, :func:`adrive`) sends, waits and closes.
+    For each attempt the driver calls :meth:`next_attempt`, closes what :meth:`take` hands back,
+    sends the request (with :meth:`timeout` and :meth:`deadline_headers`), then reports the
+    outcome to :meth:`on_response` or :meth:`on_error`: each returns the wait before the next
+    attempt, or ``None``: return that response (through :meth:`answer`) or raise that error.
 
     Args:
         policy: the derived policy (see :class:`PolicyCache`).
         rules: the HTTP rules.
-        method: the request method.
+        method: the request method, in upper case.
         has_key: the request carries an ``Idempotency-Key``.
         replayable: the request body can be sent again.
+        wire: how the client library's responses and errors are read.
+        retry_on: the transport error classes worth retrying.
+        predicate: the policy's ``retry_if_result``: a response it accepts (``True``) is retried
+            as a retryable status is.
     """
 
     __slots__ = (
+        "_history",
         "_implicit",
+        "_kept",
+        "_now",
+        "_quiet",
+        "_status",
         "attempt_deadline",
         "clock",
         "exhausted",
         "method",
+        "predicate",
         "replayable",
+        "retry_on",
         "rules",
         "safe",
         "state",
+        "wire",
     )
 
     def __init__(
-        self, policy: RetryPolicy, rules: HttpRules, method: str, has_key: bool, replayable: bool
+        self,
+        policy: RetryPolicy,
+        rules: HttpRules,
+        method: str,
+        has_key: bool,
+        replayable: bool,
+        wire: Wire[Resp],
+        retry_on: tuple[type[Exception], ...] = (),
+        predicate: Callable[[Any], bool] | None = None,
     ) -> None:
         self.rules = rules
-        self.method = method.upper()
-        self.safe = has_key or self.method in rules.idempotent_methods
+        self.method = method
+        self.safe = has_key or method in rules.idempotent_methods
         self.replayable = replayable
+        self.wire = wire
+        self.retry_on = retry_on
+        self.predicate = predicate
         self.clock = policy._clock
-        now = self.clock.now()
+        # The clock's now() (time.monotonic itself for the system clock: one call less).
+        self._now = policy._now
+        # Whether a first attempt's success has nothing to report: the budget's first_attempt()
+        # capability says "nothing after it", and no hook observes successes.
+        self._quiet = policy._after is None and not policy._attempt_hooks
+        self._status = 0
+        now = self._now()
         state = self.state = policy.new_state(now)
         self.attempt_deadline = math.inf
         #: The last response was given up on after retries (or said "overloaded"): see
-        #: :meth:`mark_answer`.
+        #: :meth:`answer`.
         self.exhausted = False
+        # The latest retried response, kept through the wait: if the policy then gives up before
+        # the next attempt, the caller gets it, as without retries (see take()).
+        self._kept: Resp | None = None
+        # The attempts retried so far (the last one is added when the call ends).
+        self._history: list[HttpAttempt] | None = None
         # The default total time, when nobody set a deadline (not sent downstream).
         self._implicit = math.inf
         if state.deadline == math.inf and rules.total_timeout is not None:
             state.deadline = self._implicit = now + rules.total_timeout
 
-    def begin_attempt(self) -> float:
-        """Count an attempt; return the seconds it may take (``inf`` for no limit).
+    def next_attempt(self) -> float | None:
+        """Count an attempt; return the seconds it may take (``inf`` for no limit), or ``None``:
+        too little time is left for it, and the call ends with the kept response (:meth:`take`).
 
         Raises:
-            DeadlineExceeded: too little time is left to start it.
+            DeadlineExceeded: too little time is left to start it, and no response is kept.
         """
-        now = self.clock.now()
-        self.attempt_deadline = self.state.begin_attempt(now)
+        state = self.state
+        # The first attempt starts as the call does: one clock reading less on every request.
+        now = state.started if state.attempts == 0 else self._now()
+        try:
+            self.attempt_deadline = state.begin_attempt(now)
+        except DeadlineExceeded as error:
+            if self._kept is None:
+                self._end(error)
+                raise
+            # The wait left too little time (a sleep that overshot on a real clock).
+            self.exhausted = True  # retried, and no time for another attempt
+            return None
         return self.attempt_deadline - now
+
+    def take(self) -> Resp | None:
+        """The kept response, handed over once: to close (a new attempt starts) or to return."""
+        kept, self._kept = self._kept, None
+        return kept
+
+    def time_left(self) -> float:
+        """Seconds left for this attempt (``inf`` for no limit)."""
+        return self.attempt_deadline - self._now()
+
+    def sends_as_is(self, timeouts: Collection[float | None], left: float) -> bool:
+        """Whether the request can go as the caller built it: no deadline header is due, and
+        its *timeouts* (all of them set) fit the time *left* (as :meth:`next_attempt` said)."""
+        if self.attempt_deadline < self._implicit and self.rules.deadline_headers:
+            return False  # the deadline headers are due
+        if left == math.inf:
+            return True
+        return bool(timeouts) and None not in timeouts and max(timeouts) <= left  # type: ignore[operator, type-var]
 
     def timeout(self, configured: float | None) -> float | None:
         """min(configured, time left for this attempt); ``None`` for no limit.
@@ -581,7 +954,7 @@ class HttpCall:
         with at least that much left, and a thread switch since must not turn the time left
         into a zero or negative timeout, which HTTP libraries refuse or misread.
         """
-        left = self.attempt_deadline - self.clock.now()
+        left = self.attempt_deadline - self._now()
         if configured is None and left == math.inf:
             return None
         left = min(max(left, MIN_ATTEMPT_TIME), _validate.MAX_SECONDS)
@@ -594,78 +967,209 @@ class HttpCall:
         the caller streams, and is not sent downstream)."""
         return self.attempt_deadline < self._implicit
 
-    def deadline_headers(self) -> dict[str, str]:
-        """The headers that tell the next hop how long it has (empty without a deadline)."""
-        if not self.rules.deadline_headers or not self.bounded_by_caller:
-            return {}
+    def deadline_headers(self) -> dict[str, str] | None:
+        """The headers that tell the next hop how long it has (``None`` without a deadline)."""
+        if self.attempt_deadline >= self._implicit or not self.rules.deadline_headers:
+            return None
         # grpc-timeout and x-request-deadline, less the transit margin (see propagation).
-        return encode_deadline_headers(self.attempt_deadline - self.clock.now())
+        return encode_deadline_headers(self.attempt_deadline - self._now())
 
-    def on_response(self, status: int, get_header: Callable[[str], str | None]) -> float | None:
-        """Classify a response: the wait before retrying, or ``None`` to return it.
-
-        When it returns ``None`` for a response that no layer above should retry (the policy
-        retried it and gave up, or the server said "overloaded; don't retry"), the driver marks
-        the response with :meth:`mark_answer` before returning it.
-        """
-        now = self.clock.now()
-        state = self.state
+    def on_response(self, response: Resp) -> float | None:
+        """Classify a response: the wait before retrying (the response is kept, see
+        :meth:`take`), or ``None``: the driver returns ``answer(response)``."""
+        self._status = status = self.wire.status(response)
+        retried = status in self.rules.retry_statuses
+        if status < 400 and not retried:
+            # An answer: nothing more to read of it (headers are costly), but the predicate's.
+            if self.predicate is None or not self.predicate(self.wire.view(response)):
+                if not self._quiet or self.state.attempts > 1:
+                    self.state.on_success(self._now())
+                return None
+            return self._retry(response, status, self.wire.headers(response))
+        get_header = self.wire.headers(response)
         if is_overloaded(get_header):
             # The policy counts it as a failure for the budget and never retries it.
-            state.on_error(Overloaded("the server answered overloaded; don't retry"), now)
+            now = self._now()
+            self.state.on_error(Overloaded("the server answered overloaded; don't retry"), now)
             self.exhausted = True
             return None
-        if status not in self.rules.retry_statuses:
-            state.on_success(now)  # the dependency answered, even with a 404
-            return None
+        if retried or (self.predicate is not None and self.predicate(self.wire.view(response))):
+            return self._retry(response, status, get_header)
+        self.state.on_success(self._now())  # the dependency answered, even with a 404
+        return None
+
+    def _retry(
+        self, response: Resp, status: int, get_header: Callable[[str], str | None]
+    ) -> float | None:
+        state = self.state
         signal = RetryableResponse(
             status,
             parse_retry_after(get_header("retry-after"), maximum=state.policy.max_retry_after),
         )
         # A transient status is a failure of the dependency whether or not this request may be
         # sent again: retry=False still counts it against the budget, it only forbids the retry.
-        delay = state.on_error(signal, now, retry=self.safe and self.replayable)
+        delay = state.on_error(signal, self._now(), retry=self.safe and self.replayable)
         if delay is None:
             self.exhausted = is_exhausted(signal)  # retried and given up (attempts, deadline...)
+        else:
+            self._kept = response
+            self._add(HttpAttempt(status, None, delay))
         return delay
 
-    def mark_answer(self, response: R) -> R:
-        """Mark *response* as given up on, if it was, and return it.
+    def _add(self, attempt: HttpAttempt) -> None:
+        if self._history is None:
+            self._history = [attempt]
+        else:
+            self._history.append(attempt)
 
-        ``raise_for_status()`` above then raises an error whose ``response`` carries the mark,
-        and no enclosing policy retries it: an outer ``@retry`` on ``HTTPStatusError`` around
-        this transport makes no more requests than the transport did (retry at one layer).
-        """
+    def _mark(self, response: Resp, history: History) -> Resp:
         if self.exhausted:
+            # raise_for_status() above raises an error whose response carries the mark, and no
+            # enclosing policy retries it: an outer @retry on HTTPStatusError around this
+            # transport makes no more requests than the transport did (retry at one layer).
             with contextlib.suppress(AttributeError):  # a response class with __slots__
                 setattr(response, _EXHAUSTED_MARK, True)
+        self.wire.attach(response, history)
         return response
 
-    def on_error(self, error: Exception, never_sent: bool, retryable: bool) -> float | None:
-        """Classify a transport error: the wait before retrying, or ``None`` to raise it.
+    def answer(self, response: Resp) -> Resp:
+        """The response to return, with its history, marked if it was given up on."""
+        if self._history is None and not self.exhausted:
+            history = _FIRST_TRY.get(self._status) or first_try(self._status)
+            self.wire.attach(response, history)
+            return response
+        return self._mark(response, self._ended(HttpAttempt(self._status, None, None)))
 
-        Args:
-            error: what the attempt raised.
-            never_sent: the request never left (failed to connect): safe for every method.
-            retryable: the transport error is of a retryable kind (timeouts, resets, ...).
-        """
-        now = self.clock.now()
+    def answer_kept(self) -> Resp:
+        """The kept response, when :meth:`next_attempt` ended the call (see :meth:`answer`)."""
+        response = self.take()
+        assert response is not None
+        return self._mark(response, tuple(self._history or ()))
+
+    def _ended(self, last: HttpAttempt) -> History:
+        self._add(last)
+        return tuple(self._history or ())
+
+    def _end(self, error: BaseException) -> None:
+        """Give the error that ends the call the history."""
+        history = tuple(self._history or ())
+        with contextlib.suppress(AttributeError, TypeError):  # a class refusing attributes
+            setattr(error, HISTORY_ATTRIBUTE, history)
+
+    def on_error(self, error: Exception) -> float | None:
+        """Classify a transport error: the wait before retrying, or ``None`` to raise it."""
+        retryable, never_sent = self.wire.classify(error, self.retry_on)
+        now = self._now()
         if not retryable:
             # Not a transient kind (TLS, proxy, local protocol errors): the policy, whose
             # retry_on matches nothing, gives up and counts no failure of the dependency.
-            return self.state.on_error(error, now)
-        note = None
-        if not never_sent:
-            if not self.safe:
-                note = _NOT_IDEMPOTENT_NOTE.format(method=self.method)
-            elif not self.replayable:
-                note = _NOT_REPLAYABLE_NOTE
-        # A reset or a timeout is a failure of the dependency even when this request must not
-        # be sent again: retry=False counts it for the budget without retrying.
-        delay = self.state.on_error(error, now, retry=note is None)
-        if delay is None and note is not None:
-            add_note(error, note)
-            # The request may have been processed: no layer above may send it again either.
-            with contextlib.suppress(TypeError):  # an exception that refuses attributes
-                permanent(error)
+            delay = self.state.on_error(error, now)
+        else:
+            note = None
+            if not never_sent:
+                if not self.safe:
+                    note = _NOT_IDEMPOTENT_NOTE.format(method=self.method)
+                elif not self.replayable:
+                    note = _NOT_REPLAYABLE_NOTE
+            # A reset or a timeout is a failure of the dependency even when this request must
+            # not be sent again: retry=False counts it for the budget without retrying.
+            delay = self.state.on_error(error, now, retry=note is None)
+            if delay is None and note is not None:
+                add_note(error, note)
+                # The request may have been processed: no layer above may send it again either.
+                with contextlib.suppress(TypeError):  # an exception that refuses attributes
+                    permanent(error)
+        if delay is None:
+            self._ended(HttpAttempt(None, error, None))
+            self._end(error)
+        else:
+            self._add(HttpAttempt(None, error, delay))
         return delay
+
+
+# -- the drivers: every seawall HTTP integration sends through one of these two loops ----------
+#
+# The loop is written once, below, and compiled twice at import: a function for a thread and a
+# coroutine function for a task (as the retry core's first-attempt path is). A synchronous
+# driver stepping the coroutine would cost a frame and two coroutines on every request.
+
+_DRIVER = """
+{kind}def {name}(call, send, close):
+    try:
+        while (left := call.next_attempt()) is not None:
+            if (kept := call.take()) is not None:
+                {wait}close(kept)  # a discarded attempt must not hold its connection
+            try:
+                response = {wait}send(left)
+            except Exception as exc:
+                if (delay := call.on_error(exc)) is None:
+                    raise
+            else:
+                if (delay := call.on_response(response)) is None:
+                    return call.answer(response)
+            {wait}call.clock.{sleep}(delay)
+        return call.answer_kept()
+    finally:
+        if (kept := call.take()) is not None:
+            {wait}close(kept)  # the wait was interrupted (or cancelled): nobody reads it
+"""
+
+
+def _compile_driver(asynchronous: bool) -> Callable[..., Any]:
+    name = "adrive" if asynchronous else "drive"
+    source = _DRIVER.format(
+        kind="async " if asynchronous else "",
+        name=name,
+        wait="await " if asynchronous else "",
+        sleep="asleep" if asynchronous else "sleep",
+    )
+    filename = f"<seawall HTTP driver: {name}>"
+    # Registered with linecache so that tracebacks and debuggers show the lines.
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace: dict[str, Any] = {}
+    exec(compile(source, filename, "exec"), namespace)
+    driver: Callable[..., Any] = namespace[name]
+    driver.__module__ = __name__
+    return driver
+
+
+if TYPE_CHECKING:
+
+    def drive(
+        call: HttpCall[Resp], send: Callable[[float], Resp], close: Callable[[Resp], object]
+    ) -> Resp:
+        """See below."""
+
+    async def adrive(
+        call: HttpCall[Resp],
+        send: Callable[[float], Awaitable[Resp]],
+        close: Callable[[Resp], Awaitable[object]],
+    ) -> Resp:
+        """See below."""
+
+else:
+    drive = _compile_driver(asynchronous=False)
+    adrive = _compile_driver(asynchronous=True)
+
+drive.__doc__ = """Run *call* in this thread: ``send(seconds_left)`` makes one attempt, ``close``
+releases a response nobody will read; waits sleep on the policy's clock."""
+adrive.__doc__ = """Run *call* in a task (asyncio or trio): ``send(seconds_left)`` makes one
+attempt, ``close`` releases a response nobody will read; waits ``await`` the policy clock's
+``asleep``. Cancellation of the caller is never retried."""
+
+
+async def within(aw: Awaitable[R], seconds: float, timed_out: Callable[[str], Exception]) -> R:
+    """Await *aw* for at most *seconds* (``inf``: no limit), on asyncio or trio; past them it is
+    cancelled and ``timed_out(message)`` is raised (the client library's timeout error)."""
+    if seconds == math.inf:
+        return await aw
+    from seawall._core.compat import timeout_after  # here: no asyncio import for sync users
+
+    scope = timeout_after(seconds)
+    try:
+        async with scope:
+            return await aw
+    except TimeoutError as err:
+        if not scope.expired():
+            raise  # a timeout of the request itself, not of this scope
+        raise timed_out(f"seawall: the attempt ran out of time after {seconds:.3f} s") from err

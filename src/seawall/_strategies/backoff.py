@@ -30,7 +30,8 @@ class Backoff:
 
     The un-jittered delay is ``raw(n) = min(cap, base * multiplier**n + step * n)``. Jitter is then
     applied to that *capped* value, so clients that have all reached the cap keep spreading out
-    instead of retrying in lockstep.
+    instead of retrying in lockstep. With ``cumulative=True`` the exponential part is the sum
+    ``base * (1 + multiplier + ... + multiplier**n)``: Envoy's curve (see :meth:`envoy`).
 
     Jitter kinds (Marc Brooker, "Exponential Backoff And Jitter", AWS Architecture Blog, 2015):
 
@@ -47,6 +48,8 @@ class Backoff:
         step: seconds added per retry (linear backoff); 0 for pure exponential backoff.
         immediate_first: make the first retry immediate, then back off from ``base`` (the common
             rule "at most one immediate retry").
+        cumulative: grow as the sum of the exponential delays so far, ``base * (1 + multiplier
+            + ... + multiplier**n)``; with ``multiplier=2`` that is ``(2**(n+1) - 1) * base``.
 
     Raises:
         TypeError: a parameter is not a number (or *jitter* not a string).
@@ -59,6 +62,7 @@ class Backoff:
     jitter: Jitter = "full"
     step: float = 0.0
     immediate_first: bool = False
+    cumulative: bool = False
     # raw(n) for n = 0, 1, 2, ..., filled on demand up to _TABLE entries: a retry loop then
     # looks its delay up instead of taking logarithms on every failure.
     _raws: tuple[float, ...] = dataclasses.field(init=False, repr=False, compare=False, default=())
@@ -82,6 +86,8 @@ class Backoff:
             raise ValueError(f"jitter must be one of {', '.join(JITTERS)}; got {self.jitter!r}")
         if not isinstance(self.immediate_first, bool):
             raise TypeError(f"immediate_first must be a bool, got {self.immediate_first!r}")
+        if not isinstance(self.cumulative, bool):
+            raise TypeError(f"cumulative must be a bool, got {self.cumulative!r}")
 
     @classmethod
     def constant(cls, delay: float, jitter: Jitter = "none") -> Backoff:
@@ -95,6 +101,28 @@ class Backoff:
     ) -> Backoff:
         """Delays ``base, base + step, base + 2*step, ...`` up to *cap*."""
         return cls(base=base, multiplier=1.0, cap=cap, jitter=jitter, step=step)
+
+    @classmethod
+    def envoy(cls, base_interval: float = 0.025, max_interval: float | None = None) -> Backoff:
+        """Envoy's route retry back-off, fully jittered.
+
+        Retry N (from 1) waits ``U(0, (2**N - 1) * base_interval)``, the range capped at
+        *max_interval* (10 x *base_interval* by default): 0-25 ms, 0-75 ms, 0-175 ms, then
+        0-250 ms with the defaults.
+        """
+        # Envoy router filter docs (x-envoy-max-retries, "fully jittered exponential back-off"):
+        # retry N waits in [0, (2^N - 1) * B), default B = 25 ms, capped at max_interval = 10 B.
+        base = _validate.seconds("base_interval", base_interval, finite=True)
+        if base == 0.0:
+            raise ValueError(f"base_interval must be > 0, got {base_interval!r}")
+        cap = (
+            min(10.0 * base, _validate.MAX_SECONDS)
+            if max_interval is None
+            else _validate.seconds("max_interval", max_interval, finite=True)
+        )
+        if cap < base:
+            raise ValueError(f"max_interval must be >= base_interval ({base!r}), got {cap!r}")
+        return cls(base=base, multiplier=2.0, cap=cap, jitter="full", cumulative=True)
 
     def replace(self, **changes: object) -> Backoff:
         """A copy with some fields changed (validated like the constructor)."""
@@ -119,9 +147,15 @@ class Backoff:
             # Compare exponents instead of computing multiplier**n, which overflows for large n.
             exponent = n * math.log(multiplier)
             if exponent >= math.log(cap) - math.log(base):
-                return cap
+                return cap  # the sum, when cumulative, is larger still
             # multiplier**n alone can overflow for a tiny base; work in logs there.
             growth = base * multiplier**n if exponent < 700 else math.exp(math.log(base) + exponent)
+            if self.cumulative:
+                # base * (1 + m + ... + m**n) = (base * m**(n+1) - base) / (m - 1); base * m**n is
+                # below cap here, so the product is finite or inf, and inf compares as the cap.
+                growth = (growth * multiplier - base) / (multiplier - 1.0)
+        elif self.cumulative:
+            growth = base * (n + 1)  # a multiplier of 1: n + 1 equal terms
         value = growth + self.step * n
         return cap if value >= cap else value
 

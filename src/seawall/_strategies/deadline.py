@@ -326,6 +326,8 @@ def encode_grpc_timeout(seconds: float) -> str:
         return f"{_GRPC_MAX_VALUE}H"
     # Whole nanoseconds first (so 0.57 s is not 569999999.99 ns), then round *down* per unit.
     ns = round(s * 1e9)
+    if ns - s * 1e9 > 1e-3:
+        ns -= 1  # rounded up by more than float noise: the callee must not get more time
     for unit, size in _GRPC_UNITS:
         value = ns // size
         if value <= _GRPC_MAX_VALUE:

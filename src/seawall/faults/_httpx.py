@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Generator, Iterator
+from typing import Any, Final, TypeAlias
 
 import httpx
 
@@ -26,6 +26,46 @@ def _check(plan: object) -> FaultPlan:
     if not isinstance(plan, FaultPlan):
         raise TypeError(f"plan must be a seawall.faults.FaultPlan, got {plan!r}")
     return plan
+
+
+# The steps of a request's script besides a wait (a float): send it on and hand the answer
+# back; send it on and discard the answer.
+_SEND: Final = "send"
+_SEND_AND_DISCARD: Final = "discard"
+_Script: TypeAlias = Generator["float | str", "httpx.Response | None", httpx.Response]
+
+
+def _script(plan: FaultPlan, request: httpx.Request) -> _Script:
+    """One request through the plan's faults, as steps the sync and async transports carry out.
+
+    Yields a wait in seconds, :data:`_SEND` (the answer of the next transport is sent back in)
+    or :data:`_SEND_AND_DISCARD`; returns the response, or raises the injected error.
+    """
+    decision = plan.decide()
+    read_timeout = _read_timeout(request)
+    wait, timed_out = decision.wait(read_timeout)
+    if wait:
+        yield wait
+    if timed_out:
+        raise httpx.ReadTimeout(_TIMED_OUT, request=request)
+    fault = decision.fault
+    if isinstance(fault, Status):
+        return httpx.Response(
+            fault.status, headers=fault.headers, content=fault.body, request=request
+        )
+    if isinstance(fault, Error):
+        raise fault.make()
+    if isinstance(fault, Refuse):
+        raise httpx.ConnectError(_REFUSED, request=request)
+    if isinstance(fault, Reset):
+        if fault.after_send:
+            yield _SEND_AND_DISCARD
+        raise httpx.ReadError(_RESET, request=request)
+    response = yield _SEND
+    assert response is not None
+    if isinstance(fault, Drip):
+        response.stream = _Drip(response.stream, fault, plan, read_timeout, request)
+    return response
 
 
 class FaultTransport(httpx.BaseTransport):
@@ -56,40 +96,27 @@ class FaultTransport(httpx.BaseTransport):
         self._transport = transport if transport is not None else httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        plan = self.plan
-        decision = plan.decide()
-        sleep = plan.clock.sleep
-        read_timeout = _read_timeout(request)
-        if decision.delay:
-            if read_timeout is not None and decision.delay > read_timeout:
-                sleep(read_timeout)
-                raise httpx.ReadTimeout(_TIMED_OUT, request=request)
-            sleep(decision.delay)
-        fault = decision.fault
-        if fault is None:
-            return self._transport.handle_request(request)
-        if isinstance(fault, Status):
-            return httpx.Response(
-                fault.status, headers=fault.headers, content=fault.body, request=request
-            )
-        if isinstance(fault, Error):
-            raise fault.make()
-        if isinstance(fault, Refuse):
-            raise httpx.ConnectError(_REFUSED, request=request)
-        if isinstance(fault, Reset):
-            if fault.after_send:
-                response = self._transport.handle_request(request)
-                try:
-                    response.read()
-                finally:
-                    response.close()
-            raise httpx.ReadError(_RESET, request=request)
-        assert isinstance(fault, Drip)
-        response = self._transport.handle_request(request)
-        stream = response.stream
-        assert isinstance(stream, httpx.SyncByteStream)
-        response.stream = _SyncDrip(stream, fault, sleep, read_timeout, request)
-        return response
+        script = _script(self.plan, request)
+        sleep = self.plan.clock.sleep
+        answer = None
+        try:
+            while True:
+                step = script.send(answer)
+                answer = None
+                if step == _SEND:
+                    answer = self._transport.handle_request(request)
+                elif step == _SEND_AND_DISCARD:
+                    discarded = self._transport.handle_request(request)
+                    try:
+                        discarded.read()
+                    finally:
+                        discarded.close()
+                else:
+                    assert isinstance(step, float)
+                    sleep(step)
+        except StopIteration as done:
+            response: httpx.Response = done.value
+            return response
 
     def close(self) -> None:
         self._transport.close()
@@ -111,98 +138,67 @@ class AsyncFaultTransport(httpx.AsyncBaseTransport):
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        plan = self.plan
-        decision = plan.decide()
-        asleep = plan.clock.asleep
-        read_timeout = _read_timeout(request)
-        if decision.delay:
-            if read_timeout is not None and decision.delay > read_timeout:
-                await asleep(read_timeout)
-                raise httpx.ReadTimeout(_TIMED_OUT, request=request)
-            await asleep(decision.delay)
-        fault = decision.fault
-        if fault is None:
-            return await self._transport.handle_async_request(request)
-        if isinstance(fault, Status):
-            return httpx.Response(
-                fault.status, headers=fault.headers, content=fault.body, request=request
-            )
-        if isinstance(fault, Error):
-            raise fault.make()
-        if isinstance(fault, Refuse):
-            raise httpx.ConnectError(_REFUSED, request=request)
-        if isinstance(fault, Reset):
-            if fault.after_send:
-                response = await self._transport.handle_async_request(request)
-                try:
-                    await response.aread()
-                finally:
-                    await response.aclose()
-            raise httpx.ReadError(_RESET, request=request)
-        assert isinstance(fault, Drip)
-        response = await self._transport.handle_async_request(request)
-        stream = response.stream
-        assert isinstance(stream, httpx.AsyncByteStream)
-        response.stream = _AsyncDrip(stream, fault, asleep, read_timeout, request)
-        return response
+        script = _script(self.plan, request)
+        asleep = self.plan.clock.asleep
+        answer = None
+        try:
+            while True:
+                step = script.send(answer)
+                answer = None
+                if step == _SEND:
+                    answer = await self._transport.handle_async_request(request)
+                elif step == _SEND_AND_DISCARD:
+                    discarded = await self._transport.handle_async_request(request)
+                    try:
+                        await discarded.aread()
+                    finally:
+                        await discarded.aclose()
+                else:
+                    assert isinstance(step, float)
+                    await asleep(step)
+        except StopIteration as done:
+            response: httpx.Response = done.value
+            return response
 
     async def aclose(self) -> None:
         await self._transport.aclose()
 
 
-class _SyncDrip(httpx.SyncByteStream):
+class _Drip(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A response body that drips (sync or async, as the stream it wraps)."""
+
     def __init__(
         self,
-        inner: httpx.SyncByteStream,
+        inner: Any,  # an httpx.SyncByteStream or AsyncByteStream
         fault: Drip,
-        sleep: Callable[[float], None],
+        plan: FaultPlan,
         read_timeout: float | None,
         request: httpx.Request,
     ) -> None:
         self._inner = inner
         self._fault = fault
-        self._sleep = sleep
+        self._clock = plan.clock
         self._read_timeout = read_timeout
         self._request = request
 
     def __iter__(self) -> Iterator[bytes]:
-        chunk, interval = self._fault.chunk, self._fault.interval
         for part in self._inner:
-            for i in range(0, len(part), chunk):
-                if self._read_timeout is not None and interval > self._read_timeout:
-                    self._sleep(self._read_timeout)
+            for wait, piece in self._fault.pieces(part, self._read_timeout):
+                self._clock.sleep(wait)
+                if piece is None:
                     raise httpx.ReadTimeout(_TIMED_OUT, request=self._request)
-                self._sleep(interval)
-                yield part[i : i + chunk]
+                yield piece
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for part in self._inner:
+            for wait, piece in self._fault.pieces(part, self._read_timeout):
+                await self._clock.asleep(wait)
+                if piece is None:
+                    raise httpx.ReadTimeout(_TIMED_OUT, request=self._request)
+                yield piece
 
     def close(self) -> None:
         self._inner.close()
-
-
-class _AsyncDrip(httpx.AsyncByteStream):
-    def __init__(
-        self,
-        inner: httpx.AsyncByteStream,
-        fault: Drip,
-        asleep: Callable[[float], Any],
-        read_timeout: float | None,
-        request: httpx.Request,
-    ) -> None:
-        self._inner = inner
-        self._fault = fault
-        self._asleep = asleep
-        self._read_timeout = read_timeout
-        self._request = request
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        chunk, interval = self._fault.chunk, self._fault.interval
-        async for part in self._inner:
-            for i in range(0, len(part), chunk):
-                if self._read_timeout is not None and interval > self._read_timeout:
-                    await self._asleep(self._read_timeout)
-                    raise httpx.ReadTimeout(_TIMED_OUT, request=self._request)
-                await self._asleep(interval)
-                yield part[i : i + chunk]
 
     async def aclose(self) -> None:
         await self._inner.aclose()

@@ -10,7 +10,7 @@ import collections
 import dataclasses
 import random
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Final, NamedTuple, Protocol, TypeAlias, runtime_checkable
 
 from seawall._core import validate as _validate
@@ -211,6 +211,17 @@ class Drip:
         object.__setattr__(self, "interval", interval)
         _check_common(self, self.rate, self.schedule)
 
+    def pieces(
+        self, data: bytes, read_timeout: float | None
+    ) -> Iterator[tuple[float, bytes | None]]:
+        """*data* as it drips: ``(wait, piece)`` pairs, and ``(wait, None)`` where a read with
+        *read_timeout* times out (an interval longer than the timeout: as on a socket)."""
+        for i in range(0, len(data), self.chunk):
+            if read_timeout is not None and self.interval > read_timeout:
+                yield read_timeout, None
+                return
+            yield self.interval, data[i : i + self.chunk]
+
 
 Fault: TypeAlias = Latency | Status | Error | Reset | Refuse | Drip
 _KINDS: Final = (Latency, Status, Error, Reset, Refuse, Drip)
@@ -228,6 +239,13 @@ class Decision(NamedTuple):
     number: int
     delay: float
     fault: Status | Error | Reset | Refuse | Drip | None
+
+    def wait(self, read_timeout: float | None) -> tuple[float, bool]:
+        """Seconds to wait before going on, and whether a read with *read_timeout* times out
+        first (the client gives up waiting for a slow server)."""
+        if read_timeout is not None and self.delay > read_timeout:
+            return read_timeout, True
+        return self.delay, False
 
 
 class FaultPlan:

@@ -78,14 +78,14 @@ class FaultAdapter(HTTPAdapter):
                 proxies=proxies,
             )  # fmt: skip
 
-        if decision.delay:
-            if read_timeout is not None and decision.delay > read_timeout:
-                sleep(read_timeout)
-                raise requests.exceptions.ReadTimeout(
-                    ReadTimeoutError(None, request.url, _TIMED_OUT),  # type: ignore[arg-type]
-                    request=request,
-                )
-            sleep(decision.delay)
+        wait, timed_out = decision.wait(read_timeout)
+        if wait:
+            sleep(wait)
+        if timed_out:
+            raise requests.exceptions.ReadTimeout(
+                ReadTimeoutError(None, request.url, _TIMED_OUT),  # type: ignore[arg-type]
+                request=request,
+            )
         fault = decision.fault
         if fault is None:
             return forward(stream)
@@ -152,15 +152,12 @@ class _DripBody:
         self.closed = False
 
     def stream(self, amt: int | None = None, decode_content: bool | None = None) -> Iterator[bytes]:
-        chunk, interval = self._fault.chunk, self._fault.interval
-        while self._position < len(self._body):
-            if self._read_timeout is not None and interval > self._read_timeout:
-                self._sleep(self._read_timeout)
+        for wait, piece in self._fault.pieces(self._body[self._position :], self._read_timeout):
+            self._sleep(wait)
+            if piece is None:
                 raise ReadTimeoutError(None, self._url, _TIMED_OUT)  # type: ignore[arg-type]
-            self._sleep(interval)
-            part = self._body[self._position : self._position + chunk]
-            self._position += len(part)
-            yield part
+            self._position += len(piece)
+            yield piece
 
     def read(self, amt: int | None = None, decode_content: bool | None = None) -> bytes:
         return b"".join(self.stream())

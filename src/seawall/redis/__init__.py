@@ -54,7 +54,9 @@ def host_budgets(
 
     Args:
         fleet: the :class:`Fleet`.
-        ratio, min_per_second, window: as :class:`~seawall.RetryBudget`, per host, for the fleet.
+        ratio: as :class:`~seawall.RetryBudget`, per host, for the fleet.
+        min_per_second: as :class:`~seawall.RetryBudget`, per host, for the fleet.
+        window: as :class:`~seawall.RetryBudget`, per host, for the fleet.
     """
     if not isinstance(fleet, Fleet):
         raise TypeError(f"fleet must be a seawall.redis.Fleet, got {fleet!r}")

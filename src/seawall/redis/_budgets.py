@@ -96,7 +96,9 @@ class SharedRetryBudget:
     Args:
         fleet: the :class:`Fleet` that syncs it.
         name: the budget's name; every process using the same name shares it.
-        ratio, min_per_second, window: as :class:`~seawall.RetryBudget`, for the whole fleet.
+        ratio: as :class:`~seawall.RetryBudget`, for the whole fleet.
+        min_per_second: as :class:`~seawall.RetryBudget`, for the whole fleet.
+        window: as :class:`~seawall.RetryBudget`, for the whole fleet.
         lease: retry tokens a process may hold at once.
 
     Raises:
@@ -299,7 +301,8 @@ class SharedTokenBucket:
     Args:
         fleet: the :class:`Fleet` that syncs it.
         name: the bucket's name; every process using the same name shares it.
-        max_tokens, token_ratio: as :class:`~seawall.TokenBucket`, for the whole fleet.
+        max_tokens: as :class:`~seawall.TokenBucket`, for the whole fleet.
+        token_ratio: as :class:`~seawall.TokenBucket`, for the whole fleet.
     """
 
     def __init__(
@@ -432,8 +435,12 @@ class SharedRetryQuota:
     Args:
         fleet: the :class:`Fleet` that syncs it.
         name: the quota's name; every process using the same name shares it.
-        capacity, retry_cost, timeout_cost, success_reward, is_timeout, cost: as
-            :class:`~seawall.RetryQuota`, for the whole fleet (:meth:`aws_standard` for the
+        capacity: as :class:`~seawall.RetryQuota`, for the whole fleet.
+        retry_cost: as :class:`~seawall.RetryQuota`, for the whole fleet.
+        timeout_cost: as :class:`~seawall.RetryQuota`, for the whole fleet.
+        success_reward: as :class:`~seawall.RetryQuota`, for the whole fleet.
+        is_timeout: as :class:`~seawall.RetryQuota`, for the whole fleet.
+        cost: as :class:`~seawall.RetryQuota`, for the whole fleet (:meth:`aws_standard` for the
             AWS SDKs' costs).
         lease: tokens a process holds at once (default: two retries' cost).
     """
@@ -673,7 +680,10 @@ class SharedAdaptiveThrottle:
     Args:
         fleet: the :class:`Fleet` that syncs it.
         name: the throttle's name; every process using the same name shares it.
-        k, window, rng, min_requests: as :class:`~seawall.AdaptiveThrottle`, for the fleet.
+        k: as :class:`~seawall.AdaptiveThrottle`, for the fleet.
+        window: as :class:`~seawall.AdaptiveThrottle`, for the fleet.
+        rng: as :class:`~seawall.AdaptiveThrottle`, for the fleet.
+        min_requests: as :class:`~seawall.AdaptiveThrottle`, for the fleet.
     """
 
     def __init__(

@@ -2,36 +2,31 @@
 
 ``web.Application(middlewares=[seawall.server.aiohttp.LoadShedder(max_concurrency=32)])``.
 Install with ``pip install seawall[aiohttp]``. The admission decisions (limit, newest-first
-queue, priorities, queue waits) are those of the ASGI :class:`seawall.server.LoadShedder`, which
-this middleware drives; see ``docs/server.md``.
+queue, priorities, queue waits) are those of the ASGI :class:`seawall.server.LoadShedder`: both
+drive one admission core. See ``docs/server.md``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from aiohttp import web
 
 from seawall._core.clock import Clock
 from seawall._core.errors import DeadlineExceeded
-from seawall._strategies.deadline import Deadline, deadline, timeout_from_headers
+from seawall._strategies.deadline import deadline
 from seawall.instrumentation._core import Recorder
-from seawall.server._shed import _NO_LIMIT, OVERLOADED_HEADER, ShedStats, parse_priority
-from seawall.server._shed import LoadShedder as _AsgiShedder
+from seawall.server._admission import EXPIRED, OVERLOADED_HEADER, Admission, AdmissionViews
+from seawall.server._admission import parse_priority as _parse_priority
+from seawall.server._shed import take_slot
 
 __all__ = ["OVERLOADED_HEADER", "LoadShedder"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-async def _no_app(scope: Any, receive: Any, send: Any) -> None:
-    """The ASGI shedder's application slot, never called: this middleware calls aiohttp's."""
-    raise AssertionError("not called")  # pragma: no cover
-
-
-class LoadShedder:
+class LoadShedder(AdmissionViews):
     """aiohttp web middleware: a concurrency limit with a short LIFO queue and cheap rejections.
 
     The same admission as :class:`seawall.server.LoadShedder` (which see for every argument):
@@ -65,8 +60,7 @@ class LoadShedder:
         name: str = "server",
         clock: Clock | None = None,
     ) -> None:
-        self._engine = engine = _AsgiShedder(
-            _no_app,
+        self.admission = admission = Admission(
             max_concurrency=max_concurrency,
             max_queue=max_queue,
             max_queue_wait=max_queue_wait,
@@ -81,50 +75,25 @@ class LoadShedder:
             name=name,
             clock=clock,
         )
-        self._priority_header = priority_header
-        self._reject_headers = {
-            name.decode("latin-1"): value.decode("latin-1")
-            for name, value in engine._reject_headers
-            if name != b"content-type"
-        }
-        self._deadlines = bool(deadlines)
-
-    @property
-    def stats(self) -> ShedStats:
-        """Live counts: admitted, shed by reason, in flight, queued."""
-        return self._engine.stats
-
-    @property
-    def max_concurrency(self) -> int:
-        return self._engine.max_concurrency
+        self._reject_headers = dict(admission.reject_headers)
 
     async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        engine = self._engine
-        at: Deadline | None = None
-        if self._deadlines:
-            allowed = timeout_from_headers(
-                request.headers, max_seconds=engine._cap, margin=engine._margin
-            )
-            if allowed <= 0.0:
-                engine._count_shed("deadline")  # the caller has given up already
+        admission = self.admission
+        at = admission.intake(request.headers)
+        if at == EXPIRED:
+            return _expired()  # the caller has given up already
+        assert not isinstance(at, str)
+        wanted = admission.priority_header
+        priority = _parse_priority(None if wanted is None else request.headers.get(wanted))
+        reason = await take_slot(admission, priority, at)
+        if reason is not None:
+            if reason == "deadline":
                 return _expired()
-            if allowed < _NO_LIMIT:
-                at = Deadline(engine._clock.now() + allowed, engine._clock)
-        stats = engine.stats
-        if stats.in_flight < engine.max_concurrency and not stats.queued:
-            stats.in_flight += 1
-        else:
-            reason = await engine._wait(self._priority(request), at)
-            if reason is not None:
-                engine._count_shed(reason)
-                if reason == "deadline":
-                    return _expired()
-                return web.Response(
-                    status=engine._status, text="overloaded\n", headers=self._reject_headers
-                )
-        stats.admitted += 1
+            return web.Response(
+                status=admission.status, text="overloaded\n", headers=self._reject_headers
+            )
         try:
-            if at is None or at.at == math.inf:
+            if at is None:
                 return await handler(request)
             try:
                 async with deadline(at=at):
@@ -132,16 +101,10 @@ class LoadShedder:
             except DeadlineExceeded:
                 return _expired()
         finally:
-            engine._release()
-
-    def _priority(self, request: web.Request) -> int:
-        if self._priority_header is None:
-            return parse_priority(b"")
-        value = request.headers.get(self._priority_header)
-        return parse_priority(b"" if value is None else value.encode("latin-1", "replace"))
+            admission.release()
 
     def __repr__(self) -> str:
-        return f"seawall.server.aiohttp.{self._engine!r}"
+        return f"seawall.server.aiohttp.LoadShedder({self.admission!r})"
 
 
 def _expired() -> web.Response:

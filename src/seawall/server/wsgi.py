@@ -9,23 +9,26 @@ specification is needed. See ``docs/server.md``.
 
 from __future__ import annotations
 
-import math
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from seawall._core import validate as _validate
-from seawall._core.clock import SYSTEM_CLOCK, Clock
+from seawall._core.clock import Clock
 from seawall._strategies.deadline import (
     GRPC_TIMEOUT_HEADER,
     REQUEST_DEADLINE_HEADER,
     Deadline,
     deadline,
-    timeout_from_headers,
 )
 from seawall.instrumentation._core import Recorder
-from seawall.server._shed import _NO_LIMIT, OVERLOADED_HEADER, ShedStats
+from seawall.server._admission import (
+    EXPIRED,
+    OVERLOADED_HEADER,
+    Admission,
+    AdmissionViews,
+    Ticket,
+    parse_priority,
+)
 
 __all__ = ["OVERLOADED_HEADER", "LoadShedder"]
 
@@ -36,23 +39,21 @@ WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 _STATUS_LINES = {503: "503 Service Unavailable", 429: "429 Too Many Requests"}
 _EXPIRED = b"deadline exceeded\n"
 _OVERLOADED = b"overloaded\n"
-# The deadline headers as WSGI spells them in the environ (CGI style).
-_DEADLINE_KEYS = (
-    ("HTTP_" + GRPC_TIMEOUT_HEADER.upper().replace("-", "_"), GRPC_TIMEOUT_HEADER),
-    ("HTTP_" + REQUEST_DEADLINE_HEADER.upper().replace("-", "_"), REQUEST_DEADLINE_HEADER),
+_TEXT = ("Content-Type", "text/plain; charset=utf-8")
+_EXPIRED_HEADERS = [_TEXT, ("Content-Length", str(len(_EXPIRED)))]
+
+
+def _environ_key(header: str) -> str:
+    """A request header's name as WSGI spells it in the environ (CGI style)."""
+    return "HTTP_" + header.upper().replace("-", "_")
+
+
+_DEADLINE_KEYS = tuple(
+    (_environ_key(name), name) for name in (GRPC_TIMEOUT_HEADER, REQUEST_DEADLINE_HEADER)
 )
 
 
-class _Waiter:
-    __slots__ = ("event", "granted", "reason")
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.granted = False
-        self.reason: str | None = None
-
-
-class LoadShedder:
+class LoadShedder(AdmissionViews):
     """WSGI middleware: at most *max_concurrency* requests run at once; a few more wait, newest
     first; the rest get a cheap 503 (or 429) with ``Retry-After`` and ``x-seawall-overloaded``.
 
@@ -62,9 +63,9 @@ class LoadShedder:
        it is answered ``504`` before any work.
     2. If fewer than ``max_concurrency`` requests are running and none is waiting, it runs.
     3. Otherwise it waits in a queue of at most ``max_queue`` requests, served newest first
-       (LIFO: the newest caller is the one most likely still waiting); a full queue sheds its
-       oldest waiter to make room. A request waits at most ``max_queue_wait`` seconds, and never
-       past its deadline.
+       (LIFO: the newest caller is the one most likely still waiting) and most urgent first; a
+       full queue sheds its least urgent, oldest waiter to make room. A request waits at most
+       ``max_queue_wait`` seconds, and never past its deadline.
     4. A rejected request gets ``status`` with ``Retry-After`` and ``x-seawall-overloaded: 1``:
        the application never sees it.
 
@@ -84,6 +85,9 @@ class LoadShedder:
         status: the rejection status, 503 or 429.
         retry_after: the ``Retry-After`` value (whole seconds, rounded up); ``None`` for none.
         overloaded_header: send ``x-seawall-overloaded: 1`` with rejections.
+        priority_header: a request header holding an urgency 0 (most urgent) to 7, or RFC 9218
+            ``u=N``; ``None`` (default) treats every request alike. A full queue then sheds its
+            least urgent waiter first.
         deadlines: read deadline headers, drop expired requests and install the deadline.
         max_request_time: the server's own limit for one request (seconds), also the cap on a
             client's deadline; ``None`` for none.
@@ -106,6 +110,7 @@ class LoadShedder:
         status: int = 503,
         retry_after: float | None = 1.0,
         overloaded_header: bool = True,
+        priority_header: str | None = None,
         deadlines: bool = True,
         max_request_time: float | None = None,
         deadline_margin: float = 0.0,
@@ -116,69 +121,49 @@ class LoadShedder:
         if not callable(app):
             raise TypeError(f"app must be a WSGI application, got {app!r}")
         self.app = app
-        self.max_concurrency = _validate.count("max_concurrency", max_concurrency, minimum=1)
-        self.max_queue = (
-            self.max_concurrency if max_queue is None else _validate.count("max_queue", max_queue)
+        self.admission = admission = Admission(
+            max_concurrency=max_concurrency,
+            max_queue=max_queue,
+            max_queue_wait=max_queue_wait,
+            status=status,
+            retry_after=retry_after,
+            overloaded_header=overloaded_header,
+            priority_header=priority_header,
+            deadlines=deadlines,
+            max_request_time=max_request_time,
+            deadline_margin=deadline_margin,
+            metrics=metrics,
+            name=name,
+            clock=clock,
         )
-        self.max_queue_wait = _validate.seconds("max_queue_wait", max_queue_wait)
-        if status not in _STATUS_LINES:
-            raise ValueError(f"status must be 429 or 503, got {status!r}")
-        _validate.optional_seconds("retry_after", retry_after, zero=True, finite=True)
-        _validate.optional_seconds("max_request_time", max_request_time)
-        self._margin = _validate.seconds("deadline_margin", deadline_margin)
-        if metrics is not None and not isinstance(metrics, Recorder):
-            raise TypeError(
-                f"metrics must implement seawall.instrumentation.Recorder, got {metrics!r}"
-            )
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a str, got {name!r}")
-        if clock is not None and not isinstance(clock, Clock):
-            raise TypeError(f"clock must implement seawall.Clock, got {clock!r}")
-        self.name = name
-        self.max_request_time = max_request_time
-        self._cap = float(max_request_time) if max_request_time is not None else _NO_LIMIT
-        self._deadlines = bool(deadlines)
-        self._metrics = metrics
-        self._clock = clock if clock is not None else SYSTEM_CLOCK
-        self._status_line = _STATUS_LINES[status]
-        headers = [("Content-Type", "text/plain; charset=utf-8")]
-        if retry_after is not None:
-            headers.append(("Retry-After", str(math.ceil(retry_after))))
-        if overloaded_header:
-            headers.append((OVERLOADED_HEADER, "1"))
-        headers.append(("Content-Length", str(len(_OVERLOADED))))
-        self._reject_headers = headers
-        self._expired_headers = [
-            ("Content-Type", "text/plain; charset=utf-8"),
-            ("Content-Length", str(len(_EXPIRED))),
+        self._priority_key = (
+            _environ_key(admission.priority_header) if admission.priority_header else None
+        )
+        self._status_line = _STATUS_LINES[admission.status]
+        self._reject_headers = [
+            _TEXT,
+            *admission.reject_headers,
+            ("Content-Length", str(len(_OVERLOADED))),
         ]
+        # The admission core is sans-I/O; requests arrive on the server's threads.
         self._lock = threading.Lock()
-        # Adaptive LIFO under overload: Maurer, "Fail at Scale", ACM Queue 13(8), 2015.
-        self._queue: deque[_Waiter] = deque()
-        self.stats = ShedStats()
 
     # -- the WSGI entry point --------------------------------------------------------------
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        at: Deadline | None = None
-        if self._deadlines:
-            pairs = [(name, environ[key]) for key, name in _DEADLINE_KEYS if key in environ]
-            allowed = (
-                timeout_from_headers(pairs, max_seconds=self._cap, margin=self._margin)
-                if pairs or self._cap < _NO_LIMIT
-                else _NO_LIMIT
-            )
-            if allowed <= 0.0:
-                self._count_shed("deadline")  # the caller has given up already
-                start_response("504 Gateway Timeout", self._expired_headers)
-                return [_EXPIRED]
-            if allowed < _NO_LIMIT:
-                at = Deadline(self._clock.now() + allowed, self._clock)
-        reason = self._admit(at)
+        admission = self.admission
+        pairs = [(name, environ[key]) for key, name in _DEADLINE_KEYS if key in environ]
+        with self._lock:
+            at = admission.intake(pairs)
+        if at == EXPIRED:
+            start_response("504 Gateway Timeout", _EXPIRED_HEADERS)  # the caller has given up
+            return [_EXPIRED]
+        assert not isinstance(at, str)
+        key = self._priority_key
+        reason = self._admit(parse_priority(None if key is None else environ.get(key)), at)
         if reason is not None:
-            self._count_shed(reason)
             if reason == "deadline":
-                start_response("504 Gateway Timeout", self._expired_headers)
+                start_response("504 Gateway Timeout", _EXPIRED_HEADERS)
                 return [_EXPIRED]
             start_response(self._status_line, self._reject_headers)
             return [_OVERLOADED]
@@ -193,65 +178,31 @@ class LoadShedder:
             raise
         return _Holding(body, self._release)
 
-    # -- admission -------------------------------------------------------------------------
+    # -- admission: the thread driver of the admission core ----------------------------------
 
-    def _admit(self, at: Deadline | None) -> str | None:
+    def _admit(self, priority: int, at: Deadline | None) -> str | None:
         """Take a slot (``None``), or the reason the request is shed."""
-        stats = self.stats
+        admission = self.admission
         with self._lock:
-            if stats.in_flight < self.max_concurrency and not self._queue:
-                stats.in_flight += 1
-                stats.admitted += 1
-                return None
-            if len(self._queue) >= self.max_queue:
-                if not self._queue:
-                    return "queue_full"  # max_queue=0: no waiting at all
-                victim = self._queue.popleft()  # the oldest waiter makes room for the newest
-                victim.reason = "queue_full"
-                victim.event.set()
-                stats.queued -= 1
-            waiter = _Waiter()
-            self._queue.append(waiter)
-            stats.queued += 1
-        wait, reason = self.max_queue_wait, "queue_timeout"
-        if at is not None:
-            left = at.remaining()
-            if left < wait:
-                wait, reason = max(0.0, left), "deadline"
-        waiter.event.wait(wait)
+            ticket = admission.enter(priority, at, _wake)
+            if not isinstance(ticket, Ticket):
+                return ticket
+            event = ticket.handle = threading.Event()
+        event.wait(ticket.wait)
         with self._lock:
-            if waiter.granted:
-                return None
-            if waiter.reason is not None:
-                return waiter.reason
-            self._queue.remove(waiter)  # timed out while still queued
-            stats.queued -= 1
-            return reason
+            admission.expire(ticket)  # shed it if no decision came in time
+            return ticket.result
 
     def _release(self) -> None:
-        """A request finished: hand its slot to the newest waiter, or free it."""
-        stats = self.stats
         with self._lock:
-            if self._queue:
-                waiter = self._queue.pop()  # the newest: LIFO
-                stats.queued -= 1
-                stats.admitted += 1
-                waiter.granted = True
-                waiter.event.set()  # the slot passes to it directly
-                return
-            stats.in_flight -= 1
-
-    def _count_shed(self, reason: str) -> None:
-        with self._lock:
-            self.stats.shed[reason] += 1
-        if self._metrics is not None:
-            self._metrics.shed(self.name, reason)
+            self.admission.release()
 
     def __repr__(self) -> str:
-        return (
-            f"seawall.server.wsgi.LoadShedder(max_concurrency={self.max_concurrency}, "
-            f"max_queue={self.max_queue}, max_queue_wait={self.max_queue_wait}, {self.stats!r})"
-        )
+        return f"seawall.server.wsgi.LoadShedder({self.admission!r})"
+
+
+def _wake(ticket: Ticket) -> None:
+    ticket.handle.set()
 
 
 class _Holding:

@@ -14,7 +14,7 @@ from seawall._core.errors import Overloaded
 from seawall._strategies.backoff import Backoff
 from seawall._strategies.budget import RetryBudget
 from seawall._strategies.retry import RetryPolicy, RetryState
-from seawall.server._shed import Admission, ShedStats
+from seawall.server._admission import Admission, Ticket
 from seawall.sim._engine import Engine, SimClock
 from seawall.sim._metrics import retry_hooks
 from seawall.sim._servers import SERVER_MODELS, make_server
@@ -144,16 +144,6 @@ class AttemptFailed(ConnectionError):
     """The dependency answered the attempt with an error (at once)."""
 
 
-class _Waiter:
-    """A request in the load shedder's queue (``Admission`` reads its priority)."""
-
-    __slots__ = ("arg", "priority")
-
-    def __init__(self, arg: tuple[_Request, int]) -> None:
-        self.arg = arg
-        self.priority = 3  # RFC 9218's default urgency: every simulated request is alike
-
-
 class _Request:
     __slots__ = ("attempt", "deadline", "done", "state")
 
@@ -242,30 +232,21 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
     def on_done(arg: tuple[_Request, int]) -> None:
         at(engine.now + expo(net), on_ok, arg)
         if admission is not None:
-            release()
+            admission.release()  # the slot passes to the newest waiter, or is freed
 
-    # Shedding is the real load shedder's decision core (seawall.server.LoadShedder's own
-    # Admission object), driven by engine events instead of asyncio futures and timers.
-    admission = Admission(p.shed_limit, p.shed_queue, ShedStats()) if shed else None
-
-    def release() -> None:
-        assert admission is not None
-        waiter = admission.pop_next()
-        if waiter is None:
-            admission.free()
-        else:
-            serve(waiter.arg)  # the slot passes to the newest waiter
-
-    def serve(arg: tuple[_Request, int]) -> None:
-        if not server.submit(arg):
-            at(engine.now + expo(net), on_overloaded, arg)  # a full queue refuses at once
-            if admission is not None:
-                release()
-
-    def on_queue_timeout(waiter: _Waiter) -> None:
-        assert admission is not None
-        if admission.remove(waiter):
-            at(engine.now + expo(net), on_overloaded, waiter.arg)
+    # Shedding is the load shedders' own decision core (seawall.server._admission, which
+    # LoadShedder drives with asyncio futures and timers), driven here by engine events.
+    admission = (
+        Admission(
+            max_concurrency=p.shed_limit,
+            max_queue=p.shed_queue,
+            max_queue_wait=p.shed_queue_wait,
+            deadlines=False,
+            clock=SimClock(engine),
+        )
+        if shed
+        else None
+    )
 
     server = make_server(
         p.server,
@@ -276,6 +257,24 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
         concurrency=p.concurrency,
         queue_limit=p.queue_limit,
     )
+
+    def serve(arg: tuple[_Request, int]) -> None:
+        if not server.submit(arg):
+            at(engine.now + expo(net), on_overloaded, arg)  # a full queue refuses at once
+            if admission is not None:
+                admission.release()
+
+    def on_ticket(ticket: Ticket) -> None:
+        # Granted a slot (a request finished), or shed from the queue (evicted, timed out).
+        if ticket.result is None:
+            serve(ticket.handle)
+        else:
+            at(engine.now + expo(net), on_overloaded, ticket.handle)
+
+    def on_queue_timeout(ticket: Ticket) -> None:
+        assert admission is not None
+        if ticket.waiting:
+            admission.expire(ticket)
 
     def send(req: _Request, now: float) -> None:
         nonlocal attempts
@@ -307,20 +306,19 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
         take(arg)
 
     def take(arg: tuple[_Request, int]) -> None:
-        if admission is None or admission.try_admit():
+        if admission is None:
             serve(arg)
             return
-        # Over the shedder's limit: wait in its queue, or be shed at once with "overloaded;
-        # don't retry" (the shedder's 503), instead of being taken in.
-        now = engine.now
-        waiter = _Waiter(arg)
-        refused, evicted, _why = admission.enqueue(waiter)
-        if refused is not None:
-            at(now + expo(net), on_overloaded, arg)
-            return
-        if evicted is not None:
-            at(now + expo(net), on_overloaded, evicted.arg)
-        at(now + p.shed_queue_wait, on_queue_timeout, waiter)
+        # Past the shedder's limit a request waits in its queue, or is shed at once with
+        # "overloaded; don't retry" (the shedder's 503) instead of being taken in.
+        outcome = admission.enter(3, None, on_ticket)  # RFC 9218's default urgency for all
+        if outcome is None:
+            serve(arg)
+        elif isinstance(outcome, str):
+            at(engine.now + expo(net), on_overloaded, arg)
+        else:
+            outcome.handle = arg
+            at(engine.now + outcome.wait, on_queue_timeout, outcome)
 
     def on_ok(arg: tuple[_Request, int]) -> None:
         nonlocal succeeded, settled

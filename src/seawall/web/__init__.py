@@ -1,0 +1,64 @@
+"""The interactive demo page: seawall's policies and simulator in a browser.
+
+``seawall web`` (or ``seawall demo --web``) serves it on 127.0.0.1 and prints its URL. The
+page has four views: one client's backoff stepped attempt by attempt; the retry times of many
+clients that failed together, without jitter and with each kind; the simulator's experiments;
+and a saga run's log. Every number comes from seawall itself through JSON endpoints
+(``/api/backoff``, ``/api/storm``, ``/api/experiments/NAME``, ``/api/saga``); the page only
+draws them, and every asset ships inside the package, so it works offline.
+
+Needs the ``web`` extra (Starlette and Uvicorn) and, for the experiments, ``sim``:
+``pip install 'seawall[web,sim]'``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from seawall.web._app import create_app
+
+__all__ = ["create_app", "serve"]
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve the page until interrupted; print its URL once the server listens.
+
+    Args:
+        host: the address to listen on (loopback by default: the page is a local tool).
+        port: the TCP port; 0 picks a free one (the printed URL says which).
+        ready: called with the URL once the server listens (default: print it).
+
+    Raises:
+        ValueError: *port* is not between 0 and 65535.
+    """
+    import socket
+
+    import uvicorn
+
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"port must be between 0 and 65535, got {port!r}")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{bound}/"
+
+    # Listening before uvicorn starts: a browser that opens the URL at once is queued, not
+    # refused.
+    sock.listen(128)
+    (ready or _announce)(url)
+    config = uvicorn.Config(create_app(), log_level="warning", lifespan="off")
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def _announce(url: str) -> None:
+    print(f"seawall: serving the demo page at {url} (Ctrl-C stops)", flush=True)
