@@ -33,6 +33,7 @@ from seawall._core.classify import (
     classify,
     compile_errors,
     is_transient,
+    remember_retried,
 )
 from seawall._core.clock import SYSTEM_CLOCK, Clock, SystemClock
 from seawall._core.decorate import decorate
@@ -267,7 +268,7 @@ class RetryState:
         """
         p = self.policy
         left = self.deadline - now
-        if left < p.min_attempt_time or left <= 0.0:
+        if left < p._least_time:
             error = DeadlineExceeded(
                 f"gave up before attempt {self.attempts + 1}: {max(left, 0.0):.3f} s left of the "
                 f"deadline, at least {p.min_attempt_time:.3f} s needed"
@@ -289,11 +290,15 @@ class RetryState:
 
     def on_success(self, now: float) -> None:
         """The attempt succeeded."""
+        # The latest attempt has no error; and a finished call's state, error and traceback do
+        # not keep each other alive (a cycle only the garbage collector would free).
+        self.last_error = None
         p = self.policy
         budget = p.budget
         if budget is not None:
             budget.on_success()
-        self._record(now, None, None)
+        if self.history is not None:
+            self._record(now, None, None)
         if p._attempt_hooks:
             event = RetryEvent(
                 "success",
@@ -330,8 +335,20 @@ class RetryState:
         """
         self.last_error = error
         p = self.policy
-        room = self.deadline - now > p.min_attempt_time
-        verdict = classify(error, p._matcher, retry, room, p.retry_nested)
+        if retry is None and type(error) in p._retried and not error.__dict__:
+            # The class alone decided a retry before (classify, then remember_retried): the
+            # same verdict without asking again, and no retry_after to read.
+            if p.budget is None:
+                return self._schedule(error, now, None)
+            verdict: Verdict = _RETRY
+            wanted = None
+        else:
+            room = self.deadline - now > p.min_attempt_time
+            verdict = classify(error, p._matcher, retry, room, p.retry_nested)
+            if verdict is _RETRY and retry is None:
+                remember_retried(p._retried, error, p._matcher)
+            # Most errors have no retry_after at all: one lookup, validation only when present.
+            wanted = None if getattr(error, "retry_after", None) is None else retry_after_of(error)
         if p.budget is not None:
             if verdict is _ANSWERED:
                 p._answer(error)  # answered, not healthily: neither sickness nor a success
@@ -343,8 +360,6 @@ class RetryState:
             return self._give_up(
                 "exhausted_below" if verdict is _EXHAUSTED else "not_retryable", error, now
             )
-        # Most errors have no retry_after at all: one lookup, and validation only when present.
-        wanted = None if getattr(error, "retry_after", None) is None else retry_after_of(error)
         return self._schedule(error, now, wanted)
 
     def _unmatched(self, error: BaseException) -> None:
@@ -393,7 +408,11 @@ class RetryState:
             return self._give_up("disabled", error, now)
         if ONE_ATTEMPT.get():
             return self._give_up("delegated", error, now)
-        delay = p.backoff.compute(attempts - 1, p.rng, self._previous_delay)
+        fixed = p._fixed_delays
+        if fixed is not None:
+            delay = fixed[attempts - 1]
+        else:
+            delay = p.backoff.compute(attempts - 1, p.rng, self._previous_delay)
         self._previous_delay = delay
         if wanted is not None and p.honor_retry_after:
             # Server pushback: wait the larger of what it asks and our own jittered backoff, so
@@ -592,6 +611,10 @@ _RETRY, _ANSWERED, _EXHAUSTED, _NEUTRAL = (
 # Transient errors of the standard library and of the popular HTTP clients, by name.
 _DEFAULT_RETRY_ON: RetryOn = is_transient
 _DEFAULT_HOOKS: tuple[Hook, ...] = (logging_hook,)
+# Positive, and no float lies between it and zero: `left < _SMALLEST_TIME` means `left <= 0`.
+_SMALLEST_TIME: Final = math.ulp(0.0)
+# The most attempts for which a policy keeps its jitter-free delays in a table.
+_FIXED_DELAYS_LIMIT: Final = 64
 
 # The drivers' signatures: fn, its positional arguments, its keyword arguments.
 _Runner = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
@@ -655,9 +678,20 @@ class RetryPolicy:
     retry_after_beyond_max: Literal["clamp", "give_up"] = "clamp"
 
     _matcher: ErrorMatcher = dataclasses.field(init=False, repr=False, compare=False)
+    # The error classes that retry_on alone retries, learnt from classify() (remember_retried):
+    # a failure of a known class skips classification.
+    _retried: dict[type, bool] = dataclasses.field(init=False, repr=False, compare=False)
     _hooks: tuple[Hook, ...] = dataclasses.field(init=False, repr=False, compare=False)
     # Hooks that also want "success" events (metrics); empty for most policies.
     _attempt_hooks: tuple[Hook, ...] = dataclasses.field(init=False, repr=False, compare=False)
+    # The delays before each retry when the backoff draws no jitter: the same on every call,
+    # computed once (by the backoff) for a policy of a few attempts; else None.
+    _fixed_delays: tuple[float, ...] | None = dataclasses.field(
+        init=False, repr=False, compare=False
+    )
+    # The least time left in which an attempt may start: min_attempt_time, or (for none) the
+    # smallest positive float, so that one comparison says "less than it, or nothing left".
+    _least_time: float = dataclasses.field(init=False, repr=False, compare=False)
     _clock: Clock = dataclasses.field(init=False, repr=False, compare=False)
     # _clock.now, or time.monotonic itself for the system clock (what SystemClock.now returns).
     _now: Callable[[], float] = dataclasses.field(init=False, repr=False, compare=False)
@@ -681,6 +715,7 @@ class RetryPolicy:
         if not isinstance(self.backoff, Backoff):
             raise TypeError(f"backoff must be a seawall.Backoff, got {self.backoff!r}")
         set_(self, "_matcher", compile_errors(self.retry_on, "retry_on"))
+        set_(self, "_retried", {})
         if self.retry_if_result is not None and not callable(self.retry_if_result):
             raise TypeError(f"retry_if_result must be callable, got {self.retry_if_result!r}")
         optional_seconds = _validate.optional_seconds
@@ -691,6 +726,7 @@ class RetryPolicy:
         set_(self, "max_retry_after", mra)
         mat = optional_seconds("min_attempt_time", self.min_attempt_time, zero=True)
         set_(self, "min_attempt_time", mat or 0.0)
+        set_(self, "_least_time", mat or _SMALLEST_TIME)
         if self.budget is not None and not isinstance(self.budget, Budget):
             raise TypeError(f"budget must implement seawall.Budget, got {self.budget!r}")
         if self.clock is not None and not isinstance(self.clock, Clock):
@@ -716,6 +752,10 @@ class RetryPolicy:
         set_(self, "_hooks", hooks)
         attempt_hooks = tuple(h for h in hooks if getattr(h, "observes_attempts", False) is True)
         set_(self, "_attempt_hooks", attempt_hooks)
+        fixed = None
+        if self.backoff.jitter == "none" and self.max_attempts <= _FIXED_DELAYS_LIMIT:
+            fixed = tuple(self.backoff.compute(n) for n in range(self.max_attempts - 1))
+        set_(self, "_fixed_delays", fixed)
         clock = self.clock if self.clock is not None else SYSTEM_CLOCK
         set_(self, "_clock", clock)
         set_(self, "_now", time.monotonic if type(clock) is SystemClock else clock.now)
@@ -798,39 +838,40 @@ class RetryPolicy:
             delay = state.on_error(first_error, now)
             if delay is None:
                 raise first_error
-            clock.sleep(delay)
-        elif state is None:
-            state = self.new_state(now)
-        begin, on_error, on_result, sleep = (
-            state.begin_attempt,
-            state.on_error,
-            state.on_result,
-            clock.sleep,
-        )
+        else:
+            if state is None:
+                state = self.new_state(now)
+            delay = None
+        check = self.retry_if_result
+        # The system clock does nothing for a zero wait: neither a call to make nor time to
+        # read again (the next attempt starts at once).
+        zero_waits = type(clock) is not SystemClock
+        inf = math.inf
         while True:
-            now = clock_now()
-            at = begin(now)
-            token = None if at == math.inf else install(at, now, clock)
+            if delay is not None and (delay > 0.0 or zero_waits):
+                clock.sleep(delay)
+                now = clock_now()
+            at = state.begin_attempt(now)
+            token = None if at == inf else install(at, now, clock)
             try:
                 result = fn(*args, **kwargs)
             except Exception as exc:
-                if first_error is not None and exc.__context__ is first_error:
-                    # Attempt 1's error was handed over from inside the first attempt's
-                    # `except`: later errors were not raised while handling it.
-                    exc.__context__ = None
-                delay = on_error(exc, clock_now())
+                now = clock_now()
+                delay = state.on_error(exc, now)
                 if delay is None:
                     raise
             else:
                 if type(result) is _COROUTINE:
                     _refuse_coroutine(fn, result)
-                delay = on_result(result, clock_now())
+                if check is None:
+                    state.on_success(clock_now())
+                    return result
+                delay = state.on_result(result, clock_now())
                 if delay is None:
                     return result
             finally:
                 if token is not None:
                     _DEADLINE.reset(token)
-            sleep(delay)
 
     def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T]:
         """Like :meth:`call`, but return an :class:`Outcome` instead of raising ``Exception``s."""
@@ -875,11 +916,14 @@ class RetryPolicy:
             delay = state.on_error(first_error, now)
             if delay is None:
                 raise first_error
-            await clock.asleep(delay)
-        elif state is None:
-            state = self.new_state(now)
+        else:
+            if state is None:
+                state = self.new_state(now)
+            delay = None
         while True:
-            now = clock_now()
+            if delay is not None:
+                await clock.asleep(delay)
+                now = clock_now()
             at = state.begin_attempt(now)
             token = None if at == math.inf else install(at, now, clock)
             try:
@@ -889,8 +933,6 @@ class RetryPolicy:
                     result = await with_timeout(fn(*args, **kwargs), at - now)
             except Exception as exc:
                 _check_awaited(fn, exc)
-                if first_error is not None and exc.__context__ is first_error:
-                    exc.__context__ = None
                 delay = state.on_error(exc, clock_now())
                 if delay is None:
                     raise
@@ -901,7 +943,6 @@ class RetryPolicy:
             finally:
                 if token is not None:
                     _DEADLINE.reset(token)
-            await clock.asleep(delay)
 
     async def arun(
         self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
@@ -1023,11 +1064,18 @@ def make(slow, before, after, ambient, coroutine, refuse, check_awaited{bound}):
             result = {wait}fn(*args, **kwargs)
         except Exception as exc:
             {awaited}
-            return {wait}{slow}(fn, args, kwargs, exc)
-        {returned}
-        if {after} is not None:
-            {after}()
-        return result
+            error = exc
+        else:
+            {returned}
+            if {after} is not None:
+                {after}()
+            return result
+        # Outside the `except`, so that the retries' own errors are not raised while handling
+        # this one; and not left in this frame (the error's traceback holds it): no cycle.
+        try:
+            return {wait}{slow}(fn, args, kwargs, error)
+        finally:
+            error = None
 
     return first
 """
