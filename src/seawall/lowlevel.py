@@ -27,6 +27,7 @@ from seawall._strategies.retry import (
     Attempts,
     GiveUpReason,
     RetryState,
+    RetryStatistics,
 )
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "QuantileSource",
     "RetryOn",
     "RetryState",
+    "RetryStatistics",
     "SNAPSHOT_VERSION",
     "StateHook",
     "Verdict",

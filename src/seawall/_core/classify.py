@@ -332,7 +332,10 @@ def remember_retried(
         return
     if _KINDS.get(cls) != _PLAIN or getattr(cls, "retry_after", None) is not None:
         return
-    if matcher is not None and matcher.classes is None:
-        if matcher.predicate is not is_transient or _TRANSIENT_KINDS.get(cls) != _YES:
-            return
+    # A predicate may read the instance; is_transient reads only the class of these.
+    predicate = None if matcher is None or matcher.classes is not None else matcher.predicate
+    if predicate is not None and (
+        predicate is not is_transient or _TRANSIENT_KINDS.get(cls) != _YES
+    ):
+        return
     retried[cls] = True
