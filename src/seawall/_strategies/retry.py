@@ -37,7 +37,7 @@ from seawall._core.classify import (
     is_transient,
     remember_retried,
 )
-from seawall._core.clock import SYSTEM_CLOCK, Clock, SystemClock
+from seawall._core.clock import SYSTEM_CLOCK, TESTING, Clock, SystemClock
 from seawall._core.decorate import decorate
 from seawall._core.errors import (
     SUMMARY_LIMIT,
@@ -90,16 +90,6 @@ _GIVE_UP_REASONS: Final = frozenset(GiveUpReason.__args__)  # type: ignore[attr-
 SNAPSHOT_VERSION: Final = 1
 
 logger = logging.getLogger("seawall")
-
-
-class _Testing:
-    __slots__ = ("instant",)
-
-    def __init__(self) -> None:
-        self.instant = 0  # > 0 inside seawall.testing.instant(): waits become zero
-
-
-TESTING: Final = _Testing()
 
 
 @public("seawall")
@@ -530,8 +520,8 @@ class RetryState:
                 wanted = p.max_retry_after
             if wanted > delay:
                 delay = wanted
-        if TESTING.instant:
-            delay = 0.0
+        if TESTING.instant and p._zero_instant:
+            delay = 0.0  # a clock of its own: no wait (the system clock skips it: instant time)
         deadline = self.deadline
         if deadline != _INF and now + delay + p.min_attempt_time >= deadline:
             # Never sleep and then fail: give up now, with the last error.
@@ -608,7 +598,7 @@ class RetryState:
             ``"Type: message"`` (at most 500 characters) or ``None``.
         """
         if now is None:
-            now = self.policy._now()
+            now = self.policy._clock.now()
         if wall_now is None:
             wall_now = time.time()
         offset = wall_now - now
@@ -654,7 +644,7 @@ class RetryState:
                 f"({SNAPSHOT_VERSION}); upgrade seawall"
             )
         if now is None:
-            now = policy._now()
+            now = policy._clock.now()
         if wall_now is None:
             wall_now = time.time()
         offset = wall_now - now
@@ -805,6 +795,9 @@ class RetryPolicy:
     # smallest positive float, so that one comparison says "less than it, or nothing left".
     _least_time: float = dataclasses.field(init=False, repr=False, compare=False)
     _clock: Clock = dataclasses.field(init=False, repr=False, compare=False)
+    # Whether testing.instant() makes this policy's waits zero: a clock of the user's own
+    # (the system clock skips its waits instead, so that deadlines see them pass).
+    _zero_instant: bool = dataclasses.field(init=False, repr=False, compare=False)
     # _clock.now, or time.monotonic itself for the system clock (what SystemClock.now returns).
     _now: Callable[[], float] = dataclasses.field(init=False, repr=False, compare=False)
     # What the budget hears when the dependency answered, not healthily (Verdict.ANSWERED).
@@ -873,6 +866,7 @@ class RetryPolicy:
         set_(self, "_fixed_delays", fixed)
         clock = self.clock if self.clock is not None else SYSTEM_CLOCK
         set_(self, "_clock", clock)
+        set_(self, "_zero_instant", type(clock) is not SystemClock)
         set_(self, "_now", time.monotonic if type(clock) is SystemClock else clock.now)
         set_(self, "_answer", answer_callback(self.budget) if self.budget is not None else _nothing)
         fast = not (
@@ -900,6 +894,12 @@ class RetryPolicy:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         return (_rebuild_policy, (type(self), fields))
 
+    def _time(self) -> Callable[[], float]:
+        """What reads the time for one call: time.monotonic itself for the system clock,
+        unless instant time runs (testing.instant()) or ran: then the clock, which adds the
+        waits it skipped."""
+        return self._now if not (TESTING.instant or TESTING.skipped) else self._clock.now
+
     # -- the sans-I/O core ------------------------------------------------------------------
 
     def new_state(self, now: float | None = None, *, record: bool = False) -> RetryState:
@@ -909,7 +909,7 @@ class RetryPolicy:
         The budget's ``on_request`` is called here.
         """
         if now is None:
-            now = self._now()
+            now = self._time()()
         state = RetryState(self, now, call_deadline(now, self.timeout))
         if record:
             state.history = []
@@ -948,7 +948,8 @@ class RetryPolicy:
         call is counted there when it ends."""
         try:
             clock = self._clock
-            clock_now = self._now
+            # self._time(), inline: this is every retried call's path
+            clock_now = self._now if not (TESTING.instant or TESTING.skipped) else clock.now
             now = clock_now()
             if first_error is not None:
                 state = RetryState(self, now)
@@ -1009,7 +1010,7 @@ class RetryPolicy:
     def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T]:
         """Like :meth:`call`, but return an :class:`Outcome` instead of raising ``Exception``s."""
         try:
-            state = self.new_state(self._now(), record=True)
+            state = self.new_state(record=True)
         except Exception as exc:  # the budget rejected the call locally (Throttled)
             return Outcome(None, exc, 0, 0.0, ())
         try:
@@ -1043,7 +1044,8 @@ class RetryPolicy:
 
         try:
             clock = self._clock
-            clock_now = self._now
+            # self._time(), inline: this is every retried call's path
+            clock_now = self._now if not (TESTING.instant or TESTING.skipped) else clock.now
             now = clock_now()
             if first_error is not None:
                 state = RetryState(self, now)
@@ -1099,7 +1101,7 @@ class RetryPolicy:
     ) -> Outcome[T]:
         """The async twin of :meth:`run`."""
         try:
-            state = self.new_state(self._now(), record=True)
+            state = self.new_state(record=True)
         except Exception as exc:  # the budget rejected the call locally (Throttled)
             return Outcome(None, exc, 0, 0.0, ())
         try:
