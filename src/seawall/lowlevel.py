@@ -21,6 +21,7 @@ from seawall._strategies.breaker import BreakerEvent, BreakerState, Permit, Stat
 from seawall._strategies.budget import FirstAttempt, answer_callback, first_attempt_callables
 from seawall._strategies.hedge import HedgeDelayPassed, HedgeEvent, HedgeHook, QuantileSource
 from seawall._strategies.retry import (
+    MIN_HOLD,
     SNAPSHOT_VERSION,
     Attempt,
     AttemptRecord,
@@ -42,6 +43,7 @@ __all__ = [
     "HedgeDelayPassed",
     "HedgeEvent",
     "HedgeHook",
+    "MIN_HOLD",
     "Permit",
     "QuantileSource",
     "RetryOn",

@@ -87,7 +87,7 @@ GiveUpReason = Literal[
 _GIVE_UP_REASONS: Final = frozenset(GiveUpReason.__args__)  # type: ignore[attr-defined]
 
 #: The version of :meth:`RetryState.snapshot`'s format; :meth:`RetryState.restore` refuses newer.
-SNAPSHOT_VERSION: Final = 1
+SNAPSHOT_VERSION: Final = 2
 
 logger = logging.getLogger("seawall")
 
@@ -329,7 +329,9 @@ class RetryState:
         "_previous_delay",
         "attempts",
         "deadline",
+        "defer_refusals",
         "history",
+        "holds",
         "last_error",
         "next_retry",
         "policy",
@@ -338,7 +340,14 @@ class RetryState:
         "total_delay",
     )
 
-    def __init__(self, policy: RetryPolicy, now: float, deadline: float = math.inf) -> None:
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        now: float,
+        deadline: float = math.inf,
+        *,
+        defer_refusals: bool = False,
+    ) -> None:
         self.policy = policy
         self.started = now
         self.deadline = deadline
@@ -353,6 +362,11 @@ class RetryState:
         self.last_error: BaseException | str | None = None
         #: When the next attempt is due, on the policy's clock (``None``: none scheduled).
         self.next_retry: float | None = None
+        #: Whether a retry the budget refuses is deferred (:meth:`defer`) instead of ending
+        #: the call: for a durable driver, which can wait and ask the budget again.
+        self.defer_refusals = defer_refusals
+        #: Refusals in a row since the last attempt (see :meth:`defer`); 0 when none.
+        self.holds = 0
 
     def begin_attempt(self, now: float) -> float:
         """Count an attempt starting at *now*; return its absolute deadline.
@@ -529,6 +543,8 @@ class RetryState:
         budget = p.budget
         if budget is not None and not budget.allow_retry(error or _BadResult(None)):
             self._emit("budget_exhausted", error, 0.0, now, "budget")
+            if self.defer_refusals:
+                return self.defer(error, now)
             return self._give_up("budget", error, now, mark=True)
         if self.history is not None:
             self._record(now, error, delay)
@@ -537,6 +553,60 @@ class RetryState:
         if p._hooks:
             self._emit("retry", error, delay, now, None)
         return delay
+
+    @property
+    def deferred(self) -> bool:
+        """Whether the wait in progress is a hold (:meth:`defer`): before the next attempt,
+        :meth:`resume` asks the budget again."""
+        return self.holds > 0
+
+    def defer(self, error: BaseException | None, now: float) -> float | None:
+        """Hold the next attempt back instead of giving up: the budget refused the retry (or,
+        for a driver's own use, refused the call). Returns the wait before :meth:`resume` asks
+        the budget again, or ``None`` to give up (``reason`` ``"budget"``).
+
+        Each hold in a row waits one backoff step further, so the calls held back by one sick
+        dependency spread out instead of asking together. A hold that would cross the
+        deadline gives up, and so does the hold after ``max_attempts`` of them in a row: a
+        budget that keeps refusing ends the call as one that is never deferred does at once.
+        :meth:`on_error` calls this itself when the state defers refusals
+        (``defer_refusals=True``).
+        """
+        p = self.policy
+        self.holds += 1
+        delay = p.backoff.compute(max(0, self.attempts - 1) + self.holds, p.rng)
+        if delay < MIN_HOLD:
+            delay = MIN_HOLD
+        if self.holds > p.max_attempts or now + delay + p.min_attempt_time >= self.deadline:
+            self.holds = 0
+            return self._give_up("budget", error, now, mark=True)
+        self.total_delay += delay
+        self.next_retry = now + delay
+        return delay
+
+    def resume(self, now: float, error: BaseException | None = None) -> float | None:
+        """At the end of a hold (:attr:`deferred`), ask the budget again.
+
+        Args:
+            now: the clock reading.
+            error: what the budget is asked about (default: the latest error, or a stand-in
+                when that is a restored summary).
+
+        Returns:
+            ``0.0``: the budget allows the retry, make the next attempt now; a positive delay:
+            it refused again, hold that long (:meth:`defer`); ``None``: give up (``reason``
+            ``"budget"``).
+        """
+        budget = self.policy.budget
+        if error is None:
+            last = self.last_error
+            error = last if isinstance(last, BaseException) else _Restored(last)
+        if budget is not None and not budget.allow_retry(error):
+            self._emit("budget_exhausted", error, 0.0, now, "budget")
+            return self.defer(error, now)
+        self.holds = 0
+        self.reason = None
+        return 0.0
 
     def _give_up(
         self, reason: GiveUpReason, error: BaseException | None, now: float, mark: bool = False
@@ -593,9 +663,11 @@ class RetryState:
 
         Returns:
             ``{"version", "attempts", "total_delay", "previous_delay", "started_at",
-            "deadline_at", "next_retry_at", "last_error", "reason"}``: ``deadline_at`` and
-            ``next_retry_at`` are ``None`` when there is none; ``last_error`` is
-            ``"Type: message"`` (at most 500 characters) or ``None``.
+            "deadline_at", "next_retry_at", "last_error", "reason", "holds"}``:
+            ``deadline_at`` and ``next_retry_at`` are ``None`` when there is none;
+            ``last_error`` is ``"Type: message"`` (at most 500 characters) or ``None``;
+            ``holds`` counts the budget's refusals in a row while a retry is deferred
+            (:meth:`defer`).
         """
         if now is None:
             now = self.policy._clock.now()
@@ -613,6 +685,7 @@ class RetryState:
             "next_retry_at": None if self.next_retry is None else self.next_retry + offset,
             "last_error": error_summary(error) if isinstance(error, BaseException) else error,
             "reason": self.reason,
+            "holds": self.holds,
         }
 
     @classmethod
@@ -623,6 +696,7 @@ class RetryState:
         *,
         now: float | None = None,
         wall_now: float | None = None,
+        defer_refusals: bool = False,
     ) -> RetryState:
         """Continue a call from a :meth:`snapshot` (the budget's ``on_request`` is not called
         again: it is the same logical call).
@@ -674,9 +748,16 @@ class RetryState:
         reason = data.get("reason")
         if reason is not None and reason not in _GIVE_UP_REASONS:
             raise ValueError(f"snapshot field reason is not a known reason, got {reason!r}")
+        holds = data.get("holds", 0)  # version 1 had none
+        if isinstance(holds, bool) or not isinstance(holds, int) or holds < 0:
+            raise ValueError(f"snapshot field holds must be an int >= 0, got {holds!r}")
         state = cls(
-            policy, started_at - offset, math.inf if deadline_at is None else deadline_at - offset
+            policy,
+            started_at - offset,
+            math.inf if deadline_at is None else deadline_at - offset,
+            defer_refusals=defer_refusals,
         )
+        state.holds = holds
         state.attempts = attempts
         state.total_delay = max(0.0, total_delay or 0.0)
         state._previous_delay = None if previous_delay is None else max(0.0, previous_delay)
@@ -689,6 +770,13 @@ class RetryState:
         return Outcome(
             value, error, self.attempts, self.total_delay, tuple(self.history or ()), self.reason
         )
+
+
+class _Restored(Exception):
+    """Stands for an error known only by its summary (a restored state's), for budgets."""
+
+    def __init__(self, summary: str | None) -> None:
+        super().__init__(summary or "an earlier attempt failed")
 
 
 class _BadResult(Exception):
@@ -709,6 +797,8 @@ _RETRY, _ANSWERED, _EXHAUSTED, _NEUTRAL = (
 _DEFAULT_RETRY_ON: RetryOn = is_transient
 _DEFAULT_HOOKS: tuple[Hook, ...] = (logging_hook,)
 _INF: Final = math.inf
+#: The shortest hold before a deferred retry asks a refusing budget again (seconds).
+MIN_HOLD: Final = 0.05
 # Positive, and no float lies between it and zero: `left < _SMALLEST_TIME` means `left <= 0`.
 _SMALLEST_TIME: Final = math.ulp(0.0)
 # The most attempts for which a policy keeps its jitter-free delays in a table.
@@ -902,15 +992,21 @@ class RetryPolicy:
 
     # -- the sans-I/O core ------------------------------------------------------------------
 
-    def new_state(self, now: float | None = None, *, record: bool = False) -> RetryState:
+    def new_state(
+        self, now: float | None = None, *, record: bool = False, defer_refusals: bool = False
+    ) -> RetryState:
         """Start the decisions for one logical call (for custom drivers, such as the simulator).
 
         The deadline is the earlier of the ambient :func:`seawall.deadline` and ``timeout``.
-        The budget's ``on_request`` is called here.
+        The budget's ``on_request`` is called here. With *defer_refusals*, a retry the budget
+        refuses is held back (:meth:`RetryState.defer`) instead of ending the call: for a
+        durable driver that can wait and ask again.
         """
         if now is None:
             now = self._time()()
-        state = RetryState(self, now, call_deadline(now, self.timeout))
+        state = RetryState(
+            self, now, call_deadline(now, self.timeout), defer_refusals=defer_refusals
+        )
         if record:
             state.history = []
         if self.budget is not None:
