@@ -108,19 +108,22 @@ def test_a_step_that_must_not_run_twice_compensates_after_a_lost_attempt(sqlite_
     assert undone == ["a"]
 
 
-class RefuseFirstCalls:
-    """A budget that rejects the first calls locally (as an adaptive throttle does)."""
+class Refusing:
+    """A budget that rejects the first *calls* locally (as an adaptive throttle does), and
+    refuses the first *retries* it is asked about."""
 
-    def __init__(self, refusals: int) -> None:
-        self.refusals = refusals
+    def __init__(self, calls: int = 0, retries: int = 0) -> None:
+        self.calls = calls
+        self.retries = retries
 
     def on_request(self) -> None:
-        if self.refusals > 0:
-            self.refusals -= 1
+        if self.calls > 0:
+            self.calls -= 1
             raise seawall.Throttled(0.9)
 
     def allow_retry(self, error: BaseException) -> bool:
-        return True
+        self.retries -= 1
+        return self.retries < 0
 
     def on_success(self) -> None:
         pass
@@ -136,7 +139,7 @@ def test_a_throttled_first_attempt_waits_and_tries_again(
     counters = Counters()
     pol = seawall.RetryPolicy(
         max_attempts=3,
-        budget=RefuseFirstCalls(2),
+        budget=Refusing(calls=2),
         backoff=seawall.Backoff(base=1.0, cap=8.0, jitter="none"),
         hooks=(),
     )
@@ -243,34 +246,12 @@ def test_a_failing_hook_is_logged_and_changes_nothing(
     assert any("hook" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
 
 
-class RefuseFirstRetries:
-    """A budget that refuses the first retries it is asked about, then allows them."""
-
-    def __init__(self, refusals: int) -> None:
-        self.refusals = refusals
-
-    def on_request(self) -> None:
-        pass
-
-    def allow_retry(self, error: BaseException) -> bool:
-        if self.refusals > 0:
-            self.refusals -= 1
-            return False
-        return True
-
-    def on_success(self) -> None:
-        pass
-
-    def on_failure(self, error: BaseException) -> None:
-        pass
-
-
 def test_a_retry_the_budget_held_back_is_not_a_give_up(sqlite_url: str) -> None:
     clock = seawall.VirtualClock(start=START)
     counters = Counters()
     pol = seawall.RetryPolicy(
         max_attempts=3,
-        budget=RefuseFirstRetries(2),
+        budget=Refusing(retries=2),
         backoff=seawall.Backoff(base=1.0, cap=8.0, jitter="none"),
         hooks=(),
     )

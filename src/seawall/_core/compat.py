@@ -128,14 +128,9 @@ class _Skipping:
         await self._inner.__aenter__()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
         try:
-            result: bool | None = await self._inner.__aexit__(exc_type, exc, tb)
+            result: bool | None = await self._inner.__aexit__(*exc_info)
         except TimeoutError:
             TESTING.skip(self._skip)
             raise

@@ -218,10 +218,10 @@ class RetryStatistics:
 
     Live counters: read them at any time, all at once with :meth:`as_dict`, and start again
     from zero with :meth:`reset`. A call that succeeds at its first attempt costs one counter
-    tick (``itertools.count``, in C); a call that failed at least once adds its figures on its
-    way out. Threads calling one function share its counters: under the GIL no count is lost
-    (the additions run no code in between); a free-threaded interpreter may miss one when two
-    retried calls end at the same instant.
+    tick (``itertools.count``, atomic); a call that failed at least once adds its figures on
+    its way out, under a lock. Threads calling one function share its counters and lose none.
+    Counting is off unless the policy has ``statistics=True``: the tick is a measurable share
+    of a decorated call that succeeds at once.
 
     Attributes (read-only):
         calls: calls that ended (returned or raised).
@@ -234,7 +234,7 @@ class RetryStatistics:
     __slots__ = ("_counter", "_give_ups", "_lock", "_offset", "_totals")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # for reset() and the give-ups, off the common paths
+        self._lock = threading.Lock()  # for the retried calls and reset(): not the first path
         # First attempts that succeeded: itertools.count ticks atomically; its repr,
         # "count(N)", says how far it has counted (_offset: where reset() left it).
         self._counter = itertools.count()
@@ -247,9 +247,9 @@ class RetryStatistics:
     def _first_successes(self) -> int:
         return int(repr(self._counter)[6:-1]) - self._offset
 
-    def _gave_up(self, state: RetryState | None) -> None:
-        """A call that gave up (or was interrupted) ended with *state* (``None``: its budget
-        refused it before any attempt)."""
+    def _ended(self, state: RetryState | None) -> None:
+        """A call that did not succeed at its first attempt ended with *state* (``None``: its
+        budget refused it before any attempt)."""
         with self._lock:
             totals = self._totals
             totals[0] += 1
@@ -1087,20 +1087,9 @@ class RetryPolicy:
                 finally:
                     if token is not None:
                         _DEADLINE.reset(token)
-        except BaseException:
+        finally:
             if stats is not None:
-                stats._gave_up(state)
-            raise
-        if stats is not None:
-            if state.reason is not None:  # every result rejected: the last one is returned
-                stats._gave_up(state)
-            else:
-                # Succeeded after retries. Inline, not a call: this is the path of a call
-                # that failed and retried at once, which costs little more than a hand loop.
-                totals = stats._totals
-                totals[0] += 1
-                totals[1] += state.attempts
-                totals[2] += state.total_delay
+                stats._ended(state)
         return result
 
     def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T]:
@@ -1176,20 +1165,9 @@ class RetryPolicy:
                 finally:
                     if token is not None:
                         _DEADLINE.reset(token)
-        except BaseException:
+        finally:
             if stats is not None:
-                stats._gave_up(state)
-            raise
-        if stats is not None:
-            if state.reason is not None:  # every result rejected: the last one is returned
-                stats._gave_up(state)
-            else:
-                # Succeeded after retries. Inline, not a call: this is the path of a call
-                # that failed and retried at once, which costs little more than a hand loop.
-                totals = stats._totals
-                totals[0] += 1
-                totals[1] += state.attempts
-                totals[2] += state.total_delay
+                stats._ended(state)
         return result
 
     async def arun(
