@@ -885,8 +885,9 @@ class RetryPolicy:
     # smallest positive float, so that one comparison says "less than it, or nothing left".
     _least_time: float = dataclasses.field(init=False, repr=False, compare=False)
     _clock: Clock = dataclasses.field(init=False, repr=False, compare=False)
-    # Whether testing.instant() makes this policy's waits zero: a clock of the user's own
-    # (the system clock skips its waits instead, so that deadlines see them pass).
+    # Whether the clock is not the system clock: testing.instant() then makes this policy's
+    # waits zero (the system clock skips them instead, so that deadlines see them pass), and
+    # the clock hears of zero waits too (a VirtualClock counts them).
     _zero_instant: bool = dataclasses.field(init=False, repr=False, compare=False)
     # _clock.now, or time.monotonic itself for the system clock (what SystemClock.now returns).
     _now: Callable[[], float] = dataclasses.field(init=False, repr=False, compare=False)
@@ -1060,8 +1061,8 @@ class RetryPolicy:
             check = self.retry_if_result
             # The system clock does nothing for a zero wait: neither a call to make nor time
             # to read again (the next attempt starts at once).
-            zero_waits = type(clock) is not SystemClock
-            inf = math.inf
+            zero_waits = self._zero_instant
+            inf = _INF
             while True:
                 if delay is not None and (delay > 0.0 or zero_waits):
                     clock.sleep(delay)
