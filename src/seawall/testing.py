@@ -9,9 +9,9 @@ import threading
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
+from seawall._core import validate as _validate
 from seawall._core.aio import VirtualEventLoop
-from seawall._core.clock import VirtualClock
-from seawall._strategies.retry import TESTING
+from seawall._core.clock import DEFAULT_GRACE, TESTING, VirtualClock
 
 __all__ = ["VirtualClock", "VirtualEventLoop", "instant", "reset", "run", "trio_clock"]
 
@@ -20,19 +20,35 @@ _INSTANT_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def instant() -> Iterator[None]:
-    """Inside the block, every policy's waits are zero (attempts and decisions are unchanged).
+def instant(*, grace: float = DEFAULT_GRACE) -> Iterator[None]:
+    """Inside the block, every policy's waits pass at once (attempts and decisions unchanged).
 
     For users' own test suites: code under test keeps its real policies, and the suite does not
-    sleep. Nests; process-wide.
+    sleep. Policies on the system clock (the default) run on *instant time*: a wait adds to the
+    clock's reading instead of sleeping, so ``timeout``, ``attempt_timeout`` and
+    :func:`seawall.deadline` see it pass and allow the attempts they allow in production. The
+    timers seawall enforces on blocked async code (``attempt_timeout``, ``timeout``, an async
+    or in-coroutine :func:`seawall.deadline`; asyncio and trio) fire after at most *grace* real
+    seconds, and instant time jumps to their deadline: an attempt that hangs until its
+    timeout costs the test *grace*, not the timeout. Code that waits longer than *grace* in
+    real time inside such a timer (a slow test server) sees it fire; raise *grace* for it. A
+    policy with a clock of its own (a :class:`VirtualClock`) waits zero seconds instead.
+
+    Nests (the innermost *grace* applies); process-wide.
+
+    Args:
+        grace: real seconds that blocked code may wait before an enforced timeout fires.
     """
+    grace = _validate.seconds("grace", grace, finite=True)
     with _INSTANT_LOCK:  # `+= 1` is a read and a write: threads entering together must not lose one
         TESTING.instant += 1
+        outer, TESTING.grace = TESTING.grace, grace
     try:
         yield
     finally:
         with _INSTANT_LOCK:
             TESTING.instant -= 1
+            TESTING.grace = outer
 
 
 def reset() -> None:
@@ -52,6 +68,8 @@ def reset() -> None:
     SWITCH.disabled_names = frozenset()
     with _INSTANT_LOCK:
         TESTING.instant = 0
+        TESTING.skipped = 0.0
+        TESTING.grace = DEFAULT_GRACE
     with _http._HOST_BUDGETS_LOCK:
         _http._HOST_BUDGETS.clear()
     counters = _deadline._COUNTERS
