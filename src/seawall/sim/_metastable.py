@@ -472,7 +472,7 @@ def metastable(
     ``server="processor_sharing"`` shares the server between the requests in it (throughput
     capped at ``1 / per_request``); ``server="limit"`` gives it *concurrency* slots of
     *base_latency* seconds each and a FIFO queue of *queue_limit* (see
-    :mod:`seawall.sim._servers`). Each network hop takes Exp(mean
+    ``seawall.sim._servers``). Each network hop takes Exp(mean
     *network_mean*). Requests arrive as a Poisson process at *rate* per second, at *spike_rate*
     between *spike_start* and *spike_end*. Every attempt times out after *timeout* seconds.
 

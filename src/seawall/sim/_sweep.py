@@ -233,7 +233,7 @@ def sweep(
     :class:`~seawall.AdaptiveThrottle`, each with its defaults, or with a
     :class:`~seawall.CircuitBreaker` per client (defaults, but open for 1 s) in front. Two more
     by name: ``brooker_bucket`` and ``brooker_breaker``, the retry token bucket and the
-    retry-only breaker of Brooker's 2022 retry simulation (:mod:`seawall.sim._brooker`).
+    retry-only breaker of Brooker's 2022 retry simulation (``seawall.sim._brooker``).
 
     The *splits* runs keep the total load (``clients * rate``) and spread it over other numbers
     of clients at ``split_failure_rate``: budgets are per client, and the RetryBudget's floor of
