@@ -259,9 +259,9 @@ def sqlite_commit_rate() -> float:
 def start_postgres() -> tuple[Any, str] | None:
     sys.path.insert(0, str(HERE.parent / "tests" / "saga"))
     try:
-        from conftest import _Cluster  # the test suite's throwaway cluster, with fsync on
+        from postgres_cluster import Cluster  # the test suite's throwaway cluster, fsync on
 
-        cluster = _Cluster(durable=True)
+        cluster = Cluster(durable=True)
     except Exception as err:
         print(f"PostgreSQL not measured: {err}")
         return None

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 import pytest
 
 import seawall.testing
+from backends import backend, run  # noqa: F401 - fixtures: the async backends
+from seawall._core.clock import TESTING
 from seawall._core.switch import SWITCH
 from seawall._policy import http as _http
 from seawall._strategies import deadline as _deadline
-from seawall._strategies.retry import TESTING
 from seawall.sim import _metrics as _sim_metrics
 from seawall.sim import _registry as _sim_registry
 

@@ -1,14 +1,15 @@
-import asyncio
 import contextlib
 import random
 import threading
 from collections.abc import AsyncIterator, Iterator
 
+import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seawall
+from backends import Run
 from seawall import (
     CircuitBreaker,
     CircuitOpen,
@@ -210,82 +211,112 @@ def test_half_open_admits_exactly_n_concurrent_probes() -> None:
     assert breaker.state == "closed"
 
 
-async def test_half_open_concurrent_tasks_only_one_probe_runs() -> None:
+def test_half_open_concurrent_tasks_only_one_probe_runs(run: Run) -> None:
     clock = VirtualClock()
     breaker = make(clock)
     trip(breaker)
     clock.advance(10.0)
-    gate = asyncio.Event()
     started = 0
+    results: list[object] = []
 
-    async def probe() -> str:
-        nonlocal started
-        started += 1
-        await gate.wait()
-        return "ok"
+    async def main() -> None:
+        gate = anyio.Event()
 
-    tasks = [asyncio.create_task(breaker.acall(probe)) for _ in range(20)]
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
-    gate.set()
-    results = await asyncio.gather(*tasks, return_exceptions=True)
+        async def probe() -> str:
+            nonlocal started
+            started += 1
+            await gate.wait()
+            return "ok"
+
+        async def caller() -> None:
+            try:
+                results.append(await breaker.acall(probe))
+            except CircuitOpen as error:
+                results.append(error)
+
+        async with anyio.create_task_group() as tasks:
+            for _ in range(20):
+                tasks.start_soon(caller)
+            while started < 1 or len(results) < 19:  # trio runs new tasks in any order
+                await anyio.sleep(0)
+            gate.set()
+
+    run(main(), clock)
     assert started == 1
     assert results.count("ok") == 1
     assert sum(isinstance(r, CircuitOpen) for r in results) == 19
     assert breaker.state == "closed"
 
 
-async def test_cancelled_probe_frees_its_slot_and_is_not_a_failure() -> None:
+def test_cancelled_probe_frees_its_slot_and_is_not_a_failure(run: Run) -> None:
     clock = VirtualClock()
     breaker = make(clock)
     trip(breaker)
     clock.advance(10.0)
 
-    async def hang() -> str:
-        await asyncio.Event().wait()
-        return "never"
+    entered = 0
 
-    task = asyncio.create_task(breaker.acall(hang))
-    await asyncio.sleep(0)
-    with pytest.raises(CircuitOpen):
-        await breaker.acall(hang)  # the one probe slot is taken
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert breaker.state == "half_open"  # not re-opened by the cancellation
+    async def hang() -> str:
+        nonlocal entered
+        entered += 1
+        await anyio.Event().wait()
+        return "never"
 
     async def fine() -> str:
         return "ok"
 
-    assert await breaker.acall(fine) == "ok"
+    async def main() -> None:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(breaker.acall, hang)
+            while not entered:  # the probe has its slot
+                await anyio.sleep(0)
+            with pytest.raises(CircuitOpen):
+                await breaker.acall(hang)  # the one probe slot is taken
+            tasks.cancel_scope.cancel()  # the probe's caller cancels it
+        assert entered == 1
+        assert breaker.state == "half_open"  # not re-opened by the cancellation
+        assert await breaker.acall(fine) == "ok"
+
+    run(main(), clock)
     assert breaker.state == "closed"
 
 
-async def test_caller_cancellation_is_not_recorded_while_closed() -> None:
+def test_caller_cancellation_is_not_recorded_while_closed(run: Run) -> None:
     breaker = make(VirtualClock())
 
-    async def hang() -> None:
-        await asyncio.Event().wait()
+    entered = 0
 
-    for _ in range(10):
-        task = asyncio.create_task(breaker.acall(hang))
-        await asyncio.sleep(0)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+    async def hang() -> None:
+        nonlocal entered
+        entered += 1
+        await anyio.Event().wait()
+
+    async def main() -> None:
+        for n in range(1, 11):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(breaker.acall, hang)
+                while entered < n:  # the call is in, then its caller cancels it
+                    await anyio.sleep(0)
+                tasks.cancel_scope.cancel()
+
+    run(main())
+    assert entered == 10
     assert breaker.metrics() == (0, 0, 0)
     assert breaker.state == "closed"
 
 
-async def test_async_failures_are_recorded() -> None:
+def test_async_failures_are_recorded(run: Run) -> None:
     breaker = make(VirtualClock())
 
     async def down() -> None:
         raise Boom("down")
 
-    for _ in range(4):
-        with pytest.raises(Boom):
-            await breaker.acall(down)
+    async def main() -> None:
+        for _ in range(4):
+            with pytest.raises(Boom):
+                await breaker.acall(down)
+
+    run(main())
     assert breaker.state == "open"
 
 
@@ -352,7 +383,7 @@ def test_open_breaker_is_not_retried_by_a_policy() -> None:
     assert clock.sleeps == []
 
 
-def test_decorator_sync_and_async() -> None:
+def test_decorator_sync_and_async(backend: str) -> None:
     breaker = make(VirtualClock())
 
     @breaker
@@ -365,7 +396,7 @@ def test_decorator_sync_and_async() -> None:
 
     assert add(1, b=2) == 3
     assert add.__name__ == "add"
-    assert asyncio.run(aadd(1)) == 2
+    assert anyio.run(aadd, 1, backend=backend) == 2
     assert breaker.metrics() == (2, 0, 0)
 
 

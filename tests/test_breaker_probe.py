@@ -8,13 +8,13 @@ and after the open period a fresh probe finds the dependency healthy. On virtual
 
 from __future__ import annotations
 
-import asyncio
 import random
 
+import anyio
 import pytest
 
 import seawall
-import seawall.testing
+from backends import Run
 from seawall.lowlevel import BreakerEvent
 
 
@@ -76,7 +76,7 @@ def test_probe_timeout_defaults_to_the_open_duration() -> None:
 
 @pytest.mark.parametrize("probe_timeout", [0.5, None])
 def test_a_healthy_dependency_is_served_again_despite_a_hung_probe(
-    probe_timeout: float | None,
+    probe_timeout: float | None, run: Run
 ) -> None:
     # Callers every 10 ms for 30 s; the dependency recovered, but the first probe hangs for an
     # hour. Without a probe timeout every caller after it was rejected.
@@ -90,30 +90,29 @@ def test_a_healthy_dependency_is_served_again_despite_a_hung_probe(
     async def dependency(first: list[bool]) -> str:
         if not first:
             first.append(True)
-            await asyncio.sleep(3600.0)  # the hung probe
+            await anyio.sleep(3600.0)  # the hung probe
         return "ok"
 
     async def main() -> None:
         first: list[bool] = []
-        loop = asyncio.get_running_loop()
-        tasks = []
-        await asyncio.sleep(10.0)  # the breaker's open period ends
+        await anyio.sleep(10.0)  # the breaker's open period ends
 
         async def caller() -> None:
             try:
                 await breaker.acall(dependency, first)
-                answered.append(loop.time())
+                answered.append(anyio.current_time())
             except seawall.CircuitOpen:
-                rejected.append(loop.time())
+                rejected.append(anyio.current_time())
 
-        for _ in range(3000):  # 30 s of callers
-            tasks.append(asyncio.ensure_future(caller()))
-            await asyncio.sleep(0.01)
-        for task in tasks[1:]:
-            await task
-        tasks[0].cancel()
+        async with anyio.create_task_group() as tasks:
+            for _ in range(3000):  # 30 s of callers
+                tasks.start_soon(caller)
+                await anyio.sleep(0.01)
+            while len(answered) + len(rejected) < 3000 - 1:
+                await anyio.sleep(0.01)  # every caller but the hung probe has its answer
+            tasks.cancel_scope.cancel()  # the hung probe
 
-    seawall.testing.run(main(), clock)
+    run(main(), clock)
     assert breaker.state == "closed"
     # Rejected only while the probe hung (probe_timeout) and the breaker was open again (10 s).
     assert len(rejected) <= (hold + 10.0) / 0.01 + 2

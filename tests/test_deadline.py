@@ -1,15 +1,16 @@
 """Deadline scopes, header codecs, server intake, and how RetryPolicy respects the deadline."""
 
-import asyncio
 import math
 import random
 import threading
 
+import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seawall
+from backends import BACKENDS, Run
 from seawall import Backoff, DeadlineExceeded, RetryEvent, RetryPolicy, VirtualClock
 from seawall.propagation import (
     Deadline,
@@ -471,13 +472,13 @@ def test_deadline_exceeded_from_below_is_retried_only_within_the_calls_own_deadl
     assert calls == 5
 
 
-def test_async_policy_attempt_is_cancelled_at_the_deadline() -> None:
+def test_async_policy_attempt_is_cancelled_at_the_deadline(run: Run) -> None:
     clock = VirtualClock()
     started: list[float] = []
 
     async def slow() -> str:
         started.append(clock.now())
-        await asyncio.sleep(10)
+        await anyio.sleep(10)
         return "late"
 
     async def main() -> None:
@@ -486,18 +487,18 @@ def test_async_policy_attempt_is_cancelled_at_the_deadline() -> None:
             await policy.acall(slow)
 
     with pytest.raises(DeadlineExceeded):
-        seawall.testing.run(main(), clock)
+        run(main(), clock)
     assert started == [0.0]
     assert clock.now() == pytest.approx(1.0)  # cancelled at the deadline, not at 10 s
 
 
-def test_async_attempts_get_the_smaller_of_attempt_timeout_and_time_left() -> None:
+def test_async_attempts_get_the_smaller_of_attempt_timeout_and_time_left(run: Run) -> None:
     clock = VirtualClock()
     attempts: list[tuple[float, float]] = []  # (start, time left seen by the attempt)
 
     async def hang() -> str:
         attempts.append((clock.now(), seawall.remaining()))
-        await asyncio.sleep(100)
+        await anyio.sleep(100)
         return "never"
 
     async def main() -> str:
@@ -512,7 +513,7 @@ def test_async_attempts_get_the_smaller_of_attempt_timeout_and_time_left() -> No
             return await policy.acall(hang)
 
     with pytest.raises(TimeoutError) as info:
-        seawall.testing.run(main(), clock)
+        run(main(), clock)
     # The caller gets the last attempt's own timeout, with a note saying why the policy stopped.
     assert type(info.value) is TimeoutError
     assert "(deadline)" in str(getattr(info.value, "__notes__", None))
@@ -535,6 +536,7 @@ def test_policy_timeout_and_ambient_deadline_the_earlier_wins(clock: VirtualCloc
     assert seen == [2.0, 5.0]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=60, deadline=None)
 @given(
     edge=st.floats(min_value=0.05, max_value=5.0),
@@ -544,6 +546,7 @@ def test_policy_timeout_and_ambient_deadline_the_earlier_wins(clock: VirtualCloc
     min_attempt_time=st.floats(min_value=0.0, max_value=0.5),
 )
 def test_async_policy_never_outlives_the_ambient_deadline(
+    backend: str,
     edge: float,
     cost: float,
     base: float,
@@ -555,7 +558,7 @@ def test_async_policy_never_outlives_the_ambient_deadline(
 
     async def work() -> str:
         starts.append((clock.now(), seawall.remaining()))
-        await asyncio.sleep(cost)
+        await anyio.sleep(cost)
         raise ConnectionError("down")
 
     async def main() -> None:
@@ -572,7 +575,7 @@ def test_async_policy_never_outlives_the_ambient_deadline(
             await policy.acall(work)
 
     with pytest.raises((ConnectionError, TimeoutError)):
-        seawall.testing.run(main(), clock)
+        seawall.testing.run(main(), clock, backend=backend)
     assert clock.now() <= edge + 1e-9
     for start, left in starts:
         # Every attempt started with at least min_attempt_time before the deadline...

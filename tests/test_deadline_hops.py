@@ -1,11 +1,10 @@
 """One deadline across a chain of hops, on virtual time: fail fast below, never outlive the edge."""
 
-import asyncio
-import sys
-
+import anyio
 import pytest
 
 import seawall
+from backends import Run
 from seawall import DeadlineExceeded, RetryPolicy, VirtualClock
 
 EDGE_DEADLINE = 1.0
@@ -28,7 +27,7 @@ class Chain:
         self.log: list[tuple[int, str, float]] = []
 
     async def send(self, hop: int, headers: dict[str, str]) -> str:
-        await asyncio.sleep(TRANSIT)
+        await anyio.sleep(TRANSIT)
         return await self.serve(hop, headers)
 
     async def serve(self, hop: int, headers: dict[str, str]) -> str:
@@ -39,7 +38,7 @@ class Chain:
 
         async def work() -> str:
             self.log.append((hop, "start", clock.now()))
-            await asyncio.sleep(WORK)
+            await anyio.sleep(WORK)
             self.log.append((hop, "worked", clock.now()))
             if hop == self.hops:
                 return f"answer from hop {hop}"
@@ -61,11 +60,11 @@ class Chain:
         return {hop: t for hop, kind, t in self.log if kind == what}
 
 
-def test_third_hop_fails_fast_without_doing_work() -> None:
+def test_third_hop_fails_fast_without_doing_work(run: Run) -> None:
     clock = VirtualClock()
     chain = Chain(clock)
     with pytest.raises(DeadlineExceeded, match=r"gave up before attempt 1: 0\.185 s left"):
-        seawall.testing.run(chain.edge(), clock)
+        run(chain.edge(), clock)
     started, ended = chain.events("start"), chain.events("end")
     # Hops 1 and 2 did their work; hop 3 got ~0.19 s, less than the 0.4 s it needs, and did none.
     assert sorted(started) == [1, 2]
@@ -80,7 +79,7 @@ def test_third_hop_fails_fast_without_doing_work() -> None:
     assert sorted(ended) == [1, 2, 3]
 
 
-def test_time_left_shrinks_along_the_chain() -> None:
+def test_time_left_shrinks_along_the_chain(run: Run) -> None:
     clock = VirtualClock()
     seen: list[float] = []
     chain = Chain(clock)
@@ -92,7 +91,7 @@ def test_time_left_shrinks_along_the_chain() -> None:
 
     chain.serve = spy  # type: ignore[method-assign]
     with pytest.raises(DeadlineExceeded):
-        seawall.testing.run(chain.edge(), clock)
+        run(chain.edge(), clock)
     # Each hop spends WORK and keeps back MARGIN; a hop's clock starts when the request arrives,
     # so transit comes out of the margin (which is why the margin must exceed it).
     expected = [EDGE_DEADLINE - k * MARGIN - (k - 1) * WORK for k in (1, 2, 3)]
@@ -100,19 +99,19 @@ def test_time_left_shrinks_along_the_chain() -> None:
     assert seen == pytest.approx(expected, abs=2e-6)
 
 
-def test_chain_with_enough_time_answers() -> None:
+def test_chain_with_enough_time_answers(run: Run) -> None:
     clock = VirtualClock()
     chain = Chain(clock, hops=2)
-    assert seawall.testing.run(chain.edge(), clock) == "answer from hop 2"
+    assert run(chain.edge(), clock) == "answer from hop 2"
     assert chain.events("worked") == pytest.approx({1: WORK + TRANSIT, 2: 2 * WORK + 2 * TRANSIT})
 
 
-def test_a_careless_hop_is_cancelled_at_the_deadline() -> None:
+def test_a_careless_hop_is_cancelled_at_the_deadline(run: Run) -> None:
     # Hops that start work whatever the time left: the deadline scope cancels hop 3 mid-work.
     clock = VirtualClock()
     chain = Chain(clock, careful=False)
     with pytest.raises(DeadlineExceeded):
-        seawall.testing.run(chain.edge(), clock)
+        run(chain.edge(), clock)
     assert sorted(chain.events("start")) == [1, 2, 3]
     assert 3 not in chain.events("worked")
     ended = chain.events("end")
@@ -122,45 +121,45 @@ def test_a_careless_hop_is_cancelled_at_the_deadline() -> None:
     assert ended[3] == pytest.approx(EDGE_DEADLINE - 3 * (MARGIN - TRANSIT), abs=2e-6)
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.TaskGroup is 3.11+")
-def test_cancellation_at_the_deadline_reaches_child_tasks() -> None:
+def test_cancellation_at_the_deadline_reaches_child_tasks(run: Run) -> None:
     clock = VirtualClock()
     cancelled: list[tuple[str, float, float]] = []
 
     async def child(name: str, seconds: float) -> None:
         left = seawall.remaining()  # children inherit the ambient deadline
         try:
-            await asyncio.sleep(seconds)
-        except asyncio.CancelledError:
+            await anyio.sleep(seconds)
+        except anyio.get_cancelled_exc_class():
             cancelled.append((name, clock.now(), left))
             raise
 
     async def main() -> None:
         async with seawall.deadline(1.0, clock=clock):
-            async with asyncio.TaskGroup() as tg:  # type: ignore[attr-defined,unused-ignore]
-                tg.create_task(child("a", 5.0))
-                tg.create_task(child("b", 50.0))
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(child, "a", 5.0)
+                tasks.start_soon(child, "b", 50.0)
             raise AssertionError("not reached")  # pragma: no cover
 
     with pytest.raises(DeadlineExceeded, match="cancelled"):
-        seawall.testing.run(main(), clock)
+        run(main(), clock)
     assert sorted(cancelled) == [("a", 1.0, 1.0), ("b", 1.0, 1.0)]
 
     cancelled.clear()
     clock2 = VirtualClock()
     clock = clock2
 
-    async def with_gather() -> None:
-        async with seawall.deadline(0.5, clock=clock2):
-            await asyncio.gather(child("c", 3.0), child("d", 0.25), child("e", 9.0))
+    async def with_three() -> None:
+        async with seawall.deadline(0.5, clock=clock2), anyio.create_task_group() as tasks:
+            for name, seconds in (("c", 3.0), ("d", 0.25), ("e", 9.0)):
+                tasks.start_soon(child, name, seconds)
 
     with pytest.raises(DeadlineExceeded):
-        seawall.testing.run(with_gather(), clock2)
+        run(with_three(), clock2)
     # "d" finished in time; the others were cancelled at the deadline.
     assert sorted(cancelled) == [("c", 0.5, 0.5), ("e", 0.5, 0.5)]
 
 
-def test_nested_async_scopes_cancel_at_the_earlier_deadline() -> None:
+def test_nested_async_scopes_cancel_at_the_earlier_deadline(run: Run) -> None:
     clock = VirtualClock()
 
     async def main() -> None:
@@ -169,20 +168,20 @@ def test_nested_async_scopes_cancel_at_the_earlier_deadline() -> None:
             seawall.deadline(5.0, clock=clock) as inner,
         ):
             assert inner.at == pytest.approx(0.3)
-            await asyncio.sleep(1.0)
+            await anyio.sleep(1.0)
 
     with pytest.raises(DeadlineExceeded):
-        seawall.testing.run(main(), clock)
+        run(main(), clock)
     assert clock.now() == pytest.approx(0.3)
 
 
-def test_async_scope_that_finishes_in_time_does_not_raise() -> None:
+def test_async_scope_that_finishes_in_time_does_not_raise(run: Run) -> None:
     clock = VirtualClock()
 
     async def main() -> float:
         async with seawall.deadline(1.0, clock=clock):
-            await asyncio.sleep(0.5)
+            await anyio.sleep(0.5)
             return seawall.remaining()
 
-    assert seawall.testing.run(main(), clock) == pytest.approx(0.5)
+    assert run(main(), clock) == pytest.approx(0.5)
     assert seawall.remaining() == float("inf")

@@ -144,3 +144,8 @@ def test_grpc_worst_case_of_the_docs() -> None:
     assert encode_grpc_timeout(100.8125) == "100812m"
     loss = (100.8125 - 100.812) / 100.8125
     assert 4e-6 < loss < 1e-5  # "about 5 parts in a million": more than the old "under 1e-6"
+
+
+def test_grpc_nanoseconds_round_down() -> None:
+    # 1,881,806.67 ns: rounding to the nearest nanosecond would give the callee 0.33 ns more.
+    assert encode_grpc_timeout(0.0018818066742179078) == "1881806n"

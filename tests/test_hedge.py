@@ -1,14 +1,15 @@
-import asyncio
+import functools
 import math
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import pytest
 
 import seawall
+from backends import Run
 from seawall import Hedge, LatencyTracker, Overloaded, Permanent, VirtualClock
-from seawall.testing import run
 
 
 class Server:
@@ -23,11 +24,10 @@ class Server:
 
     async def __call__(self, replica: Any = None) -> str:
         n = len(self.started)
-        loop = asyncio.get_running_loop()
-        self.started.append((loop.time(), replica))
+        self.started.append((anyio.current_time(), replica))
         try:
-            await asyncio.sleep(self.latencies[n % len(self.latencies)])
-        except asyncio.CancelledError:
+            await anyio.sleep(self.latencies[n % len(self.latencies)])
+        except anyio.get_cancelled_exc_class():
             self.cancelled.append(n)
             raise
         finally:
@@ -37,16 +37,25 @@ class Server:
         return f"answer {n}"
 
 
-def virtual(main: Callable[[VirtualClock], Awaitable[Any]]) -> Any:
-    clock = VirtualClock()
-
-    async def wrapper() -> Any:
-        return await main(clock)
-
-    return run(wrapper(), clock)
+Virtual = Callable[[Callable[[VirtualClock], Awaitable[Any]]], Any]
 
 
-def test_fast_answer_makes_no_extra_attempt() -> None:
+@pytest.fixture
+def virtual(run: Run) -> Virtual:
+    """``virtual(main)``: ``main(clock)`` run on a fresh VirtualClock, on the test's backend."""
+
+    def virtual(main: Callable[[VirtualClock], Awaitable[Any]]) -> Any:
+        clock = VirtualClock()
+
+        async def wrapper() -> Any:
+            return await main(clock)
+
+        return run(wrapper(), clock)
+
+    return virtual
+
+
+def test_fast_answer_makes_no_extra_attempt(virtual: Virtual) -> None:
     server = Server(0.01)
 
     async def main(clock: VirtualClock) -> None:
@@ -57,7 +66,7 @@ def test_fast_answer_makes_no_extra_attempt() -> None:
     assert len(server.started) == 1
 
 
-def test_slow_answer_is_hedged_and_the_loser_is_cancelled() -> None:
+def test_slow_answer_is_hedged_and_the_loser_is_cancelled(virtual: Virtual) -> None:
     server = Server(10.0, 0.02)
 
     async def main(clock: VirtualClock) -> None:
@@ -74,7 +83,7 @@ def test_slow_answer_is_hedged_and_the_loser_is_cancelled() -> None:
     assert [round(t, 6) for t, _ in server.started] == [0.0, 0.05]
 
 
-def test_first_attempt_may_still_win_after_the_hedge_started() -> None:
+def test_first_attempt_may_still_win_after_the_hedge_started(virtual: Virtual) -> None:
     server = Server(0.06, 1.0)
 
     async def main(clock: VirtualClock) -> None:
@@ -85,7 +94,7 @@ def test_first_attempt_may_still_win_after_the_hedge_started() -> None:
     assert server.cancelled == [1]
 
 
-def test_replicas_receive_one_attempt_each() -> None:
+def test_replicas_receive_one_attempt_each(virtual: Virtual) -> None:
     server = Server(10.0, 10.0, 0.01)
 
     async def main(clock: VirtualClock) -> str:
@@ -98,22 +107,21 @@ def test_replicas_receive_one_attempt_each() -> None:
     assert sorted(server.cancelled) == [0, 1]
 
 
-def test_caller_cancellation_reaches_every_attempt() -> None:
+def test_caller_cancellation_reaches_every_attempt(virtual: Virtual) -> None:
     server = Server(10.0)
 
     async def main(clock: VirtualClock) -> None:
-        task = asyncio.create_task(seawall.hedge(server, delay=0.05, max_attempts=3))
-        await asyncio.sleep(1.0)
-        assert len(server.started) == 3
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(functools.partial(seawall.hedge, server, delay=0.05, max_attempts=3))
+            await anyio.sleep(1.0)
+            assert len(server.started) == 3
+            tasks.cancel_scope.cancel()  # the caller cancels the call
         assert sorted(server.cancelled) == [0, 1, 2]
 
     virtual(main)
 
 
-def test_retryable_failure_starts_the_next_attempt_at_once() -> None:
+def test_retryable_failure_starts_the_next_attempt_at_once(virtual: Virtual) -> None:
     server = Server(0.01, 0.01, errors={0: ConnectionError("reset")})
 
     async def main(clock: VirtualClock) -> None:
@@ -123,7 +131,7 @@ def test_retryable_failure_starts_the_next_attempt_at_once() -> None:
     virtual(main)
 
 
-def test_fatal_error_ends_the_call_and_cancels_the_rest() -> None:
+def test_fatal_error_ends_the_call_and_cancels_the_rest(virtual: Virtual) -> None:
     server = Server(10.0, 0.01, errors={1: Permanent("404")})
 
     async def main(clock: VirtualClock) -> None:
@@ -134,7 +142,7 @@ def test_fatal_error_ends_the_call_and_cancels_the_rest() -> None:
     virtual(main)
 
 
-def test_every_attempt_failing_raises_the_last_error() -> None:
+def test_every_attempt_failing_raises_the_last_error(virtual: Virtual) -> None:
     first, second = ConnectionError("one"), ConnectionError("two")
     server = Server(0.01, 0.01, errors={0: first, 1: second})
 
@@ -172,7 +180,7 @@ class CountingBudget:
         self.failures += 1
 
 
-def test_hedges_draw_from_the_budget_and_stop_when_it_is_empty() -> None:
+def test_hedges_draw_from_the_budget_and_stop_when_it_is_empty(virtual: Virtual) -> None:
     budget = CountingBudget(allowed=2)
     server = Server(1.0)
 
@@ -189,7 +197,7 @@ def test_hedges_draw_from_the_budget_and_stop_when_it_is_empty() -> None:
     assert all(isinstance(e, seawall.lowlevel.HedgeDelayPassed) for e in budget.reasons)
 
 
-def test_allow_hedge_is_preferred_when_the_budget_has_it() -> None:
+def test_allow_hedge_is_preferred_when_the_budget_has_it(virtual: Virtual) -> None:
     class HedgeAware(CountingBudget):
         def __init__(self) -> None:
             super().__init__(allowed=100)
@@ -211,7 +219,7 @@ def test_allow_hedge_is_preferred_when_the_budget_has_it() -> None:
     assert len(server.started) == 1
 
 
-def test_budget_sees_overload_as_failure_and_permanent_as_answer() -> None:
+def test_budget_sees_overload_as_failure_and_permanent_as_answer(virtual: Virtual) -> None:
     budget = CountingBudget(allowed=10)
 
     async def main(clock: VirtualClock) -> None:
@@ -224,7 +232,7 @@ def test_budget_sees_overload_as_failure_and_permanent_as_answer() -> None:
     assert (budget.failures, budget.successes) == (1, 1)
 
 
-def test_max_extra_load_bounds_hedges() -> None:
+def test_max_extra_load_bounds_hedges(virtual: Virtual) -> None:
     server = Server(1.0)  # every attempt is slow: unbounded, every call would hedge
 
     async def main(clock: VirtualClock) -> None:
@@ -250,7 +258,7 @@ def test_adaptive_delay_follows_the_trackers_percentile() -> None:
     assert floor.delay == 0.2
 
 
-def test_adaptive_hedge_records_call_latency() -> None:
+def test_adaptive_hedge_records_call_latency(virtual: Virtual) -> None:
     server = Server(0.01, 0.01, 0.01, 0.5, 0.01)
 
     async def main(clock: VirtualClock) -> None:
@@ -267,7 +275,7 @@ def test_adaptive_hedge_records_call_latency() -> None:
     virtual(main)
 
 
-def test_kill_switch_turns_hedging_off() -> None:
+def test_kill_switch_turns_hedging_off(virtual: Virtual) -> None:
     server = Server(1.0)
 
     async def main(clock: VirtualClock) -> None:
@@ -278,7 +286,7 @@ def test_kill_switch_turns_hedging_off() -> None:
     assert len(server.started) == 1
 
 
-def test_decorator_preserves_the_function() -> None:
+def test_decorator_preserves_the_function(backend: str) -> None:
     policy = Hedge(0.05)
 
     @policy
@@ -286,7 +294,7 @@ def test_decorator_preserves_the_function() -> None:
         return key.upper()
 
     assert fetch.__name__ == "fetch"
-    assert asyncio.run(fetch("k")) == "K"
+    assert anyio.run(fetch, "k", backend=backend) == "K"
     with pytest.raises(TypeError, match="async def"):
         policy(lambda: None)  # type: ignore[arg-type,return-value]
 
@@ -332,7 +340,9 @@ def p(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run_load(hedged: bool, seed: int, calls: int = 4000, workers: int = 20) -> tuple[float, int]:
+def run_load(
+    run: Run, hedged: bool, seed: int, calls: int = 4000, workers: int = 20
+) -> tuple[float, int]:
     """*calls* calls from *workers* concurrent clients; returns (p99 latency, requests sent)."""
     clock = VirtualClock()
     rng = random.Random(seed)
@@ -341,7 +351,7 @@ def run_load(hedged: bool, seed: int, calls: int = 4000, workers: int = 20) -> t
     async def server(replica: int) -> int:
         nonlocal requests
         requests += 1
-        await asyncio.sleep(heavy_tail_latency(rng))
+        await anyio.sleep(heavy_tail_latency(rng))
         return replica
 
     tracker = LatencyTracker(half_life=None, clock=clock)
@@ -359,7 +369,9 @@ def run_load(hedged: bool, seed: int, calls: int = 4000, workers: int = 20) -> t
             latencies.append(clock.now() - start)
 
     async def main() -> None:
-        await asyncio.gather(*(client(calls // workers) for _ in range(workers)))
+        async with anyio.create_task_group() as tasks:
+            for _ in range(workers):
+                tasks.start_soon(client, calls // workers)
 
     run(main(), clock)
     return p(latencies, 0.99), requests
@@ -367,9 +379,9 @@ def run_load(hedged: bool, seed: int, calls: int = 4000, workers: int = 20) -> t
 
 @pytest.mark.volume
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_hedging_at_p95_cuts_p99_by_half_with_few_extra_requests(seed: int) -> None:
-    base_p99, base_requests = run_load(hedged=False, seed=seed)
-    hedged_p99, hedged_requests = run_load(hedged=True, seed=seed)
+def test_hedging_at_p95_cuts_p99_by_half_with_few_extra_requests(seed: int, run: Run) -> None:
+    base_p99, base_requests = run_load(run, hedged=False, seed=seed)
+    hedged_p99, hedged_requests = run_load(run, hedged=True, seed=seed)
     extra = hedged_requests / base_requests - 1
     assert base_requests == 4000
     assert hedged_p99 * 2 <= base_p99, (base_p99, hedged_p99)

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 
+import anyio
 import prometheus_client
 import pytest
 
 import seawall
+from backends import Run
 from seawall import Hedge, VirtualClock
 from seawall.instrumentation import Counters, MetricsHook
 from seawall.instrumentation.prometheus import PrometheusRecorder
 from seawall.lowlevel import HedgeDelayPassed, HedgeEvent
-from seawall.testing import run
 
 
-def drive(policy: Hedge, latencies: list[float], clock: VirtualClock) -> None:
+def drive(run: Run, policy: Hedge, latencies: list[float], clock: VirtualClock) -> None:
     """One call per latency: the first attempt takes it, every extra attempt takes 10 ms."""
 
     async def main() -> None:
@@ -26,7 +26,7 @@ def drive(policy: Hedge, latencies: list[float], clock: VirtualClock) -> None:
             async def fetch(latency: float = latency) -> str:
                 nonlocal attempts
                 attempts += 1
-                await asyncio.sleep(latency if attempts == 1 else 0.01)
+                await anyio.sleep(latency if attempts == 1 else 0.01)
                 return "ok"
 
             assert await policy.acall(fetch) == "ok"
@@ -34,12 +34,12 @@ def drive(policy: Hedge, latencies: list[float], clock: VirtualClock) -> None:
     run(main(), clock)
 
 
-def test_hooks_receive_hedges_and_wins() -> None:
+def test_hooks_receive_hedges_and_wins(run: Run) -> None:
     clock = VirtualClock()
     events: list[HedgeEvent] = []
     policy = Hedge(0.05, name="search", clock=clock, hooks=[events.append])
     # Fast (no hedge); slow (hedged, the hedge wins at 60 ms); 55 ms (hedged, the first wins).
-    drive(policy, [0.01, 1.0, 0.055], clock)
+    drive(run, policy, [0.01, 1.0, 0.055], clock)
     assert [(e.kind, e.policy, e.attempt) for e in events] == [
         ("hedge", "search", 2),
         ("win", "search", 2),
@@ -50,7 +50,7 @@ def test_hooks_receive_hedges_and_wins() -> None:
     assert (policy.calls, policy.hedges, policy.wins) == (3, 2, 1)
 
 
-def test_budget_refusal_is_reported() -> None:
+def test_budget_refusal_is_reported(run: Run) -> None:
     clock = VirtualClock()
     counters = Counters()
     # Two failures empty a two-token bucket below its threshold: it refuses every withdrawal.
@@ -60,12 +60,12 @@ def test_budget_refusal_is_reported() -> None:
     policy = Hedge(
         0.05, name="search", budget=bucket, clock=clock, hooks=[MetricsHook(counters).hedge_hook]
     )
-    drive(policy, [1.0], clock)
+    drive(run, policy, [1.0], clock)
     assert counters.get("budget_refusals", "search") == 1
     assert counters.get("hedges", "search") == 0
 
 
-def test_counters_match_the_policys_own_counts() -> None:
+def test_counters_match_the_policys_own_counts(run: Run) -> None:
     clock = VirtualClock()
     counters = Counters()
     rng = random.Random(3)
@@ -76,19 +76,19 @@ def test_counters_match_the_policys_own_counts() -> None:
         clock=clock,
         hooks=[MetricsHook(counters).hedge_hook],
     )
-    drive(policy, [rng.choice([0.01, 0.07, 2.0]) for _ in range(200)], clock)
+    drive(run, policy, [rng.choice([0.01, 0.07, 2.0]) for _ in range(200)], clock)
     assert policy.hedges > 0 and policy.wins > 0
     assert counters.get("hedges", "search") == policy.hedges
     assert counters.get("hedge_wins", "search") == policy.wins
     assert 'seawall_hedges_total{policy="search"}' in counters.format()
 
 
-def test_prometheus_registry_counts_hedges_and_wins() -> None:
+def test_prometheus_registry_counts_hedges_and_wins(run: Run) -> None:
     clock = VirtualClock()
     registry = prometheus_client.CollectorRegistry()
     hook = MetricsHook(PrometheusRecorder(registry))
     policy = Hedge(0.05, name="search", clock=clock, hooks=[hook.hedge_hook])
-    drive(policy, [1.0, 1.0, 0.01, 0.055], clock)
+    drive(run, policy, [1.0, 1.0, 0.01, 0.055], clock)
     assert registry.get_sample_value("seawall_hedges_total", {"policy": "search"}) == 3
     assert registry.get_sample_value("seawall_hedge_wins_total", {"policy": "search"}) == 2
     text = prometheus_client.generate_latest(registry).decode()

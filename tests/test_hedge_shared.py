@@ -11,15 +11,16 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
 import seawall
+from backends import Run
 from seawall import Hedge, LatencyTracker, Pipeline, RetryPolicy, VirtualClock
 from seawall.config import PolicyRegistry
 from seawall.httpx import AsyncRetryTransport
 from seawall.lowlevel import HedgeDelayPassed, HedgeEvent
-from seawall.testing import run
 
 
 class Ledger:
@@ -53,14 +54,14 @@ def retry_policy(clock: VirtualClock, budget: Any) -> RetryPolicy:
 
 async def stall_then_answer(replica: str = "") -> str:
     # The hedge passes the replica; the default only lets a type checker see a call without it.
-    await asyncio.sleep(1.0 if replica == "slow" else 0.01)
+    await anyio.sleep(1.0 if replica == "slow" else 0.01)
     return replica
 
 
 # -- 1. withdrawing_only(): a view, the caller's Hedge unchanged ----------------------------------
 
 
-def test_withdrawing_only_view_shares_state_but_reports_nothing() -> None:
+def test_withdrawing_only_view_shares_state_but_reports_nothing(run: Run) -> None:
     clock = VirtualClock()
     budget = Ledger()
     tracker = LatencyTracker(half_life=None, clock=clock)
@@ -96,7 +97,7 @@ def test_load_bound_tokens_are_shared_with_the_view() -> None:
     assert hedge.hedges == 1
 
 
-def test_pipeline_sharing_the_budget_leaves_the_callers_hedge_reporting() -> None:
+def test_pipeline_sharing_the_budget_leaves_the_callers_hedge_reporting(run: Run) -> None:
     clock = VirtualClock()
     budget = Ledger()
     hedge = Hedge(0.1, budget=budget, replicas=["slow", "fast"], clock=clock)
@@ -202,7 +203,7 @@ async def test_transport_sharing_the_budget_leaves_the_callers_hedge_reporting(
 
 
 @pytest.mark.volume
-def test_counters_are_exact_with_event_loops_in_several_threads() -> None:
+def test_counters_are_exact_with_event_loops_in_several_threads(backend: str) -> None:
     threads, calls_each = 4, 300
     kinds: list[str] = []
     kinds_lock = threading.Lock()
@@ -219,7 +220,7 @@ def test_counters_are_exact_with_event_loops_in_several_threads() -> None:
 
     async def attempt(replica: str) -> str:
         for _ in range(3 if replica == "slow" else 1):
-            await asyncio.sleep(0)
+            await anyio.sleep(0)
         return replica
 
     async def calls() -> list[str]:
@@ -235,7 +236,7 @@ def test_counters_are_exact_with_event_loops_in_several_threads() -> None:
 
     def worker() -> None:
         barrier.wait()
-        got = asyncio.run(calls())
+        got = anyio.run(calls, backend=backend)
         with answers_lock:
             answers.extend(got)
 
@@ -265,13 +266,13 @@ def test_counters_are_exact_with_event_loops_in_several_threads() -> None:
 # -- 3. failed attempts' latencies in an adaptive delay ------------------------------------------
 
 
-def test_a_slow_tail_ending_in_errors_raises_the_adaptive_delay() -> None:
+def test_a_slow_tail_ending_in_errors_raises_the_adaptive_delay(run: Run) -> None:
     # Every tenth key times out after 1 s on every replica; the others answer in 10 ms.
     def bad(key: int) -> bool:
         return key % 10 == 9
 
     async def fetch(key: int) -> str:
-        await asyncio.sleep(1.0 if bad(key) else 0.01)
+        await anyio.sleep(1.0 if bad(key) else 0.01)
         if bad(key):
             raise TimeoutError(f"key {key}")
         return f"value {key}"
@@ -295,7 +296,7 @@ def test_a_slow_tail_ending_in_errors_raises_the_adaptive_delay() -> None:
     assert policy.delay == pytest.approx(1.0, rel=0.03)
 
     async def probe() -> str:
-        await asyncio.sleep(0.05)  # slower than the 10 ms answers, far below the 1 s tail
+        await anyio.sleep(0.05)  # slower than the 10 ms answers, far below the 1 s tail
         return "probe"
 
     hedges = policy.hedges
@@ -315,14 +316,14 @@ def test_on_error_records_the_attempts_own_latency() -> None:
     assert policy.delay == pytest.approx(0.8, rel=0.03)
 
 
-def test_a_failed_later_attempt_records_its_own_duration_not_the_calls() -> None:
+def test_a_failed_later_attempt_records_its_own_duration_not_the_calls(run: Run) -> None:
     # Attempt 1 fails at 0.3 s, attempt 2 (started then) 0.2 s later, attempt 3 answers 0.1 s
     # after that: samples 0.3 and 0.2 (each failed attempt's own time) and 0.6 (the call's).
     plan = {"a": (0.3, True), "b": (0.2, True), "c": (0.1, False)}
 
     async def attempt(replica: str) -> str:
         took, fails = plan[replica]
-        await asyncio.sleep(took)
+        await anyio.sleep(took)
         if fails:
             raise ConnectionError(f"{replica} reset")
         return replica

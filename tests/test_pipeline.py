@@ -1,10 +1,11 @@
-import asyncio
 import math
 from typing import Any
 
+import anyio
 import pytest
 
 import seawall
+from backends import Run
 from seawall import (
     Backoff,
     CircuitBreaker,
@@ -15,7 +16,6 @@ from seawall import (
     RetryPolicy,
     VirtualClock,
 )
-from seawall.testing import run
 
 
 def policy(clock: VirtualClock, **kwargs: Any) -> RetryPolicy:
@@ -32,14 +32,14 @@ def breaker(clock: VirtualClock, **kwargs: Any) -> CircuitBreaker:
     return CircuitBreaker(clock=clock, **kwargs)
 
 
-def test_empty_pipeline_just_calls() -> None:
+def test_empty_pipeline_just_calls(run: Run) -> None:
     pipe = Pipeline()
     assert pipe.call(divmod, 7, 2) == (3, 1)
 
     async def double(x: int) -> int:
         return 2 * x
 
-    assert asyncio.run(pipe.acall(double, 4)) == 8
+    assert run(pipe.acall(double, 4)) == 8
 
 
 def test_retry_through_breaker_sync() -> None:
@@ -100,7 +100,7 @@ def test_sync_attempt_timeout_is_visible_to_the_attempt() -> None:
     assert pipe.call(seawall.remaining) == 0.5
 
 
-def test_async_attempt_timeout_counts_as_a_breaker_failure() -> None:
+def test_async_attempt_timeout_counts_as_a_breaker_failure(run: Run) -> None:
     clock = VirtualClock()
     cb = breaker(clock)
     pipe = Pipeline(retry=policy(clock, max_attempts=10), breaker=cb, attempt_timeout=0.2)
@@ -109,7 +109,7 @@ def test_async_attempt_timeout_counts_as_a_breaker_failure() -> None:
     async def hang() -> str:
         nonlocal started
         started += 1
-        await asyncio.sleep(60)
+        await anyio.sleep(60)
         return "late"
 
     async def main() -> None:
@@ -123,13 +123,13 @@ def test_async_attempt_timeout_counts_as_a_breaker_failure() -> None:
     assert cb.state == "open"
 
 
-def test_async_total_timeout_cancels_and_is_not_a_breaker_failure() -> None:
+def test_async_total_timeout_cancels_and_is_not_a_breaker_failure(run: Run) -> None:
     clock = VirtualClock()
     cb = breaker(clock)
     pipe = Pipeline(timeout=5.0, retry=policy(clock), breaker=cb)
 
     async def hang() -> str:
-        await asyncio.sleep(60)
+        await anyio.sleep(60)
         return "late"
 
     async def main() -> None:
@@ -141,13 +141,13 @@ def test_async_total_timeout_cancels_and_is_not_a_breaker_failure() -> None:
     assert cb.metrics() == (0, 0, 0)  # the caller's deadline, not the dependency's failure
 
 
-def test_hedge_is_inside_the_attempt_timeout() -> None:
+def test_hedge_is_inside_the_attempt_timeout(run: Run) -> None:
     clock = VirtualClock()
     starts: list[float] = []
 
     async def slow_then_fast() -> str:
         starts.append(clock.now())
-        await asyncio.sleep(1.0 if len(starts) % 2 else 0.05)
+        await anyio.sleep(1.0 if len(starts) % 2 else 0.05)
         return "ok"
 
     hedge = Hedge(0.1, clock=clock)
@@ -162,13 +162,13 @@ def test_hedge_is_inside_the_attempt_timeout() -> None:
     assert hedge.hedges == 1
 
 
-def test_attempt_timeout_bounds_the_hedged_group_and_retry_follows() -> None:
+def test_attempt_timeout_bounds_the_hedged_group_and_retry_follows(run: Run) -> None:
     clock = VirtualClock()
     starts: list[float] = []
 
     async def always_slow() -> str:
         starts.append(clock.now())
-        await asyncio.sleep(10.0)
+        await anyio.sleep(10.0)
         return "late"
 
     pipe = Pipeline(
@@ -204,13 +204,13 @@ class Ledger:
         self.failures += 1
 
 
-def test_shared_budget_counts_each_call_once() -> None:
+def test_shared_budget_counts_each_call_once(run: Run) -> None:
     clock = VirtualClock()
     budget = Ledger()
     hedge = Hedge(0.1, budget=budget, clock=clock)
 
     async def slow() -> str:
-        await asyncio.sleep(1.0)
+        await anyio.sleep(1.0)
         return "ok"
 
     pipe = Pipeline(retry=policy(clock, budget=budget), hedge=hedge)
@@ -220,7 +220,7 @@ def test_shared_budget_counts_each_call_once() -> None:
     assert budget.withdrawals == 1  # the hedge
 
 
-def test_decorators() -> None:
+def test_decorators(run: Run) -> None:
     clock = VirtualClock()
     pipe = Pipeline(retry=policy(clock), breaker=breaker(clock))
 
@@ -234,7 +234,7 @@ def test_decorators() -> None:
 
     assert add(1, 2) == 3
     assert add.__name__ == "add"
-    assert asyncio.run(aadd(2, 3)) == 5
+    assert run(aadd(2, 3)) == 5
 
 
 def test_hedging_needs_asyncio() -> None:

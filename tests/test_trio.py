@@ -15,6 +15,7 @@ import trio
 import trio.testing
 
 import seawall
+import seawall.testing
 
 
 def run_virtual(fn: Callable[[], Awaitable[Any]]) -> Any:
@@ -224,3 +225,34 @@ def test_asyncio_users_import_neither_trio_nor_sniffio() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_trio_clock_puts_trio_on_a_virtual_clock() -> None:
+    """trio's timers and VirtualClock.asleep share one timeline: concurrent waits overlap."""
+    clock = seawall.VirtualClock(start=100.0)
+    woke: list[tuple[str, float]] = []
+
+    async def sleeper(name: str, seconds: float, wait: Callable[[float], Awaitable[None]]) -> None:
+        await wait(seconds)
+        woke.append((name, clock.now()))
+
+    async def main() -> float:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sleeper, "trio", 3.0, trio.sleep)
+            nursery.start_soon(sleeper, "policy clock", 2.0, clock.asleep)
+        return trio.current_time()
+
+    ended = seawall.testing.run(main(), clock, backend="trio")
+    assert woke == [("policy clock", 102.0), ("trio", 103.0)]  # 3 s in all, not 5
+    assert ended == clock.now() == 103.0
+    assert clock.sleeps == [2.0]
+
+
+def test_run_refuses_an_unknown_backend() -> None:
+    async def main() -> None:
+        raise AssertionError("never started")
+
+    with pytest.raises(ValueError, match="backend"):
+        seawall.testing.run(main(), backend="curio")
+    with pytest.raises(TypeError, match="clock"):
+        seawall.testing.trio_clock(trio.testing.MockClock())  # type: ignore[arg-type]

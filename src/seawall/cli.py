@@ -21,19 +21,51 @@ from typing import Any
 
 __all__ = ["main"]
 
+EXIT_INTERNAL = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+EXIT_METASTABLE = 3  # seawall probe: a strategy did not recover on its own
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived: unwind like Ctrl-C, so that worker processes are stopped on the way."""
+
+
+class _UsageError(Exception):
+    """Bad input found by the command itself (an unwritable path): a message, exit 2."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+def _writable_file(path: str, option: str) -> None:
+    """Refuse, before a long run, a file that could not be written afterwards."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise _UsageError(f"{option} {path}: is a directory")
+    if not os.path.isdir(directory):
+        raise _UsageError(f"{option} {path}: the directory {directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise _UsageError(f"{option} {path}: the directory {directory} is not writable")
 
 
 def _default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
+_SUBPARSERS: dict[str, argparse.ArgumentParser] = {}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command's argument parser (one subparser per registered scenario)."""
     from seawall.sim import SCENARIOS
-    from seawall.sim._args import count, whole
+    from seawall.sim._args import choice, count, whole
+    from seawall.sim._registry import load_entry_points
+    from seawall.sim._trials import ENGINES
 
+    load_entry_points()
     parser = argparse.ArgumentParser(
         prog="seawall",
         description="seawall: safe retries. Run the simulator that shows what retry policies do.",
@@ -69,6 +101,47 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _web_arguments(web)
 
+    from seawall.sim._args import non_negative, positive
+    from seawall.sim._scenarios import _policy_file, _scenario_file
+
+    probe = commands.add_parser(
+        "probe",
+        help="load-test a real HTTP service with a scenario file; a metastability verdict",
+        description=(
+            "Send a scenario file's arrivals (pushed past saturation and back down) to URL in "
+            "real time, through clients built from seawall's policies, and say whether "
+            "goodput came back on its own after the trigger or stayed down (metastable). "
+            "Loopback addresses only, unless --allow-host names your own hosts."
+        ),
+    )
+    probe.add_argument("url", help="the service, e.g. http://127.0.0.1:8000/items")
+    probe.add_argument(
+        "--scenario", dest="spec", type=_scenario_file, required=True, metavar="FILE.toml"
+    )
+    probe.add_argument(
+        "--policies",
+        dest="policies_data",
+        type=_policy_file,
+        metavar="POLICIES.toml",
+        help="the clients are the routes of this seawall policy file",
+    )
+    probe.add_argument(
+        "--allow-host",
+        dest="allow_hosts",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="a host of your own that may receive the load (repeatable)",
+    )
+    probe.add_argument("--max-requests", type=count, default=100_000, help="(100000)")
+    probe.add_argument("--max-duration", type=positive, default=300.0, help="seconds (300)")
+    probe.add_argument("--max-in-flight", type=count, default=1000, help="(1000)")
+    probe.add_argument(
+        "--settle", type=non_negative, default=5.0, help="seconds between strategies (5)"
+    )
+    probe.add_argument("--seed", type=whole, default=0, help="random seed (0)")
+    probe.add_argument("--json", action="store_true", help="print the result as JSON")
+
     from seawall.saga._cli import add_arguments as add_saga_arguments
 
     saga = commands.add_parser(
@@ -83,12 +156,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="run one scenario: " + ", ".join(SCENARIOS),
         description="Run one scenario. `seawall sim NAME --help` lists its options.",
     )
+    sim.add_argument(
+        "--list", action="store_true", help="list the scenarios (built in and installed) and exit"
+    )
+    sim.add_argument(
+        "--from",
+        dest="from_file",
+        metavar="RESULT.json",
+        help="re-run exactly what a JSON result of `seawall sim ... --json` ran; prints JSON",
+    )
+    sim.add_argument(
+        "--workers", type=count, default=_default_workers(), help="processes to use (CPUs)"
+    )
     names = sim.add_subparsers(dest="scenario", metavar="NAME")
-    names.required = True
     for name, scenario in SCENARIOS.items():
         sub = names.add_parser(
             name, help=scenario.summary, description=scenario.description or scenario.summary
         )
+        _SUBPARSERS[name] = sub
         scenario.add_arguments(sub)
         sub.add_argument("--seed", type=whole, default=0, help="random seed (0)")
         sub.add_argument(
@@ -101,6 +186,24 @@ def build_parser() -> argparse.ArgumentParser:
             "--metrics",
             action="store_true",
             help="also print the production metrics (seawall_*_total) of the run; one process",
+        )
+        sub.add_argument(
+            "--seeds",
+            type=count,
+            metavar="N",
+            help="run N seeds (--seed, --seed + 1, ...) in parallel: means with 95%% confidence "
+            "intervals, and every trial in the JSON",
+        )
+        sub.add_argument(
+            "--engine",
+            type=choice(ENGINES),
+            default="processes",
+            help="where --seeds trials run: local processes, or a Dask cluster (processes)",
+        )
+        sub.add_argument(
+            "--cluster",
+            metavar="ADDRESS",
+            help="with --engine dask: a scheduler's address (default: a local cluster)",
         )
         if scenario.plot is not None:
             sub.add_argument("--plot", metavar="PATH", help="write a PNG plot to PATH")
@@ -169,11 +272,165 @@ def _consoles() -> tuple[Any, Any]:
     return Console(), Console(stderr=True)
 
 
-def _run_sim(args: argparse.Namespace) -> int:
-    from seawall.sim import SCENARIOS
+def _run_probe(args: argparse.Namespace) -> int:
+    try:
+        import httpx  # noqa: F401
+    except ImportError:
+        raise _UsageError("probe needs httpx: pip install 'seawall[httpx]'") from None
+    from seawall.sim._probe import probe, render_probe
     from seawall.sim._report import jsonable
 
+    result = probe(
+        args.url,
+        args.spec,
+        policies=args.policies_data,
+        allow_hosts=args.allow_hosts,
+        max_requests=args.max_requests,
+        max_duration=args.max_duration,
+        max_in_flight=args.max_in_flight,
+        settle=args.settle,
+        seed=args.seed,
+    )
+    if args.json:
+        sys.stdout.write(json.dumps(jsonable(result), indent=2) + "\n")
+    else:
+        out, _err = _consoles()
+        render_probe(result, out)
+    # The exit status carries the verdict, for a CI job: 3 if any strategy stayed down.
+    return EXIT_METASTABLE if any(s.verdict != "recovered" for s in result.series) else 0
+
+
+def _list_scenarios() -> int:
+    from seawall.sim._registry import BROKEN, SCENARIOS
+
+    width = max(len(n) for n in SCENARIOS)
+    for name, scenario in SCENARIOS.items():
+        sys.stdout.write(f"{name:<{width}}  {scenario.summary}\n")
+    for name, error in BROKEN:
+        sys.stderr.write(f"seawall: the installed scenario {name!r} failed to load: {error}\n")
+    return 0
+
+
+def _run_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``seawall sim --from FILE``: the same scenario, parameters and seeds as FILE."""
+    from seawall.sim._registry import SCENARIOS
+    from seawall.sim._trials import run_trials
+
+    try:
+        with open(args.from_file, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as error:
+        raise _UsageError(f"--from {args.from_file}: {error.strerror or error}") from None
+    except json.JSONDecodeError as error:
+        raise _UsageError(f"--from {args.from_file}: not JSON ({error})") from None
+    run = doc.get("run") if isinstance(doc, dict) else None
+    if not isinstance(run, dict) or not isinstance(run.get("parameters"), dict):
+        raise _UsageError(
+            f"--from {args.from_file}: no 'run' record (write it with `seawall sim NAME --json`)"
+        )
+    name = run.get("scenario")
+    if name not in SCENARIOS:
+        raise _UsageError(f"--from {args.from_file}: unknown scenario {name!r}")
+    seeds = run.get("seeds")
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+    ):
+        raise _UsageError(f"--from {args.from_file}: 'seeds' must be a list of whole numbers")
+    # Defaults first (a file from an older version may lack a newer option), then the file's.
+    params = {
+        a.dest: a.default
+        for a in _SUBPARSERS[name]._actions
+        if a.dest != "help" and a.default is not argparse.SUPPRESS
+    }
+    known = set(params)
+    for key, value in run["parameters"].items():
+        if key not in known:
+            raise _UsageError(f"--from {args.from_file}: unknown parameter {key!r} for {name}")
+        params[key] = value
+    from seawall.sim._trials import parameters_of
+
+    params = parameters_of(argparse.Namespace(**params))
+    _out, err = _consoles()
+    with _progress(err, f"seawall sim {name}") as progress:
+        if "trials" in doc:
+            data = run_trials(name, params, seeds, workers=args.workers, progress=progress)
+        else:
+            data = _single(name, params, seeds[0], progress)
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    return 0
+
+
+def _single(name: str, params: dict[str, Any], seed: int, progress: Any) -> dict[str, Any]:
+    from seawall import __version__
+    from seawall.sim._registry import SCENARIOS
+    from seawall.sim._report import jsonable
+
+    args = argparse.Namespace(**params, seed=seed, workers=1)
+    data: dict[str, Any] = _with_run(
+        jsonable(SCENARIOS[name].run(args, progress)), name, params, seed, __version__
+    )
+    return data
+
+
+def _with_run(data: Any, name: str, params: dict[str, Any], seed: int, version: str) -> Any:
+    if not isinstance(data, dict):
+        return data
+    run = {"scenario": name, "parameters": params, "seeds": [seed], "seawall_version": version}
+    return {**data, "run": run}
+
+
+def _run_seeds(args: argparse.Namespace) -> int:
+    from seawall.sim._trials import parameters_of, run_trials
+
+    if getattr(args, "metrics", False):
+        raise ValueError("--metrics counts one run in one process: it does not go with --seeds")
+    if getattr(args, "plot", None):
+        raise ValueError("--plot draws one run: it does not go with --seeds")
+    out, err = _consoles()
+    params = parameters_of(args)
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    with _progress(err, f"seawall sim {args.scenario} x {args.seeds} seeds") as progress:
+        doc = run_trials(
+            args.scenario,
+            params,
+            seeds,
+            workers=args.workers,
+            engine=args.engine,
+            cluster=args.cluster,
+            progress=progress,
+        )
+    if args.json:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return 0
+    from rich.table import Table
+
+    table = Table(
+        title=f"{args.scenario}: {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}), mean and 95% CI"
+    )
+    for column in ("metric", "mean", "95% CI", "trials"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for key, s in doc["summary"].items():
+        mean = "-" if s["mean"] is None else f"{s['mean']:.4g}"
+        ci = "-" if s["ci95"] is None else f"[{s['ci95'][0]:.4g}, {s['ci95'][1]:.4g}]"
+        table.add_row(key, mean, ci, str(s["n"]))
+    out.print(table)
+    return 0
+
+
+def _run_sim(args: argparse.Namespace) -> int:
+    from seawall import __version__
+    from seawall.sim import SCENARIOS
+    from seawall.sim._report import jsonable
+    from seawall.sim._trials import parameters_of
+
+    if args.seeds is not None:
+        return _run_seeds(args)
     scenario = SCENARIOS[args.scenario]
+    plot = getattr(args, "plot", None)
+    if plot:
+        _writable_file(plot, "--plot")
     out, err = _consoles()
     counters = None
     with contextlib.ExitStack() as stack:
@@ -187,7 +444,9 @@ def _run_sim(args: argparse.Namespace) -> int:
         with _progress(err, f"seawall sim {scenario.name}") as progress:
             result = scenario.run(args, progress)
     if args.json:
-        data = jsonable(result)
+        data = _with_run(
+            jsonable(result), scenario.name, parameters_of(args), args.seed, __version__
+        )
         if counters is not None:
             from seawall.sim._metrics import metrics_json
 
@@ -198,7 +457,6 @@ def _run_sim(args: argparse.Namespace) -> int:
         if counters is not None:
             out.rule("metrics: what production dashboards would show for this run")
             out.print(counters.format() or "(no series)", markup=False, soft_wrap=True)
-    plot = getattr(args, "plot", None)
     if plot:
         scenario.plot(result, plot)  # type: ignore[misc]
         err.print(f"plot written to {plot}", markup=False)
@@ -211,7 +469,13 @@ def _run_demo(args: argparse.Namespace) -> int:
 
     out, err = _consoles()
     directory = os.path.abspath(args.out)
-    os.makedirs(directory, exist_ok=True)
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        why = error.strerror or error
+        raise _UsageError(f"--out {args.out}: cannot create the directory: {why}") from None
+    if not os.access(directory, os.W_OK):
+        raise _UsageError(f"--out {args.out}: the directory is not writable")
     summary: dict[str, Any] = {"seed": args.seed, "scenarios": {}}
     written: list[str] = []
     started = time.monotonic()
@@ -269,6 +533,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "pip install 'seawall[sim]'\n"
             )
             return 1
+    import signal
+    import threading
+
+    from seawall.sim._util import SimulationError
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (a `kill`, a CI timeout) unwinds like Ctrl-C: the pool's workers are stopped.
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         parser = build_parser()
         args = parser.parse_args(words)
@@ -281,13 +554,49 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from seawall.saga._cli import main as saga_main
 
                 return saga_main(args)
+            if args.command == "probe":
+                return _run_probe(args)
+            if args.list:
+                return _list_scenarios()
+            if args.from_file:
+                return _run_from(parser, args)
+            if args.scenario is None:
+                raise _UsageError(
+                    "sim: the following arguments are required: NAME (or --list, or --from FILE)"
+                )
             return _run_sim(args)
-        except (ValueError, TypeError) as err:
+        except SimulationError as err:
+            # Not the user's input: the simulator itself failed while it ran.
+            cause = err.__cause__
+            where = ""
+            if cause is not None and cause.__traceback__ is not None:
+                import traceback
+
+                last = traceback.extract_tb(cause.__traceback__)[-1]
+                where = f" (at {os.path.basename(last.filename)}:{last.lineno})"
+            sys.stderr.write(f"seawall: internal error{where}: {err}; please report it\n")
+            return EXIT_INTERNAL
+        except (ValueError, TypeError, _UsageError) as err:
             # Parameters the option types could not check alone (e.g. --cap below --base).
             parser.exit(EXIT_USAGE, f"seawall: error: {err}\n")
+        except OSError as err:
+            # Writing a result (a plot, the report) failed after the run: the path is the cause.
+            name = f" {err.filename}" if err.filename else ""
+            parser.exit(EXIT_USAGE, f"seawall: error: cannot write{name}: {err.strerror or err}\n")
+        except Exception as err:
+            sys.stderr.write(
+                f"seawall: internal error: {type(err).__name__}: {err}; please report it\n"
+            )
+            return EXIT_INTERNAL
     except KeyboardInterrupt:
         sys.stderr.write("\nseawall: interrupted\n")
         return EXIT_INTERRUPTED
+    except _Terminated:
+        sys.stderr.write("seawall: terminated\n")
+        return EXIT_TERMINATED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0  # pragma: no cover - parser.exit raises
 
 

@@ -21,12 +21,14 @@ from seawall._strategies.breaker import BreakerEvent, BreakerState, Permit, Stat
 from seawall._strategies.budget import FirstAttempt, answer_callback, first_attempt_callables
 from seawall._strategies.hedge import HedgeDelayPassed, HedgeEvent, HedgeHook, QuantileSource
 from seawall._strategies.retry import (
+    MIN_HOLD,
     SNAPSHOT_VERSION,
     Attempt,
     AttemptRecord,
     Attempts,
     GiveUpReason,
     RetryState,
+    RetryStatistics,
 )
 
 __all__ = [
@@ -41,10 +43,12 @@ __all__ = [
     "HedgeDelayPassed",
     "HedgeEvent",
     "HedgeHook",
+    "MIN_HOLD",
     "Permit",
     "QuantileSource",
     "RetryOn",
     "RetryState",
+    "RetryStatistics",
     "SNAPSHOT_VERSION",
     "StateHook",
     "Verdict",

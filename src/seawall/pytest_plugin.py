@@ -4,8 +4,9 @@ Fixtures for your own test suite; none is used unless a test asks for it:
 
 * ``seawall_reset``: seawall's process-wide state (kill switch, per-host HTTP budgets,
   ``instant()`` blocks, deadline-header counters) reset before and after the test.
-* ``seawall_instant``: the same, and every policy's waits are zero during the test
-  (:func:`seawall.testing.instant`): real policies, no sleeping.
+* ``seawall_instant``: the same, and the test runs inside :func:`seawall.testing.instant`:
+  real policies, no sleeping (waits pass at once on instant time, and an attempt timeout or
+  deadline on blocked async code fires after a short grace).
 * ``seawall_clock``: a fresh :class:`seawall.VirtualClock` for policies built in the test
   (``RetryPolicy(clock=seawall_clock)``); asyncio code runs on it with
   :func:`seawall.testing.run`, where attempt timeouts and deadlines are virtual too.
@@ -43,7 +44,8 @@ def seawall_reset() -> Iterator[None]:
 
 @pytest.fixture
 def seawall_instant(seawall_reset: None) -> Iterator[None]:
-    """No waits in any policy during the test (attempts and decisions unchanged)."""
+    """The test inside :func:`seawall.testing.instant`: waits pass at once, timeouts still hold
+    (attempts and decisions unchanged), and blocked async attempts time out after the grace."""
     from seawall.testing import instant
 
     with instant():

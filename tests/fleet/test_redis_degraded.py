@@ -11,9 +11,9 @@ import prometheus_client
 import pytest
 import redis
 import redis.crc
+from redis_process import RedisServer
 
 import seawall
-from conftest import RedisServer
 from seawall import Backoff, CircuitOpen, RetryPolicy
 from seawall import redis as fleet_redis
 from seawall.instrumentation import Counters, MetricsHook

@@ -8,8 +8,7 @@ import pathlib
 import re
 
 import pytest
-
-from conftest import RedisServer
+from redis_process import RedisServer
 
 PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "fleet.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.S)

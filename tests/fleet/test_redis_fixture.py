@@ -17,7 +17,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 def test_no_redis_server_fails_under_ci_and_skips_elsewhere(
     tmp_path: pathlib.Path, ci: str, expected: int
 ) -> None:
-    shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
+    for helper in ("conftest.py", "redis_process.py"):
+        shutil.copy(HERE / helper, tmp_path / helper)
     (tmp_path / "test_needs_redis.py").write_text(
         "def test_it(redis_server):\n    assert redis_server.url\n", encoding="utf-8"
     )

@@ -11,7 +11,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from conftest import RedisServer
+from redis_process import RedisServer
+
 from seawall import redis as fleet_redis
 
 WORKER = str(pathlib.Path(__file__).with_name("fleet_worker.py"))

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from redis_process import RedisServer
 
-from conftest import RedisServer
 from seawall import Backoff, RetryPolicy, VirtualClock
 from seawall import redis as fleet_redis
 from seawall.httpx import RetryTransport

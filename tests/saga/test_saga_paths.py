@@ -108,19 +108,22 @@ def test_a_step_that_must_not_run_twice_compensates_after_a_lost_attempt(sqlite_
     assert undone == ["a"]
 
 
-class RefuseFirstCalls:
-    """A budget that rejects the first calls locally (as an adaptive throttle does)."""
+class Refusing:
+    """A budget that rejects the first *calls* locally (as an adaptive throttle does), and
+    refuses the first *retries* it is asked about."""
 
-    def __init__(self, refusals: int) -> None:
-        self.refusals = refusals
+    def __init__(self, calls: int = 0, retries: int = 0) -> None:
+        self.calls = calls
+        self.retries = retries
 
     def on_request(self) -> None:
-        if self.refusals > 0:
-            self.refusals -= 1
+        if self.calls > 0:
+            self.calls -= 1
             raise seawall.Throttled(0.9)
 
     def allow_retry(self, error: BaseException) -> bool:
-        return True
+        self.retries -= 1
+        return self.retries < 0
 
     def on_success(self) -> None:
         pass
@@ -136,7 +139,7 @@ def test_a_throttled_first_attempt_waits_and_tries_again(
     counters = Counters()
     pol = seawall.RetryPolicy(
         max_attempts=3,
-        budget=RefuseFirstCalls(2),
+        budget=Refusing(calls=2),
         backoff=seawall.Backoff(base=1.0, cap=8.0, jitter="none"),
         hooks=(),
     )
@@ -213,7 +216,12 @@ def test_give_ups_and_budget_holds_reach_the_logs_and_the_metrics(
     )
     gave_up = "the compensation of step 'a' gave up (not_retryable): Permanent: cannot undo"
     assert any(m.endswith(f"NEEDS_ATTENTION ({gave_up})") for m in messages)
-    assert counters.get("budget_refusals", "s.b") >= 1
+    # Step b's one attempt failed and the budget refused its retry three times (the bound is
+    # max_attempts holds in a row): three holds, then one give-up; a hold is not a give-up.
+    assert counters.get("budget_refusals", "s.b") == 3
+    assert counters.get("give_ups", "s.b", "budget") == 1
+    assert counters.get("retries", "s.b") == 0
+    assert any("held back (budget) once too often: gave up" in m for m in messages)
     assert counters.get("give_ups", "s.a.compensate", "not_retryable") == 1
     assert counters.get("saga_runs", "s", "NEEDS_ATTENTION") == 1
 
@@ -236,3 +244,41 @@ def test_a_failing_hook_is_logged_and_changes_nothing(
         run = orch.run_until_settled(orch.start("s", {}))
     assert run.status is saga.Status.SUCCEEDED
     assert any("hook" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
+
+
+def test_a_retry_the_budget_held_back_is_not_a_give_up(sqlite_url: str) -> None:
+    clock = seawall.VirtualClock(start=START)
+    counters = Counters()
+    pol = seawall.RetryPolicy(
+        max_attempts=3,
+        budget=Refusing(retries=2),
+        backoff=seawall.Backoff(base=1.0, cap=8.0, jitter="none"),
+        hooks=(),
+    )
+    answers = [ConnectionError("down")]
+
+    def call(ctx: saga.StepContext) -> str:
+        if answers:
+            raise answers.pop()
+        return "ok"
+
+    flow = saga.Saga("s", [saga.Step("a", call, policy=pol)])
+    with saga.Orchestrator(
+        sqlite_url, [flow], clock=clock, hooks=(saga.MetricsHook(counters),)
+    ) as orch:
+        run_id = orch.start("s", {})
+        orch.run_due()
+        step = orch.get(run_id).steps[0]
+        assert step.status is saga.Status.RETRYING
+        # Held back one backoff step further than the retry would have waited (1 s): 2 s.
+        assert step.next_retry_at is not None
+        assert step.next_retry_at.timestamp() == pytest.approx(START + 2.0)
+        run = orch.run_until_settled(run_id)
+        holds = [h for h in orch.history(run_id) if h.event == "hold"]
+    assert run.status is saga.Status.SUCCEEDED
+    assert run.steps[0].attempt_count == 2
+    assert [h.delay for h in holds] == [2.0, 4.0]  # the second hold one step further again
+    assert counters.get("budget_refusals", "s.a") == 2
+    assert counters.get("give_ups", "s.a", "budget") == 0
+    assert counters.get("attempts", "s.a", "failure") == 1
+    assert counters.get("attempts", "s.a", "success") == 1

@@ -170,10 +170,10 @@ def test_two_processes_share_one_sqlite_file(sqlite_url: str, tmp_path: pathlib.
 def test_a_worker_survives_a_postgresql_restart(tmp_path: pathlib.Path) -> None:
     import threading
 
-    from conftest import _Cluster
+    from postgres_cluster import Cluster
 
     try:
-        cluster = _Cluster()
+        cluster = Cluster()
     except Exception as err:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"PostgreSQL could not start: {err}")

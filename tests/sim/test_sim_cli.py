@@ -112,7 +112,9 @@ def test_a_registered_scenario_becomes_a_subcommand(
     assert main(["sim", "extra"]) == 0
     assert "answer is 42" in capsys.readouterr().out
     assert main(["sim", "extra", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"answer": 42}
+    data = json.loads(capsys.readouterr().out)
+    assert data["answer"] == 42
+    assert data["run"]["scenario"] == "extra" and data["run"]["parameters"] == {"boom": False}
     assert "--plot" not in build_parser().format_help()  # no plot for this one
     with pytest.raises(ValueError, match="already registered"):
         register_scenario(SCENARIOS["extra"])

@@ -7,14 +7,9 @@ import math
 import pytest
 
 import seawall
+from seawall.lowlevel import RetryState
 from seawall.sim import amplify, metastable, occ, storm, sweep
 from seawall.sim._report import histogram_lines, jsonable, occ_markdown
-
-
-@pytest.fixture
-def retries_off() -> None:
-    seawall.set_enabled(False)  # switched back on for the next test by tests/conftest.py
-
 
 # -- storm -----------------------------------------------------------------------------------
 
@@ -89,10 +84,19 @@ def test_occ_one_client_writes_once() -> None:
     assert 0.03 < row.completion < 0.05
 
 
-def test_occ_is_driven_by_the_real_policy(retries_off: None) -> None:
-    # With the kill switch off, the real RetryPolicy refuses to retry: clients give up.
-    with pytest.raises(RuntimeError, match="gave up"):
-        occ((10,), algorithms=("full",), trials=1)
+def test_occ_is_driven_by_the_real_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every conflict goes through the real RetryState.on_error: a spy on it sees each retry.
+    errors: list[BaseException] = []
+    real = RetryState.on_error
+
+    def spy(self: RetryState, error: BaseException, now: float) -> float | None:
+        errors.append(error)
+        return real(self, error, now)
+
+    monkeypatch.setattr(RetryState, "on_error", spy)
+    r = occ((10,), algorithms=("full",), trials=1)
+    assert len(errors) == round(r.row("full", 10).calls) - 10  # one write succeeds per client
+    assert {type(e).__name__ for e in errors} == {"WriteConflict"}
 
 
 def test_occ_same_seed_same_result_whatever_the_workers() -> None:

@@ -68,6 +68,13 @@ with seawall.deadline(2.0) as dl:
     at: float = dl.at
 seawall.set_enabled(False, name="payments")
 err: ConnectionError = seawall.permanent(ConnectionError())
+
+
+async def one() -> int:
+    return 1
+
+
+on_trio: int = seawall.testing.run(one(), seawall.VirtualClock(), backend="trio")
 with seawall.testing.instant():
     pass
 
@@ -166,6 +173,10 @@ grpc_channel: grpcio.Channel = grpcio.intercept_channel(
 aio_interceptor = seawall.grpc.AsyncRetryInterceptor(
     policy, hedge=seawall.Hedge(delay=0.05), hedge_methods=["/pkg.Users/Get"]
 )
+aio_interceptors: list[grpcio.aio.ClientInterceptor] = seawall.grpc.AsyncRetryInterceptor(
+    policy, request_buffer=seawall.grpc.DEFAULT_REQUEST_BUFFER
+).interceptors()
+stream_interceptor = seawall.grpc.RetryInterceptor(policy, request_buffer=0)
 grpc_server_interceptors: list[grpcio.ServerInterceptor] = [
     seawall.grpc.LoadShedder(max_concurrency=8, retry_after=0.5),
     seawall.grpc.DeadlineInterceptor(max_request_time=10.0),

@@ -22,7 +22,15 @@ from seawall._core.errors import (
 )
 from seawall._core.public import public
 
-__all__ = ["ErrorMatcher", "RetryOn", "Verdict", "classify", "compile_errors", "is_transient"]
+__all__ = [
+    "ErrorMatcher",
+    "RetryOn",
+    "Verdict",
+    "classify",
+    "compile_errors",
+    "is_transient",
+    "remember_retried",
+]
 
 #: What ``retry_on`` (and a breaker's ``failure_on``) accepts: exception classes, or a
 #: predicate ``(exc) -> bool``.
@@ -304,3 +312,30 @@ def classify(
         matched = isinstance(error, classes) if classes is not None else matcher.predicate(error)
         return _RETRY if matched else _ANSWERED
     return _RETRY if retry else _FAILED
+
+
+def remember_retried(
+    retried: dict[type, bool], error: BaseException, matcher: ErrorMatcher | None
+) -> None:
+    """After :func:`classify` said :attr:`Verdict.RETRY` for *error* (with ``retry=None``),
+    remember its class in *retried* if the class alone decided it.
+
+    A driver that finds an error's class in *retried* and the error itself unmarked (an empty
+    ``__dict__``) knows the verdict without asking again: a policy's failure path then costs
+    one dictionary lookup instead of the chain above. Only what the class decides is kept: not
+    a ``DeadlineExceeded`` (it depends on the deadline's room), not a class with a
+    ``retry_after`` (the wait depends on the instance), not a predicate's answer (it may read
+    the instance), save :func:`is_transient`'s for the classes it knows by name.
+    """
+    cls = type(error)
+    if error.__dict__ or len(retried) >= _KINDS_LIMIT:
+        return
+    if _KINDS.get(cls) != _PLAIN or getattr(cls, "retry_after", None) is not None:
+        return
+    # A predicate may read the instance; is_transient reads only the class of these.
+    predicate = None if matcher is None or matcher.classes is not None else matcher.predicate
+    if predicate is not None and (
+        predicate is not is_transient or _TRANSIENT_KINDS.get(cls) != _YES
+    ):
+        return
+    retried[cls] = True

@@ -17,7 +17,7 @@ from seawall._core.public import public
 if TYPE_CHECKING:
     from seawall._core.aio import VirtualEventLoop
 
-__all__ = ["Clock", "SystemClock", "VirtualClock"]
+__all__ = ["DEFAULT_GRACE", "TESTING", "Clock", "SystemClock", "VirtualClock"]
 
 
 @public("seawall")
@@ -35,23 +35,67 @@ class Clock(Protocol):
         """Suspend the calling task for *seconds*."""
 
 
+class _Instant:
+    """The state of :func:`seawall.testing.instant`, process-wide.
+
+    Inside it, the system clock runs on *instant time*: its reading is the real monotonic clock
+    plus every wait skipped so far, so a wait passes at once and yet the deadlines that bound a
+    call (``timeout``, ``attempt_timeout``, :func:`seawall.deadline`) see it pass, as they
+    would in production. A timer that bounds blocked async code fires after ``grace`` real
+    seconds at most, and instant time then jumps to its deadline (trio's autojump clock does
+    the same for a whole run).
+    """
+
+    __slots__ = ("grace", "instant", "skipped")
+
+    def __init__(self) -> None:
+        self.instant = 0  # > 0 inside seawall.testing.instant()
+        self.skipped = 0.0  # seconds of waits skipped: added to the system clock's reading
+        self.grace = DEFAULT_GRACE
+
+    def bounded(self, seconds: float) -> tuple[float, float]:
+        """A timer of *seconds* as (real seconds to arm it for, seconds to skip if it fires)."""
+        if self.instant and seconds > self.grace:
+            return self.grace, seconds - self.grace
+        return seconds, 0.0
+
+    def skip(self, seconds: float) -> None:
+        if seconds > 0.0:
+            self.skipped += seconds
+
+
+#: How long blocked code inside ``instant()`` waits, in real time, for a timer seawall enforces.
+DEFAULT_GRACE: Final = 0.1
+
+TESTING: Final = _Instant()
+
+
 @public("seawall")
 class SystemClock:
-    """The real monotonic clock (:func:`time.monotonic`), the same scale asyncio uses."""
+    """The real monotonic clock (:func:`time.monotonic`), the same scale asyncio uses.
+
+    Inside :func:`seawall.testing.instant`, its waits pass at once and its reading moves on by
+    what they skipped (instant time).
+    """
 
     __slots__ = ()
 
     def now(self) -> float:
-        return time.monotonic()
+        return time.monotonic() + TESTING.skipped
 
     def sleep(self, seconds: float) -> None:
-        if seconds > 0:
+        if TESTING.instant:
+            TESTING.skip(seconds)
+        elif seconds > 0:
             time.sleep(seconds)
 
     async def asleep(self, seconds: float) -> None:
         # Here, not at import: code that never awaits never loads asyncio (or trio).
         from seawall._core.compat import sleep
 
+        if TESTING.instant:
+            TESTING.skip(seconds)
+            seconds = 0.0
         await sleep(seconds)
 
     def __repr__(self) -> str:
@@ -129,11 +173,16 @@ class VirtualClock:
         from seawall._core.compat import running_trio
 
         if running_trio():
-            # Jump at once, as on a plain asyncio loop (fine for one task at a time).
             import trio
 
-            self._now += seconds
-            await trio.lowlevel.checkpoint()
+            if getattr(trio.lowlevel.current_clock(), "virtual", None) is self:
+                # trio's time is this clock (seawall.testing.trio_clock): it jumps when every
+                # task waits.
+                await trio.sleep(seconds)
+            else:
+                # Jump at once, as on a plain asyncio loop (fine for one task at a time).
+                self._now += seconds
+                await trio.lowlevel.checkpoint()
             return
         import asyncio
 

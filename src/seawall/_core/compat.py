@@ -10,6 +10,8 @@ from collections.abc import Awaitable
 from types import TracebackType
 from typing import Any, TypeVar
 
+from seawall._core.clock import TESTING
+
 __all__ = [
     "checkpoint",
     "current_time",
@@ -116,12 +118,43 @@ class _TrioTimeout:
         return suppressed
 
 
+class _Skipping:
+    """A timeout armed for less real time than it stands for (inside ``testing.instant()``):
+    when it fires, the blocked code has waited long enough, and instant time jumps by the
+    rest, to the deadline it stands for."""
+
+    __slots__ = ("_inner", "_skip")
+
+    def __init__(self, inner: Any, skip: float) -> None:
+        self._inner = inner
+        self._skip = skip
+
+    def expired(self) -> bool:
+        return bool(self._inner.expired())
+
+    async def __aenter__(self) -> _Skipping:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        try:
+            result: bool | None = await self._inner.__aexit__(*exc_info)
+        except TimeoutError:
+            TESTING.skip(self._skip)
+            raise
+        return result
+
+
 def timeout_after(seconds: float) -> Any:
     """:func:`timeout_at` *seconds* from now on the running loop (a negative value: at once);
-    on trio, a cancel scope with the same behaviour."""
+    on trio, a cancel scope with the same behaviour. Inside ``testing.instant()``, armed for
+    at most its grace in real time (see :class:`~seawall._core.clock._Instant`)."""
+    real, skip = TESTING.bounded(seconds)
     if running_trio():
-        return _TrioTimeout(seconds)
-    return timeout_at(asyncio.get_running_loop().time() + max(0.0, seconds))
+        scope: Any = _TrioTimeout(real)
+    else:
+        scope = timeout_at(asyncio.get_running_loop().time() + max(0.0, real))
+    return _Skipping(scope, skip) if skip else scope
 
 
 def current_time() -> float:

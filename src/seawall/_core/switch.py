@@ -11,19 +11,40 @@ __all__ = ["is_enabled", "one_attempt", "set_enabled"]
 
 
 class _Switch:
-    # Plain attributes read on the failure path only; the success path never looks at the switch.
-    __slots__ = ("disabled_names", "enabled")
+    # Read on the failure path only; the success path never looks at the switch.
+    __slots__ = ("_disabled_names", "_enabled")
 
     def __init__(self) -> None:
-        self.enabled = os.environ.get("SEAWALL_RETRIES", "").strip().lower() not in {
+        self._enabled = os.environ.get("SEAWALL_RETRIES", "").strip().lower() not in {
             "off",
             "0",
             "false",
             "no",
             "disabled",
         }
-        self.disabled_names: frozenset[str] = frozenset()
+        self._disabled_names: frozenset[str] = frozenset()
 
+    # Inside isolated() (a simulated run) the operator's switch does not apply: it governs the
+    # process's real calls, not a model of other processes.
+    @property
+    def enabled(self) -> bool:
+        return self._enabled or ISOLATED.get()
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self._enabled = value
+
+    @property
+    def disabled_names(self) -> frozenset[str]:
+        return frozenset() if ISOLATED.get() else self._disabled_names
+
+    @disabled_names.setter
+    def disabled_names(self, value: frozenset[str]) -> None:
+        self._disabled_names = value
+
+
+ISOLATED: contextvars.ContextVar[bool] = contextvars.ContextVar("seawall_isolated", default=False)
+"""True in a simulated run (this context only): the kill switch is ignored there."""
 
 SWITCH = _Switch()
 

@@ -12,7 +12,7 @@ from types import TracebackType
 from typing import Any, Final, NamedTuple, Protocol
 
 from seawall._core import validate as _validate
-from seawall._core.clock import SYSTEM_CLOCK, Clock
+from seawall._core.clock import SYSTEM_CLOCK, TESTING, Clock
 from seawall._core.errors import DeadlineExceeded
 from seawall._core.public import public
 
@@ -213,14 +213,16 @@ class deadline:
                 loop = task.get_loop()
                 # A hair after the deadline: the layers inside that enforce the same deadline
                 # (an attempt timeout, a transport's timeout) report it first, in their terms.
-                when = loop.time() + max(0.0, left) + _GRACE
-                self._handle = loop.call_at(when, self._cancel, task)
+                real, skip = TESTING.bounded(max(0.0, left))  # instant(): at most its grace
+                when = loop.time() + real + _GRACE
+                self._handle = loop.call_at(when, self._cancel, task, skip)
         return new
 
-    def _cancel(self, task: Any) -> None:
+    def _cancel(self, task: Any, skip: float) -> None:
         # Runs only while the task is suspended inside the block (the timer is cancelled on
         # exit), so the CancelledError arrives at an await inside it.
         self._fired = task
+        TESTING.skip(skip)
         task.cancel()
 
     def __exit__(
@@ -326,6 +328,8 @@ def encode_grpc_timeout(seconds: float) -> str:
         return f"{_GRPC_MAX_VALUE}H"
     # Whole nanoseconds first (so 0.57 s is not 569999999.99 ns), then round *down* per unit.
     ns = round(s * 1e9)
+    if ns - s * 1e9 > 1e-3:
+        ns -= 1  # rounded up by more than float noise: the callee must not get more time
     for unit, size in _GRPC_UNITS:
         value = ns // size
         if value <= _GRPC_MAX_VALUE:

@@ -9,10 +9,12 @@ decisions.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import linecache
 import logging
 import math
 import random
+import threading
 import time
 from collections.abc import (
     Awaitable,
@@ -33,8 +35,9 @@ from seawall._core.classify import (
     classify,
     compile_errors,
     is_transient,
+    remember_retried,
 )
-from seawall._core.clock import SYSTEM_CLOCK, Clock, SystemClock
+from seawall._core.clock import SYSTEM_CLOCK, TESTING, Clock, SystemClock
 from seawall._core.decorate import decorate
 from seawall._core.errors import (
     SUMMARY_LIMIT,
@@ -61,6 +64,7 @@ __all__ = [
     "RetryEvent",
     "RetryPolicy",
     "RetryState",
+    "RetryStatistics",
     "logging_hook",
     "retry",
 ]
@@ -83,19 +87,9 @@ GiveUpReason = Literal[
 _GIVE_UP_REASONS: Final = frozenset(GiveUpReason.__args__)  # type: ignore[attr-defined]
 
 #: The version of :meth:`RetryState.snapshot`'s format; :meth:`RetryState.restore` refuses newer.
-SNAPSHOT_VERSION: Final = 1
+SNAPSHOT_VERSION: Final = 2
 
 logger = logging.getLogger("seawall")
-
-
-class _Testing:
-    __slots__ = ("instant",)
-
-    def __init__(self) -> None:
-        self.instant = 0  # > 0 inside seawall.testing.instant(): waits become zero
-
-
-TESTING: Final = _Testing()
 
 
 @public("seawall")
@@ -218,6 +212,108 @@ class Outcome(Generic[T]):
 
 
 @public("seawall.lowlevel")
+class RetryStatistics:
+    """What the calls of a decorated function did, counted as they end:
+    ``fn.statistics`` on a function decorated by a :class:`RetryPolicy`.
+
+    Live counters: read them at any time, all at once with :meth:`as_dict`, and start again
+    from zero with :meth:`reset`. A call that succeeds at its first attempt costs one counter
+    tick (``itertools.count``, atomic); a call that failed at least once adds its figures on
+    its way out, under a lock. Threads calling one function share its counters and lose none.
+    Counting is off unless the policy has ``statistics=True``: the tick is a measurable share
+    of a decorated call that succeeds at once.
+
+    Attributes (read-only):
+        calls: calls that ended (returned or raised).
+        attempts: attempts made by those calls.
+        retries: attempts after each call's first.
+        give_ups: calls that gave up, by reason (a :data:`GiveUpReason`), as a new dict.
+        total_delay: seconds waited between attempts, over all calls.
+    """
+
+    __slots__ = ("_counter", "_give_ups", "_lock", "_offset", "_totals")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # for the retried calls and reset(): not the first path
+        # First attempts that succeeded: itertools.count ticks atomically; its repr,
+        # "count(N)", says how far it has counted (_offset: where reset() left it).
+        self._counter = itertools.count()
+        self._offset = 0
+        # The calls that failed at least once: [calls, attempts, total_delay, calls that made
+        # no attempt (the deadline or the budget stopped them first)].
+        self._totals: list[Any] = [0, 0, 0.0, 0]
+        self._give_ups: dict[str, int] = {}
+
+    def _first_successes(self) -> int:
+        return int(repr(self._counter)[6:-1]) - self._offset
+
+    def _ended(self, state: RetryState | None) -> None:
+        """A call that did not succeed at its first attempt ended with *state* (``None``: its
+        budget refused it before any attempt)."""
+        with self._lock:
+            totals = self._totals
+            totals[0] += 1
+            attempts = 0 if state is None else state.attempts
+            if state is not None:
+                totals[1] += attempts
+                totals[2] += state.total_delay
+                reason = state.reason
+                if reason is not None:
+                    self._give_ups[reason] = self._give_ups.get(reason, 0) + 1
+            if attempts == 0:
+                totals[3] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """All the counters at one moment: ``{"calls", "attempts", "retries", "give_ups",
+        "total_delay"}``."""
+        with self._lock:
+            first = self._first_successes()
+            calls, attempts, total_delay, none_made = self._totals
+            return {
+                "calls": first + calls,
+                "attempts": first + attempts,
+                "retries": attempts - (calls - none_made),
+                "give_ups": dict(self._give_ups),
+                "total_delay": total_delay,
+            }
+
+    @property
+    def calls(self) -> int:
+        return int(self.as_dict()["calls"])
+
+    @property
+    def attempts(self) -> int:
+        return int(self.as_dict()["attempts"])
+
+    @property
+    def retries(self) -> int:
+        return int(self.as_dict()["retries"])
+
+    @property
+    def give_ups(self) -> dict[str, int]:
+        return dict(self.as_dict()["give_ups"])
+
+    @property
+    def total_delay(self) -> float:
+        return float(self.as_dict()["total_delay"])
+
+    def reset(self) -> None:
+        """Start counting again from zero."""
+        with self._lock:
+            self._offset += self._first_successes()
+            self._totals = [0, 0, 0.0, 0]
+            self._give_ups = {}
+
+    def __repr__(self) -> str:
+        d = self.as_dict()
+        return (
+            f"RetryStatistics(calls={d['calls']}, attempts={d['attempts']}, "
+            f"retries={d['retries']}, give_ups={d['give_ups']}, "
+            f"total_delay={d['total_delay']:.3f})"
+        )
+
+
+@public("seawall.lowlevel")
 class RetryState:
     """The retry decisions for one logical call, free of I/O (sans-I/O).
 
@@ -233,7 +329,9 @@ class RetryState:
         "_previous_delay",
         "attempts",
         "deadline",
+        "defer_refusals",
         "history",
+        "holds",
         "last_error",
         "next_retry",
         "policy",
@@ -242,7 +340,14 @@ class RetryState:
         "total_delay",
     )
 
-    def __init__(self, policy: RetryPolicy, now: float, deadline: float = math.inf) -> None:
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        now: float,
+        deadline: float = math.inf,
+        *,
+        defer_refusals: bool = False,
+    ) -> None:
         self.policy = policy
         self.started = now
         self.deadline = deadline
@@ -257,6 +362,11 @@ class RetryState:
         self.last_error: BaseException | str | None = None
         #: When the next attempt is due, on the policy's clock (``None``: none scheduled).
         self.next_retry: float | None = None
+        #: Whether a retry the budget refuses is deferred (:meth:`defer`) instead of ending
+        #: the call: for a durable driver, which can wait and ask the budget again.
+        self.defer_refusals = defer_refusals
+        #: Refusals in a row since the last attempt (see :meth:`defer`); 0 when none.
+        self.holds = 0
 
     def begin_attempt(self, now: float) -> float:
         """Count an attempt starting at *now*; return its absolute deadline.
@@ -266,8 +376,9 @@ class RetryState:
                 up before doing work, not after.
         """
         p = self.policy
-        left = self.deadline - now
-        if left < p.min_attempt_time or left <= 0.0:
+        deadline = self.deadline
+        if deadline != _INF and deadline - now < p._least_time:
+            left = deadline - now
             error = DeadlineExceeded(
                 f"gave up before attempt {self.attempts + 1}: {max(left, 0.0):.3f} s left of the "
                 f"deadline, at least {p.min_attempt_time:.3f} s needed"
@@ -279,8 +390,8 @@ class RetryState:
         self._attempt_started = now
         self.next_retry = None
         if p.attempt_timeout is None:
-            return self.deadline
-        return attempt_deadline(now, self.deadline, p.attempt_timeout)
+            return deadline
+        return attempt_deadline(now, deadline, p.attempt_timeout)
 
     def _record(self, now: float, error: BaseException | None, delay: float | None) -> None:
         if self.history is not None:
@@ -289,11 +400,15 @@ class RetryState:
 
     def on_success(self, now: float) -> None:
         """The attempt succeeded."""
+        # The latest attempt has no error; and a finished call's state, error and traceback do
+        # not keep each other alive (a cycle only the garbage collector would free).
+        self.last_error = None
         p = self.policy
         budget = p.budget
         if budget is not None:
             budget.on_success()
-        self._record(now, None, None)
+        if self.history is not None:
+            self._record(now, None, None)
         if p._attempt_hooks:
             event = RetryEvent(
                 "success",
@@ -330,8 +445,20 @@ class RetryState:
         """
         self.last_error = error
         p = self.policy
-        room = self.deadline - now > p.min_attempt_time
-        verdict = classify(error, p._matcher, retry, room, p.retry_nested)
+        if retry is None and type(error) in p._retried and not error.__dict__:
+            # The class alone decided a retry before (classify, then remember_retried): the
+            # same verdict without asking again, and no retry_after to read.
+            if p.budget is None:
+                return self._schedule(error, now, None)
+            verdict: Verdict = _RETRY
+            wanted = None
+        else:
+            room = self.deadline - now > p.min_attempt_time
+            verdict = classify(error, p._matcher, retry, room, p.retry_nested)
+            if verdict is _RETRY and retry is None:
+                remember_retried(p._retried, error, p._matcher)
+            # Most errors have no retry_after at all: one lookup, validation only when present.
+            wanted = None if getattr(error, "retry_after", None) is None else retry_after_of(error)
         if p.budget is not None:
             if verdict is _ANSWERED:
                 p._answer(error)  # answered, not healthily: neither sickness nor a success
@@ -343,8 +470,6 @@ class RetryState:
             return self._give_up(
                 "exhausted_below" if verdict is _EXHAUSTED else "not_retryable", error, now
             )
-        # Most errors have no retry_after at all: one lookup, and validation only when present.
-        wanted = None if getattr(error, "retry_after", None) is None else retry_after_of(error)
         return self._schedule(error, now, wanted)
 
     def _unmatched(self, error: BaseException) -> None:
@@ -393,7 +518,11 @@ class RetryState:
             return self._give_up("disabled", error, now)
         if ONE_ATTEMPT.get():
             return self._give_up("delegated", error, now)
-        delay = p.backoff.compute(attempts - 1, p.rng, self._previous_delay)
+        fixed = p._fixed_delays
+        if fixed is not None:
+            delay = fixed[attempts]
+        else:
+            delay = p.backoff.compute(attempts - 1, p.rng, self._previous_delay)
         self._previous_delay = delay
         if wanted is not None and p.honor_retry_after:
             # Server pushback: wait the larger of what it asks and our own jittered backoff, so
@@ -405,14 +534,17 @@ class RetryState:
                 wanted = p.max_retry_after
             if wanted > delay:
                 delay = wanted
-        if TESTING.instant:
-            delay = 0.0
-        if now + delay + p.min_attempt_time >= self.deadline:
+        if TESTING.instant and p._zero_instant:
+            delay = 0.0  # a clock of its own: no wait (the system clock skips it: instant time)
+        deadline = self.deadline
+        if deadline != _INF and now + delay + p.min_attempt_time >= deadline:
             # Never sleep and then fail: give up now, with the last error.
             return self._give_up("deadline", error, now, mark=True)
         budget = p.budget
         if budget is not None and not budget.allow_retry(error or _BadResult(None)):
             self._emit("budget_exhausted", error, 0.0, now, "budget")
+            if self.defer_refusals:
+                return self.defer(error, now)
             return self._give_up("budget", error, now, mark=True)
         if self.history is not None:
             self._record(now, error, delay)
@@ -421,6 +553,60 @@ class RetryState:
         if p._hooks:
             self._emit("retry", error, delay, now, None)
         return delay
+
+    @property
+    def deferred(self) -> bool:
+        """Whether the wait in progress is a hold (:meth:`defer`): before the next attempt,
+        :meth:`resume` asks the budget again."""
+        return self.holds > 0
+
+    def defer(self, error: BaseException | None, now: float) -> float | None:
+        """Hold the next attempt back instead of giving up: the budget refused the retry (or,
+        for a driver's own use, refused the call). Returns the wait before :meth:`resume` asks
+        the budget again, or ``None`` to give up (``reason`` ``"budget"``).
+
+        Each hold in a row waits one backoff step further, so the calls held back by one sick
+        dependency spread out instead of asking together. A hold that would cross the
+        deadline gives up, and so does the hold after ``max_attempts`` of them in a row: a
+        budget that keeps refusing ends the call as one that is never deferred does at once.
+        :meth:`on_error` calls this itself when the state defers refusals
+        (``defer_refusals=True``).
+        """
+        p = self.policy
+        self.holds += 1
+        delay = p.backoff.compute(max(0, self.attempts - 1) + self.holds, p.rng)
+        if delay < MIN_HOLD:
+            delay = MIN_HOLD
+        if self.holds > p.max_attempts or now + delay + p.min_attempt_time >= self.deadline:
+            self.holds = 0
+            return self._give_up("budget", error, now, mark=True)
+        self.total_delay += delay
+        self.next_retry = now + delay
+        return delay
+
+    def resume(self, now: float, error: BaseException | None = None) -> float | None:
+        """At the end of a hold (:attr:`deferred`), ask the budget again.
+
+        Args:
+            now: the clock reading.
+            error: what the budget is asked about (default: the latest error, or a stand-in
+                when that is a restored summary).
+
+        Returns:
+            ``0.0``: the budget allows the retry, make the next attempt now; a positive delay:
+            it refused again, hold that long (:meth:`defer`); ``None``: give up (``reason``
+            ``"budget"``).
+        """
+        budget = self.policy.budget
+        if error is None:
+            last = self.last_error
+            error = last if isinstance(last, BaseException) else _Restored(last)
+        if budget is not None and not budget.allow_retry(error):
+            self._emit("budget_exhausted", error, 0.0, now, "budget")
+            return self.defer(error, now)
+        self.holds = 0
+        self.reason = None
+        return 0.0
 
     def _give_up(
         self, reason: GiveUpReason, error: BaseException | None, now: float, mark: bool = False
@@ -477,12 +663,14 @@ class RetryState:
 
         Returns:
             ``{"version", "attempts", "total_delay", "previous_delay", "started_at",
-            "deadline_at", "next_retry_at", "last_error", "reason"}``: ``deadline_at`` and
-            ``next_retry_at`` are ``None`` when there is none; ``last_error`` is
-            ``"Type: message"`` (at most 500 characters) or ``None``.
+            "deadline_at", "next_retry_at", "last_error", "reason", "holds"}``:
+            ``deadline_at`` and ``next_retry_at`` are ``None`` when there is none;
+            ``last_error`` is ``"Type: message"`` (at most 500 characters) or ``None``;
+            ``holds`` counts the budget's refusals in a row while a retry is deferred
+            (:meth:`defer`).
         """
         if now is None:
-            now = self.policy._now()
+            now = self.policy._clock.now()
         if wall_now is None:
             wall_now = time.time()
         offset = wall_now - now
@@ -497,6 +685,7 @@ class RetryState:
             "next_retry_at": None if self.next_retry is None else self.next_retry + offset,
             "last_error": error_summary(error) if isinstance(error, BaseException) else error,
             "reason": self.reason,
+            "holds": self.holds,
         }
 
     @classmethod
@@ -507,6 +696,7 @@ class RetryState:
         *,
         now: float | None = None,
         wall_now: float | None = None,
+        defer_refusals: bool = False,
     ) -> RetryState:
         """Continue a call from a :meth:`snapshot` (the budget's ``on_request`` is not called
         again: it is the same logical call).
@@ -528,7 +718,7 @@ class RetryState:
                 f"({SNAPSHOT_VERSION}); upgrade seawall"
             )
         if now is None:
-            now = policy._now()
+            now = policy._clock.now()
         if wall_now is None:
             wall_now = time.time()
         offset = wall_now - now
@@ -558,9 +748,16 @@ class RetryState:
         reason = data.get("reason")
         if reason is not None and reason not in _GIVE_UP_REASONS:
             raise ValueError(f"snapshot field reason is not a known reason, got {reason!r}")
+        holds = data.get("holds", 0)  # version 1 had none
+        if isinstance(holds, bool) or not isinstance(holds, int) or holds < 0:
+            raise ValueError(f"snapshot field holds must be an int >= 0, got {holds!r}")
         state = cls(
-            policy, started_at - offset, math.inf if deadline_at is None else deadline_at - offset
+            policy,
+            started_at - offset,
+            math.inf if deadline_at is None else deadline_at - offset,
+            defer_refusals=defer_refusals,
         )
+        state.holds = holds
         state.attempts = attempts
         state.total_delay = max(0.0, total_delay or 0.0)
         state._previous_delay = None if previous_delay is None else max(0.0, previous_delay)
@@ -573,6 +770,13 @@ class RetryState:
         return Outcome(
             value, error, self.attempts, self.total_delay, tuple(self.history or ()), self.reason
         )
+
+
+class _Restored(Exception):
+    """Stands for an error known only by its summary (a restored state's), for budgets."""
+
+    def __init__(self, summary: str | None) -> None:
+        super().__init__(summary or "an earlier attempt failed")
 
 
 class _BadResult(Exception):
@@ -592,6 +796,13 @@ _RETRY, _ANSWERED, _EXHAUSTED, _NEUTRAL = (
 # Transient errors of the standard library and of the popular HTTP clients, by name.
 _DEFAULT_RETRY_ON: RetryOn = is_transient
 _DEFAULT_HOOKS: tuple[Hook, ...] = (logging_hook,)
+_INF: Final = math.inf
+#: The shortest hold before a deferred retry asks a refusing budget again (seconds).
+MIN_HOLD: Final = 0.05
+# Positive, and no float lies between it and zero: `left < _SMALLEST_TIME` means `left <= 0`.
+_SMALLEST_TIME: Final = math.ulp(0.0)
+# The most attempts for which a policy keeps its jitter-free delays in a table.
+_FIXED_DELAYS_LIMIT: Final = 64
 
 # The drivers' signatures: fn, its positional arguments, its keyword arguments.
 _Runner = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
@@ -629,6 +840,9 @@ class RetryPolicy:
         retry_after_beyond_max: what to do when the server asks for more than
             ``max_retry_after``: ``"clamp"`` (wait ``max_retry_after``) or ``"give_up"`` (stop
             at once, reason ``"retry_after"``).
+        statistics: count the calls of each function this policy decorates, in
+            ``fn.statistics`` (a :class:`~seawall.lowlevel.RetryStatistics`); ``None`` there
+            when off. Off by default: the count costs a little on every call.
         min_attempt_time: do not start an attempt with less than this left before the deadline.
         retry_nested: retry errors that an inner policy already retried and gave up on. Off by
             default, so nested policies multiply nothing: only one layer retries.
@@ -653,12 +867,28 @@ class RetryPolicy:
     retry_nested: bool = False
     honor_retry_after: bool = True
     retry_after_beyond_max: Literal["clamp", "give_up"] = "clamp"
+    statistics: bool = False
 
     _matcher: ErrorMatcher = dataclasses.field(init=False, repr=False, compare=False)
+    # The error classes that retry_on alone retries, learnt from classify() (remember_retried):
+    # a failure of a known class skips classification.
+    _retried: dict[type, bool] = dataclasses.field(init=False, repr=False, compare=False)
     _hooks: tuple[Hook, ...] = dataclasses.field(init=False, repr=False, compare=False)
     # Hooks that also want "success" events (metrics); empty for most policies.
     _attempt_hooks: tuple[Hook, ...] = dataclasses.field(init=False, repr=False, compare=False)
+    # The delays before each retry when the backoff draws no jitter: the same on every call,
+    # computed once (by the backoff) for a policy of a few attempts; else None.
+    _fixed_delays: tuple[float, ...] | None = dataclasses.field(
+        init=False, repr=False, compare=False
+    )
+    # The least time left in which an attempt may start: min_attempt_time, or (for none) the
+    # smallest positive float, so that one comparison says "less than it, or nothing left".
+    _least_time: float = dataclasses.field(init=False, repr=False, compare=False)
     _clock: Clock = dataclasses.field(init=False, repr=False, compare=False)
+    # Whether the clock is not the system clock: testing.instant() then makes this policy's
+    # waits zero (the system clock skips them instead, so that deadlines see them pass), and
+    # the clock hears of zero waits too (a VirtualClock counts them).
+    _zero_instant: bool = dataclasses.field(init=False, repr=False, compare=False)
     # _clock.now, or time.monotonic itself for the system clock (what SystemClock.now returns).
     _now: Callable[[], float] = dataclasses.field(init=False, repr=False, compare=False)
     # What the budget hears when the dependency answered, not healthily (Verdict.ANSWERED).
@@ -681,6 +911,7 @@ class RetryPolicy:
         if not isinstance(self.backoff, Backoff):
             raise TypeError(f"backoff must be a seawall.Backoff, got {self.backoff!r}")
         set_(self, "_matcher", compile_errors(self.retry_on, "retry_on"))
+        set_(self, "_retried", {})
         if self.retry_if_result is not None and not callable(self.retry_if_result):
             raise TypeError(f"retry_if_result must be callable, got {self.retry_if_result!r}")
         optional_seconds = _validate.optional_seconds
@@ -691,6 +922,7 @@ class RetryPolicy:
         set_(self, "max_retry_after", mra)
         mat = optional_seconds("min_attempt_time", self.min_attempt_time, zero=True)
         set_(self, "min_attempt_time", mat or 0.0)
+        set_(self, "_least_time", mat or _SMALLEST_TIME)
         if self.budget is not None and not isinstance(self.budget, Budget):
             raise TypeError(f"budget must implement seawall.Budget, got {self.budget!r}")
         if self.clock is not None and not isinstance(self.clock, Clock):
@@ -703,6 +935,8 @@ class RetryPolicy:
             raise TypeError(f"retry_nested must be a bool, got {self.retry_nested!r}")
         if not isinstance(self.honor_retry_after, bool):
             raise TypeError(f"honor_retry_after must be a bool, got {self.honor_retry_after!r}")
+        if not isinstance(self.statistics, bool):
+            raise TypeError(f"statistics must be a bool, got {self.statistics!r}")
         if self.retry_after_beyond_max not in ("clamp", "give_up"):
             raise ValueError(
                 "retry_after_beyond_max must be 'clamp' or 'give_up', "
@@ -716,8 +950,14 @@ class RetryPolicy:
         set_(self, "_hooks", hooks)
         attempt_hooks = tuple(h for h in hooks if getattr(h, "observes_attempts", False) is True)
         set_(self, "_attempt_hooks", attempt_hooks)
+        fixed = None
+        if self.backoff.jitter == "none" and self.max_attempts <= _FIXED_DELAYS_LIMIT:
+            # Indexed by the number of attempts made (the wait after attempt 1 is fixed[1]).
+            fixed = (0.0, *(self.backoff.compute(n) for n in range(self.max_attempts - 1)))
+        set_(self, "_fixed_delays", fixed)
         clock = self.clock if self.clock is not None else SYSTEM_CLOCK
         set_(self, "_clock", clock)
+        set_(self, "_zero_instant", type(clock) is not SystemClock)
         set_(self, "_now", time.monotonic if type(clock) is SystemClock else clock.now)
         set_(self, "_answer", answer_callback(self.budget) if self.budget is not None else _nothing)
         fast = not (
@@ -745,17 +985,29 @@ class RetryPolicy:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         return (_rebuild_policy, (type(self), fields))
 
+    def _time(self) -> Callable[[], float]:
+        """What reads the time for one call: time.monotonic itself for the system clock,
+        unless instant time runs (testing.instant()) or ran: then the clock, which adds the
+        waits it skipped."""
+        return self._now if not (TESTING.instant or TESTING.skipped) else self._clock.now
+
     # -- the sans-I/O core ------------------------------------------------------------------
 
-    def new_state(self, now: float | None = None, *, record: bool = False) -> RetryState:
+    def new_state(
+        self, now: float | None = None, *, record: bool = False, defer_refusals: bool = False
+    ) -> RetryState:
         """Start the decisions for one logical call (for custom drivers, such as the simulator).
 
         The deadline is the earlier of the ambient :func:`seawall.deadline` and ``timeout``.
-        The budget's ``on_request`` is called here.
+        The budget's ``on_request`` is called here. With *defer_refusals*, a retry the budget
+        refuses is held back (:meth:`RetryState.defer`) instead of ending the call: for a
+        durable driver that can wait and ask again.
         """
         if now is None:
-            now = self._now()
-        state = RetryState(self, now, call_deadline(now, self.timeout))
+            now = self._time()()
+        state = RetryState(
+            self, now, call_deadline(now, self.timeout), defer_refusals=defer_refusals
+        )
         if record:
             state.history = []
         if self.budget is not None:
@@ -786,56 +1038,71 @@ class RetryPolicy:
         kwargs: Any,
         first_error: Exception | None,
         state: RetryState | None = None,
+        stats: RetryStatistics | None = None,
     ) -> T:
         """The synchronous loop over :class:`RetryState`. With *first_error*, the first-attempt
-        path already made attempt 1 (and told the budget of the request)."""
-        clock = self._clock
-        clock_now = self._now
-        now = clock_now()
-        if first_error is not None:
-            state = RetryState(self, now)
-            state.attempts = 1
-            delay = state.on_error(first_error, now)
-            if delay is None:
-                raise first_error
-            clock.sleep(delay)
-        elif state is None:
-            state = self.new_state(now)
-        begin, on_error, on_result, sleep = (
-            state.begin_attempt,
-            state.on_error,
-            state.on_result,
-            clock.sleep,
-        )
-        while True:
+        path already made attempt 1 (and told the budget of the request). With *stats*, the
+        call is counted there when it ends."""
+        try:
+            clock = self._clock
+            # self._time(), inline: this is every retried call's path
+            clock_now = self._now if not (TESTING.instant or TESTING.skipped) else clock.now
             now = clock_now()
-            at = begin(now)
-            token = None if at == math.inf else install(at, now, clock)
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as exc:
-                if first_error is not None and exc.__context__ is first_error:
-                    # Attempt 1's error was handed over from inside the first attempt's
-                    # `except`: later errors were not raised while handling it.
-                    exc.__context__ = None
-                delay = on_error(exc, clock_now())
+            if first_error is not None:
+                state = RetryState(self, now)
+                state.attempts = 1
+                delay = state.on_error(first_error, now)
                 if delay is None:
-                    raise
+                    raise first_error
             else:
-                if type(result) is _COROUTINE:
-                    _refuse_coroutine(fn, result)
-                delay = on_result(result, clock_now())
-                if delay is None:
-                    return result
-            finally:
-                if token is not None:
-                    _DEADLINE.reset(token)
-            sleep(delay)
+                if state is None:
+                    state = self.new_state(now)
+                delay = None
+            check = self.retry_if_result
+            # The system clock does nothing for a zero wait: neither a call to make nor time
+            # to read again (the next attempt starts at once).
+            zero_waits = self._zero_instant
+            # Handed over by the first attempt (no deadline, no timeouts, no result check) with
+            # no hook to date events for: no decision of this call depends on the time, so the
+            # clock is read once, above (a reading costs as much as a tenth of a failed attempt).
+            timeless = first_error is not None and not self._hooks
+            inf = _INF
+            while True:
+                if delay is not None and (delay > 0.0 or zero_waits):
+                    clock.sleep(delay)
+                    if not timeless:
+                        now = clock_now()
+                at = state.begin_attempt(now)
+                token = None if at == inf else install(at, now, clock)
+                try:
+                    result = fn(*args, **kwargs)
+                except Exception as exc:
+                    if not timeless:
+                        now = clock_now()
+                    delay = state.on_error(exc, now)
+                    if delay is None:
+                        raise
+                else:
+                    if type(result) is _COROUTINE:
+                        _refuse_coroutine(fn, result)
+                    if check is None:
+                        state.on_success(now if timeless else clock_now())
+                        break
+                    delay = state.on_result(result, clock_now())
+                    if delay is None:
+                        break
+                finally:
+                    if token is not None:
+                        _DEADLINE.reset(token)
+        finally:
+            if stats is not None:
+                stats._ended(state)
+        return result
 
     def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T]:
         """Like :meth:`call`, but return an :class:`Outcome` instead of raising ``Exception``s."""
         try:
-            state = self.new_state(self._now(), record=True)
+            state = self.new_state(record=True)
         except Exception as exc:  # the budget rejected the call locally (Throttled)
             return Outcome(None, exc, 0, 0.0, ())
         try:
@@ -862,53 +1129,60 @@ class RetryPolicy:
         kwargs: Any,
         first_error: Exception | None,
         state: RetryState | None = None,
+        stats: RetryStatistics | None = None,
     ) -> T:
         """The async twin of :meth:`_call_retrying`."""
         from seawall._core.compat import with_timeout
 
-        clock = self._clock
-        clock_now = self._now
-        now = clock_now()
-        if first_error is not None:
-            state = RetryState(self, now)
-            state.attempts = 1
-            delay = state.on_error(first_error, now)
-            if delay is None:
-                raise first_error
-            await clock.asleep(delay)
-        elif state is None:
-            state = self.new_state(now)
-        while True:
+        try:
+            clock = self._clock
+            # self._time(), inline: this is every retried call's path
+            clock_now = self._now if not (TESTING.instant or TESTING.skipped) else clock.now
             now = clock_now()
-            at = state.begin_attempt(now)
-            token = None if at == math.inf else install(at, now, clock)
-            try:
-                if at == math.inf:
-                    result = await fn(*args, **kwargs)
-                else:
-                    result = await with_timeout(fn(*args, **kwargs), at - now)
-            except Exception as exc:
-                _check_awaited(fn, exc)
-                if first_error is not None and exc.__context__ is first_error:
-                    exc.__context__ = None
-                delay = state.on_error(exc, clock_now())
+            if first_error is not None:
+                state = RetryState(self, now)
+                state.attempts = 1
+                delay = state.on_error(first_error, now)
                 if delay is None:
-                    raise
+                    raise first_error
             else:
-                delay = state.on_result(result, clock_now())
-                if delay is None:
-                    return result
-            finally:
-                if token is not None:
-                    _DEADLINE.reset(token)
-            await clock.asleep(delay)
+                if state is None:
+                    state = self.new_state(now)
+                delay = None
+            while True:
+                if delay is not None:
+                    await clock.asleep(delay)
+                    now = clock_now()
+                at = state.begin_attempt(now)
+                token = None if at == math.inf else install(at, now, clock)
+                try:
+                    if at == math.inf:
+                        result = await fn(*args, **kwargs)
+                    else:
+                        result = await with_timeout(fn(*args, **kwargs), at - now)
+                except Exception as exc:
+                    _check_awaited(fn, exc)
+                    delay = state.on_error(exc, clock_now())
+                    if delay is None:
+                        raise
+                else:
+                    delay = state.on_result(result, clock_now())
+                    if delay is None:
+                        break
+                finally:
+                    if token is not None:
+                        _DEADLINE.reset(token)
+        finally:
+            if stats is not None:
+                stats._ended(state)
+        return result
 
     async def arun(
         self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
     ) -> Outcome[T]:
         """The async twin of :meth:`run`."""
         try:
-            state = self.new_state(self._now(), record=True)
+            state = self.new_state(record=True)
         except Exception as exc:  # the budget rejected the call locally (Throttled)
             return Outcome(None, exc, 0, 0.0, ())
         try:
@@ -930,15 +1204,16 @@ class RetryPolicy:
     def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
         """Decorate a ``def`` or ``async def`` function; its signature is preserved.
 
-        The wrapper carries its policy as ``wrapper.policy`` and a per-call override:
-        ``wrapper.retry_with(max_attempts=5)(*args)`` calls the function once with a policy
-        changed that way (:meth:`replace`), leaving the decorated function as it is.
+        The wrapper carries its policy as ``wrapper.policy``, a per-call override,
+        ``wrapper.retry_with(max_attempts=5)(*args)``, which calls the function once with a
+        policy changed that way (:meth:`replace`), leaving the decorated function as it is, and
+        the statistics of its calls, ``wrapper.statistics`` (a :class:`RetryStatistics` if the
+        policy has ``statistics=True``, else ``None``).
         """
-        bind = None
-        if self._fast:
+        stats = RetryStatistics() if self.statistics else None
 
-            def bind(fn: Callable[..., Any], asynchronous: bool) -> Any:
-                return _bound_first_attempt(self, fn, asynchronous)
+        def bind(fn: Callable[..., Any], asynchronous: bool) -> Any:
+            return _bound_first_attempt(self, fn, asynchronous, stats)
 
         wrapper = decorate(fn, "retry", self._first, self._afirst, bind=bind)
         policy = self
@@ -948,6 +1223,7 @@ class RetryPolicy:
 
         wrapper.policy = policy  # type: ignore[attr-defined]
         wrapper.retry_with = retry_with  # type: ignore[attr-defined]
+        wrapper.statistics = stats  # type: ignore[attr-defined]
         return wrapper
 
     # -- block API --------------------------------------------------------------------------
@@ -1016,18 +1292,25 @@ _FIRST_ATTEMPT = """
 def make(slow, before, after, ambient, coroutine, refuse, check_awaited{bound}):
     {kind}def first({params}):
         if {guard}ambient() is not None:
-            return {wait}{slow}(fn, args, kwargs, None)  # the deadline shapes every attempt
+            return {wait}{slow}(fn, args, kwargs, None{stats})  # the deadline shapes each attempt
         {fetch}if {before} is not None:
             {before}()
         try:
             result = {wait}fn(*args, **kwargs)
         except Exception as exc:
             {awaited}
-            return {wait}{slow}(fn, args, kwargs, exc)
-        {returned}
-        if {after} is not None:
-            {after}()
-        return result
+            error = exc
+        else:
+            {returned}
+            {tick}if {after} is not None:
+                {after}()
+            return result
+        # Outside the `except`, so that the retries' own errors are not raised while handling
+        # this one; and not left in this frame (the error's traceback holds it): no cycle.
+        try:
+            return {wait}{slow}(fn, args, kwargs, error{stats})
+        finally:
+            error = None
 
     return first
 """
@@ -1044,7 +1327,7 @@ _METHOD = {
 
 
 def _compile_first_attempt(
-    *, asynchronous: bool, bound: bool = False, method: bool = False
+    *, asynchronous: bool, bound: bool = False, method: bool = False, counted: bool = False
 ) -> Callable[..., Any]:
     if method:
         params = "self, fn, /, *args, **kwargs"
@@ -1055,7 +1338,12 @@ def _compile_first_attempt(
         slow = "slow"
         parts = _CLOSURE
     source = _FIRST_ATTEMPT.format(
-        bound=", fn" if bound else "",
+        # A decorated function of a policy with statistics=True counts its calls
+        # (RetryStatistics): one tick, in C, for a first attempt that succeeds, the rest on the
+        # retrying path. (Off by default: the tick is a sixth of a decorated call's cost.)
+        bound=(", fn, tick, stats" if counted else ", fn") if bound else "",
+        stats=", None, stats" if counted else "",
+        tick="next(tick)\n            " if counted else "",
         kind="async " if asynchronous else "",
         params=params,
         slow=slow,
@@ -1064,7 +1352,9 @@ def _compile_first_attempt(
         returned="pass" if asynchronous else "if type(result) is coroutine: refuse(fn, result)",
         **parts,
     )
-    where = "method" if method else "decorator" if bound else "call"
+    where = (
+        "method" if method else "counted decorator" if counted else "decorator" if bound else "call"
+    )
     filename = f"<seawall first attempt: {'async ' if asynchronous else ''}{where}>"
     # Registered with linecache so that tracebacks and debuggers show the lines.
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -1078,6 +1368,8 @@ _MAKE_FIRST = _compile_first_attempt(asynchronous=False)
 _MAKE_AFIRST = _compile_first_attempt(asynchronous=True)
 _MAKE_WRAPPER = _compile_first_attempt(asynchronous=False, bound=True)
 _MAKE_AWRAPPER = _compile_first_attempt(asynchronous=True, bound=True)
+_MAKE_COUNTED = _compile_first_attempt(asynchronous=False, bound=True, counted=True)
+_MAKE_ACOUNTED = _compile_first_attempt(asynchronous=True, bound=True, counted=True)
 _MAKE_CALL = _compile_first_attempt(asynchronous=False, method=True)
 _MAKE_ACALL = _compile_first_attempt(asynchronous=True, method=True)
 
@@ -1109,12 +1401,35 @@ def _first_attempts(policy: RetryPolicy) -> tuple[_Runner, _Runner]:
     return _MAKE_FIRST(slow, *parts), _MAKE_AFIRST(aslow, *parts)
 
 
-def _bound_first_attempt(policy: RetryPolicy, fn: Callable[..., Any], asynchronous: bool) -> Any:
-    """The same first-attempt path with *fn* bound: a decorated function's wrapper."""
+def _bound_first_attempt(
+    policy: RetryPolicy,
+    fn: Callable[..., Any],
+    asynchronous: bool,
+    stats: RetryStatistics | None,
+) -> Any:
+    """The same first-attempt path with *fn* bound: a decorated function's wrapper, counting
+    its calls in *stats* if given."""
+    slow, aslow = policy._call_retrying, policy._acall_retrying
+    if not policy._fast:
+        # Not a first attempt without bookkeeping: the loop, from the start.
+        if asynchronous:
+
+            async def ageneral(*args: Any, **kwargs: Any) -> Any:
+                return await aslow(fn, args, kwargs, None, None, stats)
+
+            return ageneral
+
+        def general(*args: Any, **kwargs: Any) -> Any:
+            return slow(fn, args, kwargs, None, None, stats)
+
+        return general
     parts = _first_parts(policy)
-    if asynchronous:
-        return _MAKE_AWRAPPER(policy._acall_retrying, *parts, fn)
-    return _MAKE_WRAPPER(policy._call_retrying, *parts, fn)
+    if stats is None:
+        return (
+            _MAKE_AWRAPPER(aslow, *parts, fn) if asynchronous else _MAKE_WRAPPER(slow, *parts, fn)
+        )
+    counted = (*parts, fn, stats._counter, stats)
+    return _MAKE_ACOUNTED(aslow, *counted) if asynchronous else _MAKE_COUNTED(slow, *counted)
 
 
 @public("seawall.lowlevel")
@@ -1269,6 +1584,7 @@ def retry(
     retry_nested: bool = False,
     honor_retry_after: bool = True,
     retry_after_beyond_max: Literal["clamp", "give_up"] = "clamp",
+    statistics: bool = False,
 ) -> RetryPolicy: ...
 
 

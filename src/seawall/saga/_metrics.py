@@ -47,15 +47,19 @@ class MetricsHook:
         if event.kind == "hold":
             if event.reason == "budget":
                 r.budget_refusal(label)
+            if event.delay is None and event.reason is not None:  # held back no more: gave up
+                r.give_up(label, event.reason)
             return
         if event.error is None:
             r.attempt(label, "success", event.duration)
             return
         r.attempt(label, "failure", event.duration)
-        if event.delay is not None:
+        if event.delay is None:
+            if event.reason is not None:
+                r.give_up(label, event.reason)
+        elif event.reason is None:
             r.retry(label)
-        elif event.reason is not None:
-            r.give_up(label, event.reason)
+        # else held back by the budget: the hold event counts the refusal; no give-up
 
     def __repr__(self) -> str:
         return f"saga.MetricsHook({self.recorder!r})"

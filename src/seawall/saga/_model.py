@@ -327,9 +327,11 @@ class SagaEvent:
 
     Attributes:
         kind: ``"attempt"`` (an attempt ended: ``error`` is ``None`` on success; ``delay`` is the
-            wait before the next one, ``None`` when none follows), ``"hold"`` (a retry was pushed
-            out by the budget or an overloaded dependency) or ``"run"`` (the run entered
-            ``status``).
+            wait before the next one, ``None`` when none follows; with a ``reason`` and a
+            ``delay``, the budget refused the retry and it is held back, not given up),
+            ``"hold"`` (a retry was pushed out by the budget or an overloaded dependency; with
+            ``delay`` ``None``, refused once too often: the step gives up) or ``"run"`` (the run
+            entered ``status``).
         saga: the saga's name.
         run_id: the run.
         step: the step's name (``None`` for ``"run"``).
@@ -337,7 +339,8 @@ class SagaEvent:
         attempt: the attempt's number, from 1.
         error: the exception, or its ``"Type: message"`` summary, or ``None``.
         delay: seconds until the next attempt, or ``None``.
-        reason: why the policy gave up (a ``GiveUpReason``), if it did.
+        reason: why the policy gave up (a ``GiveUpReason``), if it did; for a hold (and the
+            attempt held back), why it waits: ``"budget"`` or ``"overloaded"``.
         status: the run's status after the event.
         duration: the attempt's seconds (for ``"run"`` events of final statuses: the run's).
     """

@@ -70,8 +70,6 @@ _ACTIVE: Final = frozenset({S.RUNNING.value, S.RETRYING.value, S.COMPENSATING.va
 _SETTLED: Final = frozenset(
     {S.SUCCEEDED.value, S.COMPENSATED.value, S.FAILED.value, S.NEEDS_ATTENTION.value}
 )
-#: The shortest wait before asking a refusing budget again (seconds).
-MIN_HOLD: Final = 0.05
 #: The shortest idle wait of a worker that found due work it could not claim (seconds).
 MIN_IDLE: Final = 0.01
 _MAX_RUN_ID = 200
@@ -100,12 +98,19 @@ def logging_hook(event: SagaEvent) -> None:
     what = "compensation of step" if event.phase == "compensation" else "step"
     error = event.error
     shown = error_summary(error) if isinstance(error, BaseException) else error
-    if event.kind == "hold":
+    args: tuple[Any, ...]
+    if event.kind == "hold" and event.delay is None:
+        message, args = "held back (%s) once too often: gave up", (event.reason,)
+        level = logging.WARNING
+    elif event.kind == "hold":
         message = "held back (%s): next attempt in %.3f s"
-        args: tuple[Any, ...] = (event.reason, event.delay or 0.0)
+        args = (event.reason, event.delay)
         level = logging.INFO
     elif error is None:
         message, args, level = "succeeded in %.3f s", (event.duration,), logging.INFO
+    elif event.delay is not None and event.reason is not None:
+        message, args = "failed: %s; held back (%s)", (shown, event.reason)
+        level = logging.INFO
     elif event.delay is not None:
         message, args, level = "failed: %s; retry in %.3f s", (shown, event.delay), logging.INFO
     else:
@@ -267,11 +272,19 @@ def apply_operation(loaded: Loaded, operation: str, now: float) -> None:
 
 
 def _without_holds(text: str | None) -> str | None:
+    """The retry state with its budget holds cleared: an operator's retry does not ask the
+    budget first (the holds are the core's, in the snapshot; the first schema kept them beside
+    it)."""
     if text is None:
         return None
     data = json.loads(text)
-    if isinstance(data, dict) and data.get("holds"):
-        data["holds"] = 0
+    if not isinstance(data, dict):
+        return text
+    retry = data.get("retry")
+    if data.get("holds") or (isinstance(retry, dict) and retry.get("holds")):
+        data.pop("holds", None)
+        if isinstance(retry, dict):
+            retry["holds"] = 0
         return _dumps(data)
     return text
 
@@ -933,27 +946,34 @@ class Orchestrator:
             self._release(w, row.next_retry_at, now)
             return True
         error: BaseException = _Recorded(row.last_error or "an earlier attempt failed")
-        holds = 0
         try:
             data = json.loads(row.retry_state) if row.retry_state else None
-            if isinstance(data, dict) and isinstance(data.get("holds"), int):
-                holds = max(0, data["holds"])
             if data is not None:
-                state = RetryState.restore(policy, data["retry"], now=now, wall_now=now)
+                # A refused retry is deferred by the core, not given up: this layer can wait.
+                state = RetryState.restore(
+                    policy, data["retry"], now=now, wall_now=now, defer_refusals=True
+                )
+                legacy = data.get("holds")  # rows of the first schema kept holds beside it
+                if isinstance(legacy, int) and not isinstance(legacy, bool) and legacy > 0:
+                    state.holds = max(state.holds, legacy)
             else:
-                state = policy.new_state(now)
+                state = policy.new_state(now, defer_refusals=True)
         except Overloaded as exc:  # an adaptive throttle refused the call before it started
-            self._hold(w, index, phase, None, exc, holds, now)
+            self._throttled(w, index, phase, exc, now)
             return True
         except (ValueError, KeyError, TypeError) as exc:  # a row this version cannot continue
             self._give_up(w, index, phase, "not_retryable", error_summary(exc), now)
             return False
-        if holds:
-            budget = policy.budget
-            if budget is not None and not budget.allow_retry(error):
-                self._hold(w, index, phase, state, error, holds, now)
+        if state.deferred:
+            delay = state.resume(now, error)  # the budget asked again
+            if delay is None:  # refused once too often, or the deadline: a give-up at last
+                done = row.compensation_attempt_count if comp else row.attempt_count
+                self._event(w, "hold", row.name, phase, done, row.last_error, None, "budget", 0.0)
+                self._give_up(w, index, phase, "budget", row.last_error, now)
+                return False
+            if delay > 0.0:
+                self._hold(w, index, phase, state, error, delay, "budget", now)
                 return True
-            state.reason = None
         try:
             attempt_deadline = state.begin_attempt(now)
         except DeadlineExceeded as exc:
@@ -975,7 +995,7 @@ class Orchestrator:
         assert fn is not None
         row.running = True
         row.next_retry_at = None
-        row.retry_state = _dumps({"retry": state.snapshot(now=now, wall_now=now), "holds": 0})
+        row.retry_state = _dumps({"retry": state.snapshot(now=now, wall_now=now)})
         row.updated_at = now
         row.dirty = True
         loaded.history.append(
@@ -1126,8 +1146,19 @@ class Orchestrator:
         row.updated_at = now
         row.dirty = True
         run.updated_at = now
-        if delay is None and state.reason == "budget":
-            self._hold(w, index, phase, state, exc, 0, now, attempt=attempt, duration=duration)
+        if delay is not None and state.deferred:  # the budget refused: a hold, not a give-up
+            self._hold(
+                w,
+                index,
+                phase,
+                state,
+                exc,
+                delay,
+                "budget",
+                now,
+                attempt=attempt,
+                duration=duration,
+            )
             return
         if delay is None:
             reason = state.reason or "not_retryable"
@@ -1139,7 +1170,7 @@ class Orchestrator:
             return
         at = now + delay
         row.next_retry_at = at
-        row.retry_state = _dumps({"retry": state.snapshot(now=now, wall_now=now), "holds": 0})
+        row.retry_state = _dumps({"retry": state.snapshot(now=now, wall_now=now)})
         if not comp:
             row.status = S.RETRYING.value
         run.status = S.COMPENSATING.value if comp else S.RETRYING.value
@@ -1159,6 +1190,16 @@ class Orchestrator:
         )
         self._event(w, "attempt", row.name, phase, attempt, exc, delay, None, duration)
 
+    def _throttled(self, w: _Work, index: int, phase: str, exc: BaseException, now: float) -> None:
+        """A throttle refused the call before it started: hold it as the core holds a refused
+        retry (:meth:`RetryState.defer`), or give up (reason ``"overloaded"``)."""
+        policy = w.saga.steps[index].retry_policy
+        delay = RetryState(policy, now, defer_refusals=True).defer(exc, now)
+        if delay is None:
+            self._give_up(w, index, phase, "overloaded", error_summary(exc), now)
+            return
+        self._hold(w, index, phase, None, exc, delay, "overloaded", now)
+
     def _hold(
         self,
         w: _Work,
@@ -1166,48 +1207,31 @@ class Orchestrator:
         phase: str,
         state: RetryState | None,
         exc: BaseException,
-        holds: int,
+        delay: float,
+        reason: str,
         now: float,
         *,
         attempt: int | None = None,
         duration: float = 0.0,
     ) -> None:
-        """The budget refused a retry (or a throttle the call): wait, and ask it again then.
-
-        The wait grows with the policy's backoff (one step further per hold), so the runs held
-        back by one sick dependency wait longer instead of asking together. A hold that would
-        cross the step's deadline, or the hold after ``max_attempts`` in a row, gives up
-        (reason ``"budget"``, or ``"overloaded"`` for a throttle).
-        """
+        """The budget refused a retry (or a throttle the call): the core deferred it by *delay*
+        (:meth:`RetryState.defer`); record the wait, and ask the budget again then."""
         loaded, run = w.loaded, w.loaded.run
         row = loaded.steps[index]
-        policy = w.saga.steps[index].retry_policy
         comp = phase == "compensation"
-        holds += 1
-        attempts = state.attempts if state is not None else 0
-        delay = max(MIN_HOLD, policy.backoff.compute(max(0, attempts - 1) + holds, policy.rng))
-        reason = "budget" if state is not None and state.reason == "budget" else "overloaded"
         summary = error_summary(exc) if not isinstance(exc, _Recorded) else row.last_error
         if attempt is not None:
             loaded.history.append(
                 (run.run_id, now, row.name, phase, "failure", attempt, None, summary, None)
             )
-            self._event(w, "attempt", row.name, phase, attempt, exc, None, reason, duration)
-        # The core's rule for any wait (never wait across the deadline), and a bound of its own:
-        # a retry refused max_attempts times in a row gives up as the core did at the first.
-        if holds > policy.max_attempts or (
-            state is not None and now + delay + policy.min_attempt_time >= state.deadline
-        ):
-            self._give_up(w, index, phase, reason, summary, now)
-            return
+            # The attempt failed and its retry waits: held back, not given up.
+            self._event(w, "attempt", row.name, phase, attempt, exc, delay, reason, duration)
         at = now + delay
         row.running = False
         row.next_retry_at = at
         row.last_error = summary
         if state is not None:
-            row.retry_state = _dumps(
-                {"retry": state.snapshot(now=now, wall_now=now), "holds": holds}
-            )
+            row.retry_state = _dumps({"retry": state.snapshot(now=now, wall_now=now)})
         if not comp and row.status != S.PENDING.value:
             row.status = S.RETRYING.value
         row.updated_at = now

@@ -12,7 +12,7 @@ from seawall._strategies.backoff import Backoff
 from seawall._strategies.budget import RetryBudget
 from seawall._strategies.retry import RetryPolicy
 from seawall.sim._metrics import retry_hooks
-from seawall.sim._util import trial_rng
+from seawall.sim._util import check_volume, isolated, simulate, trial_rng
 
 __all__ = ["AMPLIFY_STRATEGIES", "AmplifyResult", "AmplifyRow", "amplify"]
 
@@ -57,6 +57,7 @@ class AmplifyResult:
         raise KeyError(strategy)
 
 
+@isolated
 def amplify(
     layers: int = 3,
     attempts: int = 3,
@@ -106,9 +107,10 @@ def amplify(
     seed = _validate.count("seed", seed, minimum=0)
     if attempts**layers > 10**7:
         raise ValueError(f"attempts**layers must be <= 10**7, got {attempts}**{layers}")
+    check_volume("requests * attempts**layers", requests * attempts**layers)
     rows = []
     for strategy in AMPLIFY_STRATEGIES:
-        calls, bound = _run(strategy, layers, attempts, requests, ratio, rate, seed)
+        calls, bound = simulate(_run, strategy, layers, attempts, requests, ratio, rate, seed)
         rows.append(AmplifyRow(strategy, calls, calls / requests, bound))
     return AmplifyResult(layers, attempts, requests, ratio, tuple(rows))
 

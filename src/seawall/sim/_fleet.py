@@ -12,7 +12,7 @@ from seawall._core.clock import VirtualClock
 from seawall._strategies.backoff import Backoff
 from seawall._strategies.budget import RetryBudget
 from seawall._strategies.retry import RetryPolicy
-from seawall.sim._util import trial_rng
+from seawall.sim._util import isolated, simulate, trial_rng
 
 __all__ = ["FLEET_STRATEGIES", "FleetResult", "FleetRow", "fleet"]
 
@@ -64,6 +64,7 @@ class FleetResult:
         raise KeyError((strategy, processes))
 
 
+@isolated
 def fleet(
     processes: Sequence[int] = (1, 2, 4, 8, 16, 32),
     *,
@@ -116,8 +117,8 @@ def fleet(
     floor = min_per_second * (duration + window) / duration
     for size in sizes:
         for strategy in FLEET_STRATEGIES:
-            requests, calls = _run(
-                strategy, size, attempts, rate, duration, ratio, min_per_second, window,
+            requests, calls = simulate(
+                _run, strategy, size, attempts, rate, duration, ratio, min_per_second, window,
                 sync_interval, seed,
             )  # fmt: skip
             share = floor / rate if strategy == "per_process" else floor / (size * rate)

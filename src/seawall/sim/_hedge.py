@@ -3,24 +3,27 @@
 A user request fans out to *fanout* leaf servers and answers when the last leaf has answered,
 so one slow leaf in ten makes the whole request slow: the tail at scale (Dean and Barroso, "The
 Tail at Scale", CACM 2013). Each leaf call goes through a real :class:`~seawall.Hedge` whose delay
-is the live quantile of a real :class:`~seawall.LatencyTracker`; the engine drives it through
-the hedge's sans-I/O methods (``start_call``, ``admit``, ``on_success``), the decisions
-``Hedge.acall`` makes on asyncio.
+is the live quantile of a real :class:`~seawall.LatencyTracker`, run by the hedge's own
+asyncio driver, ``Hedge.acall``, on an event loop whose time is virtual
+(:class:`seawall._core.aio.VirtualEventLoop`): its timers, its cancellation of the losing
+attempts and its calls to the sans-I/O methods are the ones production runs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 import random
 from collections.abc import Callable, Sequence
 
 from seawall._core import validate as _validate
-from seawall._strategies.hedge import Hedge, HedgeDelayPassed, HedgeHook
+from seawall._core.aio import VirtualEventLoop
+from seawall._core.clock import VirtualClock
+from seawall._strategies.hedge import Hedge, HedgeHook
 from seawall._strategies.latency import LatencyTracker
-from seawall.sim._engine import Engine, SimClock
 from seawall.sim._metrics import hedge_hooks
-from seawall.sim._util import trial_rng
+from seawall.sim._util import check_volume, isolated, simulate, trial_rng
 
 __all__ = ["HEDGE_PERCENTILES", "HedgeResult", "HedgeRow", "hedge"]
 
@@ -108,24 +111,6 @@ def _percentile(ordered: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-class _Leaf:
-    __slots__ = ("attempts", "done", "request", "started")
-
-    def __init__(self, request: _Request, started: float) -> None:
-        self.request = request
-        self.started = started
-        self.attempts = 1
-        self.done = False
-
-
-class _Request:
-    __slots__ = ("remaining", "started")
-
-    def __init__(self, started: float, fanout: int) -> None:
-        self.started = started
-        self.remaining = fanout
-
-
 def _run(
     quantile: float | None,
     *,
@@ -139,11 +124,45 @@ def _run(
     seed: int,
     hooks: Sequence[HedgeHook],
 ) -> tuple[HedgeRow, int]:
-    engine = Engine()
-    at = engine.at
-    clock = SimClock(engine)
+    loop = VirtualEventLoop()
+    try:
+        return loop.run_until_complete(
+            _drive(
+                quantile,
+                loop.clock,
+                requests=requests,
+                fanout=fanout,
+                rate=rate,
+                latency=latency,
+                max_attempts=max_attempts,
+                max_extra_load=max_extra_load,
+                min_samples=min_samples,
+                seed=seed,
+                hooks=hooks,
+            )
+        )
+    finally:
+        loop.close()
+
+
+async def _drive(
+    quantile: float | None,
+    clock: VirtualClock,
+    *,
+    requests: int,
+    fanout: int,
+    rate: float,
+    latency: Callable[[random.Random], float],
+    max_attempts: int,
+    max_extra_load: float | None,
+    min_samples: int,
+    seed: int,
+    hooks: Sequence[HedgeHook],
+) -> tuple[HedgeRow, int]:
+    # The real driver, Hedge.acall, on an asyncio loop whose time is virtual: its timers, its
+    # cancellation of the losers and its calls to the sans-I/O methods are production's.
     # The same arrivals and first-attempt latencies for every strategy (paired comparison);
-    # hedges draw from a stream of their own.
+    # hedges draw from a stream of their own (the "replicas" acall hands each attempt).
     arrivals = trial_rng(seed, "hedge", "arrivals")
     primary = trial_rng(seed, "hedge", "primary")
     backup = trial_rng(seed, "hedge", "backup", _strategy_name(quantile))
@@ -156,6 +175,7 @@ def _run(
             max_attempts=max_attempts,
             min_samples=min_samples,
             max_extra_load=max_extra_load,
+            replicas=(primary, *([backup] * (max_attempts - 1))),
             clock=clock,
             name=f"hedge-{_strategy_name(quantile)}",
             hooks=(*hooks, *hedge_hooks()),
@@ -163,56 +183,31 @@ def _run(
     request_latency: list[float] = []
     leaf_latency: list[float] = []
     sent = 0
+    sleep = asyncio.sleep
 
-    def on_arrival(n: int) -> None:
+    async def attempt(rng: random.Random) -> None:
         nonlocal sent
-        now = engine.now
-        request = _Request(now, fanout)
-        for _ in range(fanout):
-            leaf = _Leaf(request, now)
-            sent += 1
-            at(now + latency(primary), on_answer, (leaf, 1))
-            if policy is not None:
-                delay = policy.start_call()
-                if delay != math.inf:
-                    at(now + delay, on_slow, (leaf, delay))
+        sent += 1  # the server received it, whether it wins, loses or is cancelled
+        await sleep(latency(rng))
+
+    async def leaf(started: float) -> None:
+        if policy is None:
+            await attempt(primary)
+        else:
+            await policy.acall(attempt)
+        leaf_latency.append(clock.now() - started)
+
+    async def request() -> None:
+        started = clock.now()
+        await asyncio.gather(*(leaf(started) for _ in range(fanout)))
+        request_latency.append(clock.now() - started)
+
+    running = []
+    for n in range(requests):
+        running.append(asyncio.ensure_future(request()))
         if n + 1 < requests:
-            at(now + arrivals.expovariate(rate), on_arrival, n + 1)
-
-    def on_slow(arg: tuple[_Leaf, float]) -> None:
-        # Hedge.acall's timer: the delay passed and no attempt has answered.
-        nonlocal sent
-        leaf, delay = arg
-        assert policy is not None
-        if leaf.done or leaf.attempts >= max_attempts:
-            return
-        number = leaf.attempts + 1
-        if not policy.admit(HedgeDelayPassed(f"no answer after {delay:.3f} s"), number):
-            return  # as in acall: no more hedges on time for this call
-        leaf.attempts = number
-        sent += 1
-        now = engine.now
-        at(now + latency(backup), on_answer, (leaf, number))
-        if number < max_attempts:
-            at(now + delay, on_slow, arg)
-
-    def on_answer(arg: tuple[_Leaf, int]) -> None:
-        leaf, number = arg
-        if leaf.done:
-            return  # a loser: acall cancels it, but the server has received it (load)
-        leaf.done = True
-        now = engine.now
-        took = now - leaf.started
-        leaf_latency.append(took)
-        if policy is not None:
-            policy.on_success(took, number)
-        request = leaf.request
-        request.remaining -= 1
-        if request.remaining == 0:
-            request_latency.append(now - request.started)
-
-    at(0.0, on_arrival, 0)
-    engine.run()
+            await sleep(arrivals.expovariate(rate))
+    await asyncio.gather(*running)
     request_latency.sort()
     leaf_latency.sort()
     calls = requests * fanout
@@ -232,9 +227,11 @@ def _run(
         hedges=0 if policy is None else policy.hedges,
         wins=0 if policy is None else policy.wins,
     )
-    return row, engine.events
+    # Events: arrivals, and each attempt's start and answer (or cancellation).
+    return row, requests + 2 * sent
 
 
+@isolated
 def hedge(
     *,
     requests: int = 2000,
@@ -310,6 +307,7 @@ def hedge(
         max_extra_load = bound
     min_samples = _validate.count("min_samples", min_samples, minimum=0)
     seed = _validate.count("seed", seed, minimum=0)
+    check_volume("requests * fanout * max_attempts", requests * fanout * max_attempts)
     mu = math.log(median)
 
     def latency(rng: random.Random) -> float:
@@ -324,7 +322,8 @@ def hedge(
     if progress is not None:
         progress(0, len(strategies))
     for i, strategy in enumerate(strategies):
-        row, n = _run(
+        row, n = simulate(
+            _run,
             strategy,
             requests=requests,
             fanout=fanout,

@@ -15,6 +15,19 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:,.1f}"
 
 
+def _hedge_metrics(r: HedgeResult) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for row in r.rows:
+        for field in ("p50", "p99", "p999", "extra_load"):
+            out[f"{row.strategy}.{field}"] = getattr(row, field)
+    out["p99_cut"] = r.p99_cut
+    hedged = [row for row in r.rows if row.quantile is not None]
+    base = [row for row in r.rows if row.quantile is None]
+    if hedged and base and hedged[0].p999 > 0:
+        out["p999_cut"] = base[0].p999 / hedged[0].p999
+    return out
+
+
 def render_hedge(result: HedgeResult, console: Any) -> None:
     from rich.table import Table
 
@@ -127,6 +140,7 @@ def _hedge_run(a: argparse.Namespace, progress: Progress | None) -> Any:
 register_scenario(
     Scenario(
         name="hedge",
+        metrics=_hedge_metrics,
         summary="fan-out requests to heavy-tailed servers: p99 with and without hedging",
         description=(
             "Each request calls --fanout leaves and waits for all; a leaf takes log-normal "

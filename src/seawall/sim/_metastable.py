@@ -2,23 +2,38 @@
 
 from __future__ import annotations
 
-import collections
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from seawall._core import validate as _validate
+from seawall._core.clock import Clock
 from seawall._core.errors import Overloaded
 from seawall._strategies.backoff import Backoff
 from seawall._strategies.budget import RetryBudget
 from seawall._strategies.retry import RetryPolicy, RetryState
+from seawall.server._admission import Admission, Ticket
 from seawall.sim._engine import Engine, SimClock
 from seawall.sim._metrics import retry_hooks
-from seawall.sim._util import parallel_map, trial_rng
+from seawall.sim._servers import SERVER_MODELS, make_server
+from seawall.sim._util import MAX_DURATION, check_volume, isolated, parallel_map, trial_rng
 
 __all__ = ["METASTABLE_STRATEGIES", "MetastableResult", "MetastableSeries", "metastable"]
 
-METASTABLE_STRATEGIES: tuple[str, ...] = ("naive", "backoff", "budget", "budget_shedding")
+METASTABLE_STRATEGIES: tuple[str, ...] = (
+    "naive",
+    "backoff",
+    "budget",
+    "budget_shedding",
+    "published_backoff",
+    "retry_once",
+    "no_retries",
+)
+#: The strategies a run compares unless told otherwise.
+DEFAULT_METASTABLE_STRATEGIES: tuple[str, ...] = ("naive", "backoff", "budget", "budget_shedding")
+TRIGGERS: tuple[str, ...] = ("spike", "ramp")
 
 
 class AttemptTimedOut(TimeoutError):
@@ -69,6 +84,14 @@ class MetastableResult:
     spike_end: float
     runs: int
     seed: int
+    server: str = "fixed"
+    trigger: str = "spike"
+    outage: tuple[float, float] | None = None
+
+    @property
+    def trigger_end(self) -> float:
+        """When the trigger (the spike or ramp, and the outage) ended."""
+        return max(self.spike_end, self.outage[1] if self.outage else 0.0)
 
     def get(self, strategy: str) -> MetastableSeries:
         for s in self.series:
@@ -98,6 +121,27 @@ class _Params:
     attempts: int
     shed_limit: int
     bin_width: float
+    server: str = "fixed"
+    concurrency: int = 1
+    queue_limit: float = math.inf
+    trigger: str = "spike"
+    outage_start: float = 0.0
+    outage_end: float = 0.0
+    # Scenario files (seawall.sim._file): a piecewise rate, bursts, failures, a policy file.
+    rate_points: tuple[tuple[float, float], ...] = ()  # (time, rate), linear between points
+    even: bool = False  # arrivals evenly spaced instead of Poisson
+    bursts: tuple[tuple[float, int], ...] = ()  # (time, requests at once)
+    failure_probability: float = 0.0  # each attempt fails at once, independently
+    error_outages: tuple[tuple[float, float], ...] = ()  # every attempt fails in these windows
+    stall_outages: tuple[tuple[float, float], ...] = ()  # the server stalls in these windows
+    route: Any = None  # a seawall.config.RouteConfig: the policy under test
+    shed_queue: int = 0  # the shedder's queue (LoadShedder's max_queue)
+    shed_queue_wait: float = 1.0  # how long a request waits in it (max_queue_wait)
+    client_timeout: float = math.inf  # the client's own patience per attempt
+
+
+class AttemptFailed(ConnectionError):
+    """The dependency answered the attempt with an error (at once)."""
 
 
 class _Request:
@@ -111,14 +155,33 @@ class _Request:
 
 
 def _policy(
-    strategy: str, attempts: int, timeout: float, clock: SimClock, seed: int, run: int
+    strategy: str,
+    attempts: int,
+    timeout: float,
+    clock: Clock,
+    seed: int,
+    run: int,
+    route: Any = None,
 ) -> RetryPolicy:
     rng = trial_rng(seed, "metastable", strategy, run, "policy")
-    # "naive" retries at once; the others back off with full jitter.
-    backoff = Backoff.constant(0.0) if strategy == "naive" else Backoff(base=0.1, cap=2.0)
+    if route is not None:
+        # A policy from the user's own policy file, as production builds it, on virtual time.
+        budget_config = route.budget
+        policy: RetryPolicy = route.build(
+            budget=None if budget_config is None else budget_config.build(clock), clock=clock
+        )
+        return policy.replace(rng=rng, hooks=retry_hooks())
     budget = RetryBudget(clock=clock) if strategy in ("budget", "budget_shedding") else None
+    if strategy in ("naive", "retry_once"):
+        backoff = Backoff.constant(0.0)  # retry at once
+    elif strategy == "published_backoff":
+        # U(0, 20 s) before the first retry, U(0, 40 s) before the second: full jitter, base
+        # 20 s, doubling, capped at 40 s.
+        backoff = Backoff(base=20.0, multiplier=2.0, cap=40.0, jitter="full")
+    else:
+        backoff = Backoff(base=0.1, cap=2.0)
     return RetryPolicy(
-        max_attempts=attempts,
+        max_attempts={"retry_once": 2, "no_retries": 1}.get(strategy, attempts),
         backoff=backoff,
         attempt_timeout=timeout,
         budget=budget,
@@ -128,50 +191,96 @@ def _policy(
     )
 
 
+def _rate_at(p: _Params, now: float) -> float:
+    points = p.rate_points
+    if points:
+        if now <= points[0][0]:
+            return points[0][1]
+        for (t0, r0), (t1, r1) in itertools.pairwise(points):
+            if now < t1:
+                return r0 if t1 == t0 else r0 + (r1 - r0) * (now - t0) / (t1 - t0)
+        return points[-1][1]
+    if not p.spike_start <= now < p.spike_end:
+        return p.rate
+    if p.trigger == "ramp":
+        # Up from `rate` to `spike_rate` across the window, then back down at once.
+        span = p.spike_end - p.spike_start
+        return p.rate + (p.spike_rate - p.rate) * (now - p.spike_start) / span
+    return p.spike_rate
+
+
 def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, int, int]:
     engine = Engine()
     at = engine.at
     rng = trial_rng(p.seed, "metastable", p.strategy, p.run)
     expo = rng.expovariate
     net = 1.0 / p.network_mean
-    policy = _policy(p.strategy, p.attempts, p.timeout, SimClock(engine), p.seed, p.run)
+    policy = _policy(p.strategy, p.attempts, p.timeout, SimClock(engine), p.seed, p.run, p.route)
+    fail_p = p.failure_probability
+    rand = rng.random
     shed = p.strategy == "budget_shedding"
     nbins = math.ceil(p.duration / p.bin_width)
     goodput = [0] * nbins
     offered = [0] * nbins
     in_flight_at = [0] * nbins
     width = p.bin_width
-    base, per = p.base_latency, p.per_request
-    # The server shares itself between the requests in it (processor sharing): each needs one
-    # unit of work, done at the rate 1 / (base + per * n) while n requests are in, so a request
-    # alone takes `base` seconds and, at a steady n, base + per * n. Everyone progresses at the
-    # same rate, so requests finish in arrival order: a deque of the work clock's finish marks.
-    work = 0.0  # units of work done per request since t=0
-    updated = 0.0
-    marks: collections.deque[tuple[float, tuple[_Request, int]]] = collections.deque()
-    version = 0
     requests = 0
     succeeded = 0
     settled = 0
     attempts = 0
 
-    def progress(now: float) -> None:
-        nonlocal work, updated
-        if marks:
-            work += (now - updated) / (base + per * len(marks))
-        updated = now
+    def on_done(arg: tuple[_Request, int]) -> None:
+        at(engine.now + expo(net), on_ok, arg)
+        if admission is not None:
+            admission.release()  # the slot passes to the newest waiter, or is freed
 
-    def reschedule(now: float) -> None:
-        nonlocal version
-        version += 1
-        if marks:
-            at(now + (marks[0][0] - work) * (base + per * len(marks)), on_done, version)
+    # Shedding is the load shedders' own decision core (seawall.server._admission, which
+    # LoadShedder drives with asyncio futures and timers), driven here by engine events.
+    admission = (
+        Admission(
+            max_concurrency=p.shed_limit,
+            max_queue=p.shed_queue,
+            max_queue_wait=p.shed_queue_wait,
+            deadlines=False,
+            clock=SimClock(engine),
+        )
+        if shed
+        else None
+    )
+
+    server = make_server(
+        p.server,
+        engine,
+        on_done,
+        base=p.base_latency,
+        per_request=p.per_request,
+        concurrency=p.concurrency,
+        queue_limit=p.queue_limit,
+    )
+
+    def serve(arg: tuple[_Request, int]) -> None:
+        if not server.submit(arg):
+            at(engine.now + expo(net), on_overloaded, arg)  # a full queue refuses at once
+            if admission is not None:
+                admission.release()
+
+    def on_ticket(ticket: Ticket) -> None:
+        # Granted a slot (a request finished), or shed from the queue (evicted, timed out).
+        if ticket.result is None:
+            serve(ticket.handle)
+        else:
+            at(engine.now + expo(net), on_overloaded, ticket.handle)
+
+    def on_queue_timeout(ticket: Ticket) -> None:
+        assert admission is not None
+        if ticket.waiting:
+            admission.expire(ticket)
 
     def send(req: _Request, now: float) -> None:
         nonlocal attempts
         attempts += 1
         req.attempt += 1
-        req.deadline = req.state.begin_attempt(now)
+        req.deadline = min(req.state.begin_attempt(now), now + p.client_timeout)
         arg = (req, req.attempt)
         at(now + expo(net), on_server, arg)
         # The client stops waiting at the attempt's deadline; the server does not know.
@@ -182,22 +291,34 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
         k = int(now / width)
         if k < nbins:
             offered[k] += 1
-        if shed and len(marks) >= p.shed_limit:
-            # Shedding: answer at once with "overloaded; don't retry" instead of taking it in.
-            at(now + expo(net), on_overloaded, arg)
+        if p.outage_start <= now < p.outage_end:
+            # The server stalls (a pause, a lost dependency): requests wait in its queue and
+            # it takes them, in order, when it comes back.
+            at(p.outage_end, take, arg)
             return
-        progress(now)
-        marks.append((work + 1.0, arg))
-        reschedule(now)
+        for start, end in p.stall_outages:
+            if start <= now < end:
+                at(end, take, arg)
+                return
+        if (fail_p and rand() < fail_p) or any(s <= now < e for s, e in p.error_outages):
+            at(now + expo(net), on_failed, arg)  # answered at once, with an error
+            return
+        take(arg)
 
-    def on_done(token: int) -> None:
-        if token != version:
-            return  # the rate changed since this completion was scheduled
-        now = engine.now
-        progress(now)
-        _, arg = marks.popleft()
-        at(now + expo(net), on_ok, arg)
-        reschedule(now)
+    def take(arg: tuple[_Request, int]) -> None:
+        if admission is None:
+            serve(arg)
+            return
+        # Past the shedder's limit a request waits in its queue, or is shed at once with
+        # "overloaded; don't retry" (the shedder's 503) instead of being taken in.
+        outcome = admission.enter(3, None, on_ticket)  # RFC 9218's default urgency for all
+        if outcome is None:
+            serve(arg)
+        elif isinstance(outcome, str):
+            at(engine.now + expo(net), on_overloaded, arg)
+        else:
+            outcome.handle = arg
+            at(engine.now + outcome.wait, on_queue_timeout, outcome)
 
     def on_ok(arg: tuple[_Request, int]) -> None:
         nonlocal succeeded, settled
@@ -235,22 +356,58 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
     def on_overloaded(arg: tuple[_Request, int]) -> None:
         fail(arg, Overloaded())
 
+    def on_failed(arg: tuple[_Request, int]) -> None:
+        fail(arg, AttemptFailed("the dependency failed the attempt"))
+
     def on_arrival(_: None) -> None:
         nonlocal requests
         now = engine.now
         requests += 1
-        send(_Request(policy.new_state(now)), now)
-        rate = p.spike_rate if p.spike_start <= now < p.spike_end else p.rate
-        nxt = now + expo(rate)
+        try:
+            state = policy.new_state(now)
+        except Overloaded:  # a client-side throttle rejected the request locally
+            pass
+        else:
+            send(_Request(state), now)
+        schedule_next(now)
+
+    def schedule_next(now: float) -> None:
+        rate = _rate_at(p, now)
+        if rate <= 0:
+            # No arrivals for now: look again at the next point of the rate, or in 0.1 s
+            # (a ramp up from zero).
+            later = [t for t, _ in p.rate_points if t > now]
+            again = min(later[0] if later else math.inf, now + 0.1)
+            if again < p.duration:
+                at(again, wake, None)
+            return
+        nxt = now + (1.0 / rate if p.even else expo(rate))
         if nxt < p.duration:
             at(nxt, on_arrival, None)
 
+    def wake(_: None) -> None:
+        schedule_next(engine.now)
+
+    def on_burst(n: int) -> None:
+        nonlocal requests
+        now = engine.now
+        for _ in range(n):
+            requests += 1
+            try:
+                state = policy.new_state(now)
+            except Overloaded:
+                continue
+            send(_Request(state), now)
+
     def sample(k: int) -> None:
-        in_flight_at[k] = len(marks)
+        in_flight_at[k] = len(server)
         if k + 1 < nbins:
             at((k + 2) * width, sample, k + 1)
 
-    at(expo(p.rate), on_arrival, None)
+    schedule_next(0.0)
+    for when, n in p.bursts:
+        if when < p.duration:
+            at(when, on_burst, n)
     at(width, sample, 0)
     engine.run(until=p.duration)
     return goodput, offered, in_flight_at, requests, succeeded, settled, attempts, engine.events
@@ -259,21 +416,29 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
 def _recovery(
     goodput: Sequence[float], width: float, spike_end: float, baseline: float
 ) -> float | None:
-    """The start of the first 5 s window after the spike whose mean goodput is >= 90% of baseline.
+    """When goodput came back after the spike, for good: the start of the first 5 s window
+    whose mean goodput is >= 90% of the baseline and after which no 5 s window falls below 75%.
 
-    A window mean, not every bin, so that Poisson noise in one bin does not count as a relapse.
+    Window means, not single bins, so that Poisson noise in one bin does not count as a relapse;
+    "for good", so that the burst of requests the server finishes just after the spike (late,
+    already timed out, or not) does not count as recovery.
     """
     first = math.ceil(spike_end / width)
     need = max(1, round(5.0 / width))
-    for k in range(first, len(goodput) - need + 1):
-        if sum(goodput[k : k + need]) / need >= 0.9 * baseline:
-            return k * width
-    return None
+    means = [sum(goodput[k : k + need]) / need for k in range(len(goodput) - need + 1)]
+    found: int | None = None
+    for k in range(len(means) - 1, first - 1, -1):
+        if means[k] < 0.75 * baseline:
+            break
+        if means[k] >= 0.9 * baseline:
+            found = k
+    return None if found is None else found * width
 
 
+@isolated
 def metastable(
     *,
-    strategies: Sequence[str] = METASTABLE_STRATEGIES,
+    strategies: Sequence[str] = DEFAULT_METASTABLE_STRATEGIES,
     duration: float = 80.0,
     rate: float = 40.0,
     spike_rate: float = 80.0,
@@ -290,12 +455,24 @@ def metastable(
     seed: int = 0,
     workers: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    server: str = "fixed",
+    concurrency: int = 100,
+    queue_limit: float = math.inf,
+    trigger: str = "spike",
+    outage: tuple[float, float] | None = None,
+    policies: Any = None,
+    shed_queue: int = 0,
+    shed_queue_wait: float = 1.0,
 ) -> MetastableResult:
     """A server that slows down with load, a short spike, and clients that retry.
 
-    The server has no concurrency limit; a request takes ``base_latency + per_request * n``
-    seconds where n is the number of requests in the server when it arrives, and it finishes its
-    work even after the client has stopped waiting. Each network hop takes Exp(mean
+    By default (``server="fixed"``) the server has no concurrency limit; a request takes
+    ``base_latency + per_request * n`` seconds where n is the number of requests in the server
+    when it arrives, and it finishes its work even after the client has stopped waiting.
+    ``server="processor_sharing"`` shares the server between the requests in it (throughput
+    capped at ``1 / per_request``); ``server="limit"`` gives it *concurrency* slots of
+    *base_latency* seconds each and a FIFO queue of *queue_limit* (see
+    ``seawall.sim._servers``). Each network hop takes Exp(mean
     *network_mean*). Requests arrive as a Poisson process at *rate* per second, at *spike_rate*
     between *spike_start* and *spike_end*. Every attempt times out after *timeout* seconds.
 
@@ -304,8 +481,18 @@ def metastable(
     - ``naive``: retry at once after a timeout.
     - ``backoff``: full-jitter backoff (base 0.1 s, cap 2 s).
     - ``budget``: backoff plus a shared :class:`~seawall.RetryBudget` (defaults).
-    - ``budget_shedding``: the same, and the server rejects requests with "overloaded; don't
-      retry" while *shed_limit* requests are in it.
+    - ``budget_shedding``: the same, and in front of the server the decision core of
+      :class:`seawall.server.LoadShedder` (its ``Admission``) admits *shed_limit* requests at a
+      time, queues *shed_queue* more for up to *shed_queue_wait* seconds (newest first), and
+      answers the rest at once with "overloaded; don't retry".
+    - ``published_backoff``: U(0, 20 s) before the first retry, U(0, 40 s) before the second.
+    - ``retry_once``: one retry, at once (Bronson et al., HotOS'21).
+    - ``no_retries``: one attempt.
+
+    ``trigger="ramp"`` raises the rate linearly from *rate* to *spike_rate* between
+    *spike_start* and *spike_end* instead of jumping; *outage* ``(start, end)`` stalls the
+    server for that window: requests reaching it wait, and it takes them in order when it
+    comes back.
 
     Goodput has recovered once, after the spike, its mean over 5 s is back to >= 90% of its mean
     before the spike (from 5 s on).
@@ -322,8 +509,17 @@ def metastable(
         network_mean: mean one-way network latency.
         timeout: the client's timeout per attempt.
         attempts: attempts per request, the first included.
-        shed_limit: requests in the server beyond which ``budget_shedding`` rejects.
+        shed_limit: the shedder's ``max_concurrency`` (``budget_shedding``).
+        shed_queue: the shedder's ``max_queue``.
+        shed_queue_wait: the shedder's ``max_queue_wait`` (seconds).
         bin_width: seconds per bin of the time series.
+        server: the server model, one of ``fixed``, ``processor_sharing``, ``limit``.
+        concurrency: slots of the ``limit`` server.
+        queue_limit: the ``limit`` server's queue (beyond it, refused at once).
+        trigger: ``spike`` or ``ramp``.
+        outage: a window ``(start, end)`` during which the server stalls, or ``None``.
+        policies: the data of a seawall policy file (``seawall.config``): each route runs too,
+            as a strategy named after it, with the policy production would build from it.
         runs: independent runs per strategy; the series are their means.
         seed: the seed.
         workers: processes to spread the runs over.
@@ -338,6 +534,8 @@ def metastable(
                 f"strategies must be among {', '.join(METASTABLE_STRATEGIES)}; got {s!r}"
             )
     duration = _validate.seconds("duration", duration, zero=False, finite=True)
+    if duration > MAX_DURATION:
+        raise ValueError(f"duration must be <= {MAX_DURATION:g} seconds, got {duration!r}")
     rate = _validate.number("rate", rate, minimum=0.0, above=True, finite=True)
     spike_rate = _validate.number("spike_rate", spike_rate, minimum=0.0, above=True, finite=True)
     spike_start = _validate.seconds("spike_start", spike_start, finite=True)
@@ -350,9 +548,39 @@ def metastable(
     timeout = _validate.seconds("timeout", timeout, zero=False, finite=True)
     attempts = _validate.count("attempts", attempts, minimum=1)
     shed_limit = _validate.count("shed_limit", shed_limit, minimum=1)
+    shed_queue = _validate.count("shed_queue", shed_queue, minimum=0)
+    shed_queue_wait = _validate.seconds("shed_queue_wait", shed_queue_wait, finite=True)
     bin_width = _validate.seconds("bin_width", bin_width, zero=False, finite=True)
     runs = _validate.count("runs", runs, minimum=1)
     seed = _validate.count("seed", seed, minimum=0)
+    if duration / bin_width > 1_000_000:
+        raise ValueError(f"duration / bin_width must be <= 1e6 bins, got {duration / bin_width:g}")
+    check_volume(
+        "rate * duration * attempts (over every run)",
+        max(rate, spike_rate) * duration * attempts * runs * len(tuple(strategies)),
+    )
+    if server not in SERVER_MODELS:
+        raise ValueError(f"server must be one of {', '.join(SERVER_MODELS)}; got {server!r}")
+    if trigger not in TRIGGERS:
+        raise ValueError(f"trigger must be one of {', '.join(TRIGGERS)}; got {trigger!r}")
+    concurrency = _validate.count("concurrency", concurrency, minimum=1)
+    if queue_limit != math.inf:
+        queue_limit = _validate.count("queue_limit", queue_limit, minimum=0)
+    down = (0.0, 0.0)
+    if outage is not None:
+        o_start, o_end = (_validate.seconds("outage", t, finite=True) for t in outage)
+        if o_end < o_start:
+            raise ValueError(f"outage must be (start, end) with end >= start, got {outage!r}")
+        down = (o_start, o_end)
+    routes: dict[str, Any] = {}
+    if policies is not None:
+        from seawall._policy.config import ConfigError, load_config
+
+        try:
+            routes = load_config(policies)
+        except ConfigError as err:
+            raise ValueError(f"policies: {err}") from None
+    strategies = [*strategies, *(r for r in routes if r not in strategies)]
     jobs = [
         _Params(
             s,
@@ -370,14 +598,58 @@ def metastable(
             attempts,
             shed_limit,
             bin_width,
+            server,
+            concurrency,
+            queue_limit,
+            trigger,
+            *down,
+            route=routes.get(s),
+            shed_queue=shed_queue,
+            shed_queue_wait=shed_queue_wait,
         )
         for s in strategies
         for r in range(runs)
     ]
+    # The trigger: the spike (or ramp), the outage, or both; recovery counts from its end.
+    windows = [w for w in ((spike_start, spike_end), down) if w[1] > w[0]]
+    trigger_start = min((w[0] for w in windows), default=spike_start)
+    trigger_end = max((w[1] for w in windows), default=spike_end)
+    series = run_series(
+        jobs, strategies, runs, trigger_start, trigger_end, workers=workers, progress=progress
+    )
+    return MetastableResult(
+        series,
+        bin_width,
+        duration,
+        rate,
+        spike_rate,
+        spike_start,
+        spike_end,
+        runs,
+        seed,
+        server,
+        trigger,
+        down if down[1] > down[0] else None,
+    )
+
+
+def run_series(
+    jobs: Sequence[_Params],
+    strategies: Sequence[str],
+    runs: int,
+    trigger_start: float,
+    trigger_end: float,
+    *,
+    workers: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[MetastableSeries, ...]:
+    """Run *jobs* (``runs`` per strategy, in order) and average them into one series each."""
     outs = parallel_map(_run, jobs, workers=workers, progress=progress)
     series = []
     for i, s in enumerate(strategies):
         mine = outs[i * runs : (i + 1) * runs]
+        params = jobs[i * runs]
+        bin_width, rate = params.bin_width, params.rate
         nbins = len(mine[0][0])
         good = tuple(sum(o[0][k] for o in mine) / runs / bin_width for k in range(nbins))
         offered = tuple(sum(o[1][k] for o in mine) / runs / bin_width for k in range(nbins))
@@ -388,10 +660,10 @@ def metastable(
             pre = [
                 g[k]
                 for k in range(len(g))
-                if k * bin_width >= 5.0 and (k + 1) * bin_width <= spike_start
+                if k * bin_width >= 5.0 and (k + 1) * bin_width <= trigger_start
             ]
             baseline = sum(pre) / len(pre) if pre else rate
-            recovered.append(_recovery(g, bin_width, spike_end, baseline))
+            recovered.append(_recovery(g, bin_width, trigger_end, baseline))
         series.append(
             MetastableSeries(
                 strategy=s,
@@ -404,6 +676,4 @@ def metastable(
                 events=sum(o[7] for o in mine),
             )
         )
-    return MetastableResult(
-        tuple(series), bin_width, duration, rate, spike_rate, spike_start, spike_end, runs, seed
-    )
+    return tuple(series)

@@ -19,7 +19,7 @@ from seawall._strategies.backoff import Backoff
 from seawall._strategies.retry import RetryPolicy, RetryState
 from seawall.sim._engine import Engine
 from seawall.sim._metrics import retry_hooks
-from seawall.sim._util import parallel_map, trial_rng
+from seawall.sim._util import check_volume, isolated, parallel_map, trial_rng
 
 __all__ = ["OCC_ALGORITHMS", "OccResult", "OccRow", "WriteConflict", "occ"]
 
@@ -204,6 +204,7 @@ def _cell(args: tuple[str, int, int, int, float, float, float, float]) -> OccRow
     return OccRow(algorithm, clients, calls / trials, completion / trials, events)
 
 
+@isolated
 def occ(
     clients: Sequence[int] = tuple(range(10, 200, 10)),
     *,
@@ -255,6 +256,7 @@ def occ(
     hop_sd = _validate.seconds("hop_sd", hop_sd, finite=True)
     if not math.isfinite(hop_mean + hop_sd):
         raise ValueError("hop_mean and hop_sd must be finite")
+    check_volume("trials * clients", trials * len(algorithms) * sum(clients))
     cells = [(a, n, trials, seed, base, cap, hop_mean, hop_sd) for a in algorithms for n in clients]
     # Big cells first, so that the processes finish together.
     order = sorted(range(len(cells)), key=lambda i: -cells[i][1])

@@ -13,7 +13,18 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SCENARIOS", "Progress", "Scenario", "register_scenario"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "SCENARIOS",
+    "Progress",
+    "Scenario",
+    "load_entry_points",
+    "register_scenario",
+]
+
+#: The entry-point group through which installed packages add scenarios: each entry point
+#: names a :class:`Scenario` (or a function returning one, or a list of them).
+ENTRY_POINT_GROUP = "seawall.scenarios"
 
 Progress = Callable[[int, int], None]
 """Called with (steps done, steps in all) as a scenario advances."""
@@ -33,6 +44,9 @@ class Scenario:
         render: ``render(result, console)`` prints readable tables (a ``rich`` console).
         plot: ``plot(result, path)`` writes a PNG, or ``None`` if the scenario has no plot.
         description: the longer text for ``--help`` (defaults to the summary).
+        metrics: ``metrics(result)`` gives the headline numbers (``{"naive.success": 0.29}``)
+            that ``--seeds N`` reports as means with 95% confidence intervals; ``None``: the
+            result's top-level numbers.
     """
 
     name: str
@@ -43,6 +57,7 @@ class Scenario:
     render: Callable[[Any, Any], None]
     plot: Callable[[Any, str], None] | None = None
     description: str = ""
+    metrics: Callable[[Any], dict[str, float | None]] | None = None
 
 
 SCENARIOS: dict[str, Scenario] = {}
@@ -66,3 +81,36 @@ def register_scenario(scenario: Scenario, *, replace: bool = False) -> Scenario:
         raise ValueError(f"a scenario named {name!r} is already registered")
     SCENARIOS[name] = scenario
     return scenario
+
+
+_loaded = False
+#: Entry points that failed to load: (name, error text), shown by ``seawall sim --list``.
+BROKEN: list[tuple[str, str]] = []
+
+
+def load_entry_points(*, force: bool = False) -> None:
+    """Register the scenarios installed packages declare in the ``seawall.scenarios`` group.
+
+    An entry point may name a :class:`Scenario`, a list of them, or a function returning either.
+    One that fails to load is skipped and recorded in :data:`BROKEN` (a broken plugin must not
+    break the command); a name already taken keeps its first owner.
+    """
+    global _loaded
+    if _loaded and not force:
+        return
+    _loaded = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            value = ep.load()
+            if callable(value) and not isinstance(value, Scenario):
+                value = value()
+            found = list(value) if isinstance(value, (list, tuple)) else [value]
+            for scenario in found:
+                if not isinstance(scenario, Scenario):
+                    raise TypeError(f"not a seawall.sim.Scenario: {scenario!r}")
+                if scenario.name not in SCENARIOS:
+                    register_scenario(scenario)
+        except Exception as err:  # a third party's bug: report it, do not crash
+            BROKEN.append((ep.name, f"{type(err).__name__}: {err}"))

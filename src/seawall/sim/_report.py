@@ -278,17 +278,24 @@ def plot_sweep(result: SweepResult, path: str) -> None:
 
 
 def render_metastable(result: MetastableResult, console: Any) -> None:
+    trigger = []
+    if result.spike_end > result.spike_start:
+        trigger.append(
+            f"{result.trigger} to {result.spike_rate:g} req/s in "
+            f"[{result.spike_start:g} s, {result.spike_end:g} s)"
+        )
+    if result.outage:
+        trigger.append(f"server stalled in [{result.outage[0]:g} s, {result.outage[1]:g} s)")
     table = _table(
-        f"metastable: {result.rate:g} req/s, spike to {result.spike_rate:g} req/s in "
-        f"[{result.spike_start:g} s, {result.spike_end:g} s), {result.duration:g} s, "
-        f"{result.runs} run(s)",
-        ["strategy", "success", "load", "goodput after the spike", "recovered at"],
+        f"{result.server} server: {result.rate:g} req/s, {', '.join(trigger) or 'no trigger'}, "
+        f"{result.duration:g} s, {result.runs} run(s)",
+        ["strategy", "success", "load", "goodput 30 s after the trigger", "recovered at"],
     )
     after = (
         [
             k
             for k in range(len(result.series[0].goodput))
-            if k * result.bin_width >= result.spike_end + 30
+            if k * result.bin_width >= result.trigger_end + 30
         ]
         if result.series
         else []

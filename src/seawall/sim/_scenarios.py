@@ -10,14 +10,80 @@ from seawall.sim._amplify import amplify
 from seawall.sim._args import choice as _choice
 from seawall.sim._args import count, positive, probability, whole
 from seawall.sim._args import non_negative as _non_negative
+from seawall.sim._file import read_policies, read_scenario, run_scenario_file
 from seawall.sim._fleet import fleet
-from seawall.sim._metastable import METASTABLE_STRATEGIES, metastable
+from seawall.sim._metastable import (
+    METASTABLE_STRATEGIES,
+    TRIGGERS,
+    metastable,
+)
 from seawall.sim._occ import OCC_ALGORITHMS, occ
 from seawall.sim._registry import Progress, Scenario, register_scenario
+from seawall.sim._servers import SERVER_MODELS
 from seawall.sim._storm import storm
-from seawall.sim._sweep import DEFAULT_FAILURE_RATES, SWEEP_STRATEGIES, sweep
+from seawall.sim._sweep import (
+    DEFAULT_FAILURE_RATES,
+    DEFAULT_SWEEP_STRATEGIES,
+    SWEEP_STRATEGIES,
+    sweep,
+)
 
 __all__: list[str] = []
+
+
+# -- headline numbers for --seeds (means with 95% confidence intervals) --------------------
+
+
+def _storm_metrics(r: Any) -> dict[str, float | None]:
+    return {f"peak.{jitter}": float(n) for jitter, n in r.peaks.items()}
+
+
+def _occ_metrics(r: Any) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for row in r.rows:
+        out[f"{row.algorithm}.N{row.clients}.calls"] = row.calls
+        out[f"{row.algorithm}.N{row.clients}.completion"] = row.completion
+    return out
+
+
+def _amplify_metrics(r: Any) -> dict[str, float | None]:
+    return {f"{row.strategy}.per_request": row.per_request for row in r.rows}
+
+
+def _fleet_metrics(r: Any) -> dict[str, float | None]:
+    return {f"{row.strategy}.P{row.processes}.per_request": row.per_request for row in r.rows}
+
+
+def _sweep_metrics(r: Any) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for row in r.rows:
+        key = f"{row.strategy}.p{row.failure_rate:g}"
+        out[f"{key}.success"] = row.success
+        out[f"{key}.load"] = row.load
+    for row in r.splits:
+        key = f"{row.strategy}.clients{row.clients}.p{row.failure_rate:g}"
+        out[f"{key}.success"] = row.success
+        out[f"{key}.load"] = row.load
+    return out
+
+
+def overload_metrics(r: Any) -> dict[str, float | None]:
+    """Per strategy: success, load, goodput and attempts/s from 30 s after the trigger to the
+    end, and when goodput recovered (``None`` if it never did)."""
+    out: dict[str, float | None] = {}
+    for s in r.series:
+        after = [k for k in range(len(s.goodput)) if k * r.bin_width >= r.trigger_end + 30]
+        out[f"{s.strategy}.success"] = s.success
+        out[f"{s.strategy}.load"] = s.load
+        if after:
+            out[f"{s.strategy}.late_goodput"] = sum(s.goodput[k] for k in after) / len(after)
+            out[f"{s.strategy}.late_offered"] = sum(s.offered[k] for k in after) / len(after)
+        times = [t for t in s.recovered_at if t is not None]
+        out[f"{s.strategy}.recovered_at"] = (
+            sum(times) / len(times) if len(times) == len(s.recovered_at) else None
+        )
+        out[f"{s.strategy}.recovered"] = 1.0 if s.recovered else 0.0
+    return out
 
 
 # -- storm ---------------------------------------------------------------------------------
@@ -47,6 +113,7 @@ def _storm_run(a: argparse.Namespace, progress: Progress | None) -> Any:
 register_scenario(
     Scenario(
         name="storm",
+        metrics=_storm_metrics,
         summary="one client's retry trace, and N clients' retry times by jitter kind",
         description=(
             "(a) One client calls a dependency that is down for --outage seconds: each attempt, "
@@ -104,6 +171,7 @@ def _occ_run(a: argparse.Namespace, progress: Progress | None) -> Any:
 register_scenario(
     Scenario(
         name="occ",
+        metrics=_occ_metrics,
         summary="optimistic concurrency: N clients, conditional writes, backoff on conflict",
         description=(
             "The AWS Architecture Blog experiment (Exponential Backoff And Jitter, 2015): N "
@@ -141,6 +209,7 @@ def _amplify_run(a: argparse.Namespace, progress: Progress | None) -> Any:
 register_scenario(
     Scenario(
         name="amplify",
+        metrics=_amplify_metrics,
         summary="L layers x A attempts against a failing leaf: naive, one-layer rule, budget",
         description=(
             "Requests go through --layers services, each a real RetryPolicy with --attempts "
@@ -185,6 +254,7 @@ def _fleet_run(a: argparse.Namespace, progress: Progress | None) -> Any:
 register_scenario(
     Scenario(
         name="fleet",
+        metrics=_fleet_metrics,
         summary="N client processes against a dead dependency: a budget each, or one shared",
         description=(
             "Each of --processes client processes calls a dependency that is down, through a "
@@ -220,7 +290,7 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
         "--strategies",
         type=_choice(SWEEP_STRATEGIES),
         nargs="+",
-        default=list(SWEEP_STRATEGIES),
+        default=list(DEFAULT_SWEEP_STRATEGIES),
         metavar="NAME",
         help=f"strategies ({' '.join(SWEEP_STRATEGIES)})",
     )
@@ -258,6 +328,7 @@ def _sweep_run(a: argparse.Namespace, progress: Progress | None) -> Any:
 register_scenario(
     Scenario(
         name="sweep",
+        metrics=_sweep_metrics,
         summary="success rate and load of retry strategies as the failure rate grows",
         description=(
             "Open-loop Poisson clients; each attempt fails independently with probability p. "
@@ -280,32 +351,117 @@ register_scenario(
 )
 
 
-# -- metastable ----------------------------------------------------------------------------
+# -- metastable, ramp, bronson: one overload model, each experiment with its own defaults ----
+
+#: Each overload experiment's defaults (the keyword arguments of :func:`metastable`).
+OVERLOAD_DEFAULTS: dict[str, dict[str, Any]] = {
+    # A spike of 80/s for 5 s over 40/s; latency fixed at arrival, 1 s + 10 ms per request in.
+    "metastable": {
+        "strategies": ("naive", "backoff", "published_backoff", "budget", "budget_shedding"),
+    },
+    # The same server and clients, the trigger a ramp from 40/s to 90/s over 20 s.
+    "ramp": {
+        "strategies": ("naive", "backoff", "published_backoff", "budget", "budget_shedding"),
+        "trigger": "ramp",
+        "spike_rate": 90.0,
+        "spike_start": 20.0,
+        "spike_end": 40.0,
+        "duration": 100.0,
+    },
+    # Bronson et al., "Metastable Failures in Distributed Systems", HotOS'21: 280 QPS against a
+    # server of 300 QPS (30 slots of 100 ms, FIFO), 1 s timeout, one retry, a 10 s stall.
+    "bronson": {
+        "strategies": ("retry_once", "no_retries"),
+        "duration": 240.0,
+        "rate": 280.0,
+        "spike_rate": 280.0,
+        "spike_start": 0.0,
+        "spike_end": 0.0,
+        "server": "limit",
+        "concurrency": 30,
+        "base_latency": 0.1,
+        "network_mean": 0.001,
+        "timeout": 1.0,
+        "attempts": 2,
+        "outage": (10.0, 20.0),
+    },
+}
 
 
-def _metastable_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--duration", type=positive, default=80.0, help="seconds simulated (80)")
-    p.add_argument("--rate", type=positive, default=40.0, help="arrivals/s (40)")
-    p.add_argument("--spike-rate", type=positive, default=80.0, help="arrivals/s in the spike (80)")
-    p.add_argument("--spike-start", type=_non_negative, default=20.0, help="spike start, s (20)")
-    p.add_argument("--spike-end", type=_non_negative, default=25.0, help="spike end, s (25)")
-    p.add_argument("--timeout", type=positive, default=3.0, help="client timeout per attempt (3)")
-    p.add_argument("--attempts", type=count, default=3, help="attempts per request (3)")
-    p.add_argument(
-        "--shed-limit", type=count, default=100, help="server sheds above this many in flight (100)"
-    )
-    p.add_argument("--trials", type=count, default=1, help="independent runs, averaged (1)")
-    p.add_argument(
-        "--strategies",
-        type=_choice(METASTABLE_STRATEGIES),
-        nargs="+",
-        default=list(METASTABLE_STRATEGIES),
-        metavar="NAME",
-        help=f"strategies ({' '.join(METASTABLE_STRATEGIES)})",
-    )
+def _overload_defaults(name: str) -> dict[str, Any]:
+    import inspect
+
+    out = {
+        k: v.default
+        for k, v in inspect.signature(metastable).parameters.items()
+        if v.default is not inspect.Parameter.empty
+    }
+    out.update(OVERLOAD_DEFAULTS[name])
+    return out
 
 
-def _metastable_run(a: argparse.Namespace, progress: Progress | None) -> Any:
+def _overload_args(name: str) -> Any:
+    d = _overload_defaults(name)
+
+    def add(p: argparse.ArgumentParser) -> None:
+        def num(flag: str, key: str, kind: Any, text: str) -> None:
+            p.add_argument(flag, type=kind, default=d[key], help=f"{text} ({d[key]:g})")
+
+        num("--duration", "duration", positive, "seconds simulated")
+        num("--rate", "rate", positive, "arrivals/s")
+        num("--spike-rate", "spike_rate", positive, "arrivals/s at the top of the trigger")
+        num("--spike-start", "spike_start", _non_negative, "trigger start, s")
+        num("--spike-end", "spike_end", _non_negative, "trigger end, s")
+        num("--timeout", "timeout", positive, "client timeout per attempt, s")
+        num("--attempts", "attempts", count, "attempts per request")
+        num("--shed-limit", "shed_limit", count, "server sheds above this many in flight")
+        num("--base-latency", "base_latency", positive, "server latency when empty, s")
+        num("--per-request", "per_request", _non_negative, "latency added per request in, s")
+        num("--network-mean", "network_mean", positive, "mean one-way network latency, s")
+        num("--concurrency", "concurrency", count, "slots of the limit server")
+        p.add_argument("--trials", type=count, default=1, help="independent runs, averaged (1)")
+        p.add_argument(
+            "--server",
+            type=_choice(SERVER_MODELS),
+            default=d["server"],
+            help=f"server model: {' '.join(SERVER_MODELS)} ({d['server']})",
+        )
+        p.add_argument(
+            "--trigger",
+            type=_choice(TRIGGERS),
+            default=d["trigger"],
+            help=f"spike (a jump) or ramp ({d['trigger']})",
+        )
+        p.add_argument(
+            "--outage",
+            type=_non_negative,
+            nargs=2,
+            default=list(d["outage"]) if d["outage"] else None,
+            metavar=("START", "END"),
+            help="a window in which the server stalls ("
+            + (f"{d['outage'][0]:g} {d['outage'][1]:g}" if d["outage"] else "none")
+            + ")",
+        )
+        p.add_argument(
+            "--policies",
+            dest="policies_data",
+            type=_policy_file,
+            metavar="POLICIES.toml",
+            help="also run every route of this seawall policy file (seawall.config) as a strategy",
+        )
+        p.add_argument(
+            "--strategies",
+            type=_choice(METASTABLE_STRATEGIES),
+            nargs="+",
+            default=list(d["strategies"]),
+            metavar="NAME",
+            help=f"strategies: {' '.join(METASTABLE_STRATEGIES)} ({' '.join(d['strategies'])})",
+        )
+
+    return add
+
+
+def _overload_run(a: argparse.Namespace, progress: Progress | None) -> Any:
     return metastable(
         strategies=a.strategies,
         duration=a.duration,
@@ -316,6 +472,14 @@ def _metastable_run(a: argparse.Namespace, progress: Progress | None) -> Any:
         timeout=a.timeout,
         attempts=a.attempts,
         shed_limit=a.shed_limit,
+        base_latency=a.base_latency,
+        per_request=a.per_request,
+        network_mean=a.network_mean,
+        server=a.server,
+        concurrency=a.concurrency,
+        trigger=a.trigger,
+        outage=tuple(a.outage) if a.outage else None,
+        policies=a.policies_data,
         runs=a.trials,
         seed=a.seed,
         workers=a.workers,
@@ -323,22 +487,144 @@ def _metastable_run(a: argparse.Namespace, progress: Progress | None) -> Any:
     )
 
 
+def _overload_demo(name: str) -> Any:
+    def demo(seed: int, workers: int, progress: Progress | None) -> Any:
+        kwargs = dict(OVERLOAD_DEFAULTS[name])
+        runs = 2 if name == "metastable" else 1  # the demo's short versions: seconds each
+        if name == "bronson":
+            kwargs["duration"] = 45.0
+        return metastable(seed=seed, runs=runs, workers=workers, progress=progress, **kwargs)
+
+    return demo
+
+
 register_scenario(
     Scenario(
         name="metastable",
         summary="a load spike tips a slow-under-load server into a collapse retries sustain",
         description=(
-            "Server latency 1 s + 0.01 s x requests in flight (no limit; timed-out work still "
-            "done), network Exp(0.1 s) each way, client timeout 3 s, 3 attempts; Poisson 40/s "
-            "with a spike to 80/s in [20 s, 25 s). Goodput over time for naive retries, "
-            "backoff, a RetryBudget, and a budget plus server-side shedding."
+            "Server latency 1 s + 0.01 s x requests in it, fixed at arrival (no limit; "
+            "timed-out work still done; --server for the other models), network Exp(0.1 s) "
+            "each way, client timeout 3 s, 3 attempts; Poisson 40/s with a spike to 80/s in "
+            "[20 s, 25 s). Goodput over time for naive retries, backoff, a RetryBudget, and a "
+            "budget plus server-side shedding."
         ),
-        add_arguments=_metastable_args,
-        run=_metastable_run,
-        demo=lambda seed, workers, progress: metastable(
-            seed=seed, runs=2, workers=workers, progress=progress
-        ),
+        add_arguments=_overload_args("metastable"),
+        run=_overload_run,
+        metrics=overload_metrics,
+        demo=_overload_demo("metastable"),
         render=_report.render_metastable,
         plot=_report.plot_metastable,
+    )
+)
+
+register_scenario(
+    Scenario(
+        name="ramp",
+        summary="the metastable server, triggered by a ramp of load instead of a spike",
+        description=(
+            "The metastable scenario's server and clients; the arrival rate climbs linearly "
+            "from 40/s to 90/s between 20 s and 40 s, then drops back to 40/s."
+        ),
+        add_arguments=_overload_args("ramp"),
+        run=_overload_run,
+        metrics=overload_metrics,
+        demo=_overload_demo("ramp"),
+        render=_report.render_metastable,
+        plot=_report.plot_metastable,
+    )
+)
+
+register_scenario(
+    Scenario(
+        name="bronson",
+        summary="retry after timeout (Bronson et al., HotOS'21): a 10 s stall, stuck at 2x load",
+        description=(
+            "280 requests/s against a server of 300/s (30 slots of 100 ms, a FIFO queue), a "
+            "1 s timeout and one retry at once; the server stalls for 10 s. Afterwards every "
+            "first try times out in the backlog and is retried: 560 attempts/s, zero goodput, "
+            "for good. Without the retry the backlog drains and the server recovers."
+        ),
+        add_arguments=_overload_args("bronson"),
+        run=_overload_run,
+        metrics=overload_metrics,
+        demo=_overload_demo("bronson"),
+        render=_report.render_metastable,
+        plot=_report.plot_metastable,
+    )
+)
+
+
+# -- file: an experiment described in a scenario file ------------------------------------
+
+
+def _policy_file(text: str) -> Any:
+    try:
+        return read_policies(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _scenario_file(text: str) -> Any:
+    try:
+        return read_scenario(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _file_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--scenario",
+        dest="spec",
+        type=_scenario_file,
+        required=True,
+        metavar="FILE.toml",
+        help="the scenario file (arrivals, server, failures, clients; see docs/simulator.md)",
+    )
+    p.add_argument(
+        "--policies",
+        dest="policies_data",
+        type=_policy_file,
+        metavar="POLICIES.toml",
+        help="run the routes of this seawall policy file as the clients (simulate production)",
+    )
+    p.add_argument("--trials", type=count, default=1, help="independent runs, averaged (1)")
+
+
+def _file_run(a: argparse.Namespace, progress: Progress | None) -> Any:
+    return run_scenario_file(
+        a.spec,
+        policies=a.policies_data,
+        runs=a.trials,
+        seed=a.seed,
+        workers=a.workers,
+        progress=progress,
+    )
+
+
+def _file_demo(seed: int, workers: int, progress: Progress | None) -> Any:
+    data = {
+        "run": {"duration": 60.0},
+        "arrivals": {"shape": "bursts", "rate": 40.0, "bursts": [[20.0, 400.0]]},
+        "clients": {"strategies": ["naive", "budget_shedding"]},
+    }
+    return run_scenario_file(data, seed=seed, workers=workers, progress=progress)
+
+
+register_scenario(
+    Scenario(
+        name="file",
+        summary="an overload experiment from a scenario file (TOML), optionally your policy file",
+        description=(
+            "Arrival shape (constant, poisson, step, ramp, bursts), server model, failures "
+            "(independent, correlated outages) and client strategies from --scenario FILE; "
+            "--policies runs the routes of a seawall policy file as the clients."
+        ),
+        add_arguments=_file_args,
+        run=_file_run,
+        demo=_file_demo,
+        render=_report.render_metastable,
+        plot=_report.plot_metastable,
+        metrics=overload_metrics,
     )
 )

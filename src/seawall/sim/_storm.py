@@ -10,7 +10,7 @@ from seawall._core.clock import VirtualClock
 from seawall._strategies.backoff import JITTERS, Backoff
 from seawall._strategies.retry import RetryPolicy
 from seawall.sim._metrics import retry_hooks
-from seawall.sim._util import trial_rng
+from seawall.sim._util import check_volume, isolated, trial_rng
 
 __all__ = ["StormResult", "TraceStep", "storm"]
 
@@ -65,6 +65,7 @@ class StormResult:
     peaks: dict[str, int]
 
 
+@isolated
 def storm(
     clients: int = 100,
     *,
@@ -111,6 +112,7 @@ def storm(
     attempt_time = _validate.seconds("attempt_time", attempt_time, finite=True)
     bin_width = _validate.seconds("bin_width", bin_width, zero=False, finite=True)
     seed = _validate.count("seed", seed, minimum=0)
+    check_volume("clients * max_attempts", clients * max_attempts * len(tuple(jitters)))
     for j in jitters:
         if j not in JITTERS:
             raise ValueError(f"jitters must be among {', '.join(JITTERS)}; got {j!r}")

@@ -13,9 +13,10 @@ from seawall._strategies.backoff import Backoff
 from seawall._strategies.breaker import CircuitBreaker, Permit
 from seawall._strategies.budget import AdaptiveThrottle, Budget, RetryBudget, TokenBucket
 from seawall._strategies.retry import RetryPolicy, RetryState
+from seawall.sim._brooker import RetryBreaker, RetryTokenBucket
 from seawall.sim._engine import Engine, SimClock
 from seawall.sim._metrics import breaker_hooks, retry_hooks
-from seawall.sim._util import parallel_map, trial_rng
+from seawall.sim._util import MAX_DURATION, check_volume, isolated, parallel_map, trial_rng
 
 __all__ = ["SWEEP_STRATEGIES", "SweepResult", "SweepRow", "sweep"]
 
@@ -26,7 +27,11 @@ SWEEP_STRATEGIES: tuple[str, ...] = (
     "token_bucket",
     "adaptive_throttle",
     "breaker",
+    "brooker_bucket",
+    "brooker_breaker",
 )
+#: The strategies a sweep compares unless told otherwise (seawall's own, and none).
+DEFAULT_SWEEP_STRATEGIES: tuple[str, ...] = SWEEP_STRATEGIES[:6]
 DEFAULT_FAILURE_RATES: tuple[float, ...] = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75)
 
 
@@ -87,6 +92,10 @@ def _policy(strategy: str, clock: SimClock, rng: random.Random) -> RetryPolicy:
         budget = TokenBucket()
     elif strategy == "adaptive_throttle":
         budget = AdaptiveThrottle(clock=clock, rng=rng)
+    elif strategy == "brooker_bucket":
+        budget = RetryTokenBucket()
+    elif strategy == "brooker_breaker":
+        budget = RetryBreaker()
     elif strategy not in SWEEP_STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(SWEEP_STRATEGIES)}; got {strategy!r}")
     return RetryPolicy(
@@ -184,7 +193,9 @@ def _run(args: tuple[str, float, int, float, float, float, int]) -> SweepRow:
                 name=f"sweep-{strategy}",
                 hooks=breaker_hooks(),
             )
-        at(expo(per_client), on_arrival, (policy, breaker))
+        first = expo(per_client)
+        if first < duration:  # the first arrival too falls inside the run, or not at all
+            at(first, on_arrival, (policy, breaker))
     engine.run()
     return SweepRow(
         strategy,
@@ -197,13 +208,14 @@ def _run(args: tuple[str, float, int, float, float, float, int]) -> SweepRow:
     )
 
 
+@isolated
 def sweep(
     clients: int = 100,
     *,
     rate: float = 10.0,
     duration: float = 10.0,
     failure_rates: Sequence[float] = DEFAULT_FAILURE_RATES,
-    strategies: Sequence[str] = SWEEP_STRATEGIES,
+    strategies: Sequence[str] = DEFAULT_SWEEP_STRATEGIES,
     splits: Sequence[int] = (10, 100, 1000),
     split_failure_rate: float = 0.5,
     hop_mean: float = 0.010,
@@ -219,7 +231,9 @@ def sweep(
     (one attempt), ``retries_3`` (up to 3 retries, full-jitter backoff), and the same with a
     :class:`~seawall.RetryBudget`, a :class:`~seawall.TokenBucket` or an
     :class:`~seawall.AdaptiveThrottle`, each with its defaults, or with a
-    :class:`~seawall.CircuitBreaker` per client (defaults, but open for 1 s) in front.
+    :class:`~seawall.CircuitBreaker` per client (defaults, but open for 1 s) in front. Two more
+    by name: ``brooker_bucket`` and ``brooker_breaker``, the retry token bucket and the
+    retry-only breaker of Brooker's 2022 retry simulation (``seawall.sim._brooker``).
 
     The *splits* runs keep the total load (``clients * rate``) and spread it over other numbers
     of clients at ``split_failure_rate``: budgets are per client, and the RetryBudget's floor of
@@ -244,6 +258,8 @@ def sweep(
     clients = _validate.count("clients", clients, minimum=1)
     rate = _validate.number("rate", rate, minimum=0.0, above=True, finite=True)
     duration = _validate.seconds("duration", duration, zero=False, finite=True)
+    if duration > MAX_DURATION:
+        raise ValueError(f"duration must be <= {MAX_DURATION:g} seconds, got {duration!r}")
     ps = tuple(_validate.ratio("failure_rates", p) for p in failure_rates)
     for s in strategies:
         if s not in SWEEP_STRATEGIES:
@@ -253,6 +269,8 @@ def sweep(
     hop_mean = _validate.seconds("hop_mean", hop_mean, zero=False, finite=True)
     seed = _validate.count("seed", seed, minimum=0)
     total = clients * rate
+    runs = (len(ps) + len(split_counts)) * len(strategies)
+    check_volume("clients * rate * duration (over every run)", total * duration * runs)
     jobs = [(s, p, clients, total, duration, hop_mean, seed) for p in ps for s in strategies]
     jobs += [
         (s, split_p, n, total, duration, hop_mean, seed) for n in split_counts for s in strategies

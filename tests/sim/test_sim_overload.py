@@ -1,0 +1,125 @@
+"""Server models, the overload experiments (metastable, ramp, Bronson et al.) and Brooker's 2022
+retry limiters."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from seawall.sim import metastable, sweep
+from seawall.sim._brooker import RetryBreaker, RetryTokenBucket
+from seawall.sim._engine import Engine
+from seawall.sim._scenarios import OVERLOAD_DEFAULTS
+from seawall.sim._servers import make_server
+
+
+def _finishes(model: str, arrivals: int, **kw: float) -> list[tuple[float, int]]:
+    engine = Engine()
+    done: list[tuple[float, int]] = []
+    server = make_server(
+        model,
+        engine,
+        lambda token: done.append((round(engine.now, 6), token)),
+        base=float(kw.get("base", 1.0)),
+        per_request=float(kw.get("per", 0.1)),
+        concurrency=int(kw.get("concurrency", 2)),
+        queue_limit=kw.get("queue_limit", math.inf),
+    )
+    accepted = [server.submit(i) for i in range(arrivals)]
+    assert len(server) == sum(accepted)
+    engine.run()
+    assert len(server) == 0
+    return done
+
+
+def test_fixed_latency_is_set_by_the_load_at_arrival() -> None:
+    assert _finishes("fixed", 3) == [(1.0, 0), (1.1, 1), (1.2, 2)]
+
+
+def test_processor_sharing_serves_everyone_at_the_shared_rate() -> None:
+    # Three in: each progresses at 1/(1 + 0.3); the first finishes at 1.3, all three at once.
+    assert _finishes("processor_sharing", 3) == [(1.3, 0), (1.3, 1), (1.3, 2)]
+
+
+def test_a_concurrency_limit_queues_then_refuses() -> None:
+    assert _finishes("limit", 3) == [(1.0, 0), (1.0, 1), (2.0, 2)]
+    assert _finishes("limit", 4, queue_limit=1) == [(1.0, 0), (1.0, 1), (2.0, 2)]
+
+
+def test_unknown_server_model_is_refused() -> None:
+    with pytest.raises(ValueError, match="server must be one of"):
+        metastable(server="quantum")
+
+
+def _late(series: tuple[float, ...], start: int) -> float:
+    tail = series[start:]
+    return sum(tail) / len(tail)
+
+
+def test_metastable_published_backoff_recovers_where_naive_collapses() -> None:
+    r = metastable(strategies=("naive", "published_backoff"), duration=60.0)
+    assert r.server == "fixed"
+    assert not r.get("naive").recovered
+    assert _late(r.get("naive").goodput, 45) < 5.0
+    (at,) = r.get("published_backoff").recovered_at
+    assert at is not None and at <= 30.0
+
+
+def test_ramp_trigger_collapses_naive_retries() -> None:
+    kw = dict(OVERLOAD_DEFAULTS["ramp"], strategies=("naive", "budget_shedding"))
+    r = metastable(**kw)
+    assert r.trigger == "ramp"
+    assert not r.get("naive").recovered
+    assert r.get("budget_shedding").recovered
+
+
+def test_bronson_retry_after_timeout_is_stuck_at_twice_the_load() -> None:
+    kw = dict(OVERLOAD_DEFAULTS["bronson"], duration=200.0)
+    r = metastable(**kw)
+    stuck = r.get("retry_once")
+    assert not stuck.recovered
+    assert _late(stuck.goodput, 60) == 0.0
+    assert 530 <= _late(stuck.offered, 60) <= 590  # 280 first tries + 280 retries
+    # Without the retry, the backlog drains at 20/s and the server recovers.
+    assert r.get("no_retries").recovered
+    assert 250 <= _late(r.get("no_retries").goodput, 170) <= 310
+
+
+def test_brooker_token_bucket_deposits_on_success_and_spends_a_token_per_retry() -> None:
+    bucket = RetryTokenBucket(capacity=2.0, deposit=0.5)
+    error = ConnectionError()
+    assert bucket.allow_retry(error) and bucket.allow_retry(error)
+    assert not bucket.allow_retry(error)  # empty; failures do not drain it further
+    bucket.on_failure(error)
+    bucket.on_success()
+    assert not bucket.allow_retry(error)  # half a token
+    bucket.on_success()
+    assert bucket.allow_retry(error)
+
+
+def test_brooker_breaker_stops_retries_above_the_threshold() -> None:
+    breaker = RetryBreaker(threshold=0.1, window=10)
+    error = ConnectionError()
+    for _ in range(9):
+        breaker.on_success()
+    assert breaker.allow_retry(error)
+    breaker.on_failure(error)  # 1 in 10
+    assert not breaker.allow_retry(error)
+    breaker.on_success()  # the failure is still among the last 10 outcomes
+    assert not breaker.allow_retry(error)
+    for _ in range(9):  # now it has slid out of the window
+        breaker.on_success()
+    assert breaker.allow_retry(error)
+
+
+def test_brooker_strategies_in_the_sweep() -> None:
+    names = ("retries_3", "brooker_bucket", "brooker_breaker")
+    r = sweep(20, rate=10.0, duration=10.0, failure_rates=(0.01, 0.5), strategies=names, splits=())
+    for name in names[1:]:
+        # Like N retries when failures are rare...
+        assert r.row(name, 0.01).success == pytest.approx(
+            r.row("retries_3", 0.01).success, abs=0.01
+        )
+        # ...and close to no retries once they are common.
+        assert r.row(name, 0.5).load < 1.25 < r.row("retries_3", 0.5).load

@@ -1,0 +1,183 @@
+"""--seeds N: per-trial data, means with 95% CIs, a self-describing JSON, --from re-runs it,
+the same results on any number of processes or on Dask; --list and installed scenarios."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import seawall
+from seawall.cli import main
+from seawall.sim import SCENARIOS
+from seawall.sim import _registry as registry
+from seawall.sim._trials import mean_ci, run_trials
+
+SWEEP = ["sim", "sweep", "--clients", "10", "--duration", "2", "--p", "0.3", "--splits"]
+SWEEP += ["--strategies", "retries_3", "retry_budget"]
+
+
+def _json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:  # type: ignore[type-arg]
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+
+
+def test_mean_and_95_percent_interval() -> None:
+    mean, lo, hi = mean_ci([1.0, 2.0, 3.0])
+    half = 4.303 / math.sqrt(3)  # t(0.975, 2 dof) * s / sqrt(n), s = 1
+    assert (mean, lo, hi) == pytest.approx((2.0, 2.0 - half, 2.0 + half))
+    assert mean_ci([5.0]) == (5.0, 5.0, 5.0)
+    assert all(math.isnan(x) for x in mean_ci([]))
+
+
+def test_seeds_document_holds_parameters_seeds_version_and_every_trial(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    doc = _json([*SWEEP, "--seeds", "3", "--seed", "5", "--json", "--workers", "1"], capsys)
+    run = doc["run"]
+    assert run["scenario"] == "sweep" and run["seeds"] == [5, 6, 7]
+    assert run["seawall_version"] == seawall.__version__
+    assert run["parameters"]["clients"] == 10 and run["parameters"]["duration"] == 2.0
+    assert run["parameters"]["strategies"] == ["retries_3", "retry_budget"]
+    assert [t["seed"] for t in doc["trials"]] == [5, 6, 7]
+    # Each trial is exactly the single run with that seed.
+    single = _json([*SWEEP, "--seed", "6", "--json"], capsys)
+    assert single["run"]["seeds"] == [6]
+    del single["run"]
+    assert doc["trials"][1]["result"] == single
+    values = [t["metrics"]["retries_3.p0.3.load"] for t in doc["trials"]]
+    summary = doc["summary"]["retries_3.p0.3.load"]
+    assert summary["n"] == 3 and summary["mean"] == pytest.approx(sum(values) / 3)
+    assert summary["ci95"][0] < summary["mean"] < summary["ci95"][1]
+
+
+def test_from_reruns_exactly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    many = _json([*SWEEP, "--seeds", "2", "--json", "--workers", "1"], capsys)
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps(many))
+    assert _json(["sim", "--from", str(path), "--workers", "1"], capsys) == many
+    one = _json(
+        ["sim", "metastable", "--duration", "30", "--strategies", "naive", "--json"], capsys
+    )
+    path.write_text(json.dumps(one))
+    assert _json(["sim", "--from", str(path)], capsys) == one
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "No such file"),
+        ("not json", "not JSON"),
+        ('{"rows": []}', "no 'run' record"),
+        ('{"run": {"scenario": "nope", "parameters": {}, "seeds": [0]}}', "unknown scenario"),
+        ('{"run": {"scenario": "sweep", "parameters": {"x": 1}, "seeds": [0]}}', "unknown param"),
+        ('{"run": {"scenario": "sweep", "parameters": {}, "seeds": [-1]}}', "whole numbers"),
+    ],
+)
+def test_from_refuses_a_bad_file(
+    content: str | None, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "r.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "--from", str(path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_bad_parameters_in_trials_are_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["sim", "metastable", "--spike-start", "30", "--spike-end", "10", "--seeds", "2"]
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--workers", "2"])
+    assert exc.value.code == 2
+    assert "spike_end" in capsys.readouterr().err
+
+
+def _params() -> dict[str, object]:
+    return {
+        "clients": 10,
+        "rate": 10.0,
+        "duration": 2.0,
+        "failure_rates": [0.3],
+        "strategies": ["retries_3", "token_bucket"],
+        "splits": [],
+        "split_p": 0.5,
+    }
+
+
+def test_results_do_not_depend_on_the_processes() -> None:
+    one = run_trials("sweep", _params(), [0, 1, 2], workers=1)
+    two = run_trials("sweep", _params(), [0, 1, 2], workers=2)
+    assert one == two
+
+
+def test_a_dask_local_cluster_gives_the_same_results() -> None:
+    pytest.importorskip("distributed")
+    local = run_trials("sweep", _params(), [0, 1, 2], workers=1)
+    dask = run_trials("sweep", _params(), [0, 1, 2], workers=2, engine="dask")
+    assert dask == local
+
+
+def test_list_shows_the_built_in_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "--list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("storm", "occ", "metastable", "ramp", "bronson", "hedge"):
+        assert any(line.startswith(name + " ") for line in out.splitlines())
+
+
+@pytest.fixture
+def installed_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A distribution on sys.path that declares two seawall.scenarios entry points."""
+    (tmp_path / "my_scenarios.py").write_text(
+        textwrap.dedent(
+            """
+            from seawall.sim import Scenario
+
+            def _run(args, progress):
+                return {"doubled": 2 * args.seed}
+
+            PLUGIN = Scenario(
+                name="doubler",
+                summary="a scenario from an installed package",
+                add_arguments=lambda parser: None,
+                run=_run,
+                demo=lambda seed, workers, progress: {"doubled": 2 * seed},
+                render=lambda result, console: console.print(result),
+            )
+            """
+        )
+    )
+    dist = tmp_path / "my_scenarios-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-scenarios\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[seawall.scenarios]\ndoubler = my_scenarios:PLUGIN\nbroken = my_scenarios:MISSING\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_loaded", False)
+    monkeypatch.setattr(registry, "BROKEN", [])
+    yield
+    sys.modules.pop("my_scenarios", None)
+
+
+@pytest.mark.usefixtures("installed_plugin")
+def test_an_installed_scenario_is_found_listed_and_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["sim", "--list"]) == 0
+    captured = capsys.readouterr()
+    listed = {line.split(None, 1)[0]: line.split(None, 1)[1] for line in captured.out.splitlines()}
+    assert listed["doubler"] == "a scenario from an installed package"
+    assert "'broken' failed to load" in captured.err
+    assert "doubler" in SCENARIOS
+    doc = _json(
+        ["sim", "doubler", "--seeds", "2", "--seed", "4", "--json", "--workers", "1"], capsys
+    )
+    assert [t["result"]["doubled"] for t in doc["trials"]] == [8, 10]
+    assert doc["summary"]["doubled"]["mean"] == 9.0
