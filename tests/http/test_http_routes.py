@@ -186,6 +186,10 @@ def test_route_connect_failure_retries_a_refused_connection_not_a_reset(
             c.get(server.url + "/reset-head/1")
         assert _attempts(reset.value) == 1  # a reset is not a connect failure
     assert server.count("GET", "/reset-head/1") == 1
+    # The note says why, in the HTTP rules' terms (not "does not match retry_on ()").
+    notes = getattr(reset.value, "__notes__", [])
+    assert any("is not a transport error the HTTP rules retry" in n for n in notes), notes
+    assert not any("does not match retry_on" in n for n in notes), notes
 
 
 def test_route_reset_retries_a_reset(

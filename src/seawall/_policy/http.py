@@ -42,6 +42,7 @@ from seawall._core.errors import (
     Overloaded,
     add_note,
     is_exhausted,
+    is_permanent,
     permanent,
 )
 from seawall._core.public import public
@@ -877,6 +878,10 @@ _NOT_IDEMPOTENT_NOTE = (
     "seawall: not retried: {method} is not idempotent and the request has no Idempotency-Key "
     "header; send one (or configure idempotency_key=True) to make it retryable"
 )
+_NOT_TRANSIENT_NOTE = (
+    "seawall: not retried: {error} is not a transport error the HTTP rules retry (connect "
+    "failures, resets and timeouts are; a route's retry_on may narrow them)"
+)
 _NOT_REPLAYABLE_NOTE = (
     "seawall: not retried: the request body is a stream that the first attempt consumed and "
     "that cannot be replayed; send bytes (or read the body first) to make it retryable"
@@ -1172,9 +1177,12 @@ class HttpCall(Generic[Resp]):
         now = self._now()
         state = self._state()
         if not retryable:
-            # Not a transient kind (TLS, proxy, local protocol errors): the policy, whose
-            # retry_on matches nothing, gives up and counts no failure of the dependency.
+            # Not a transient kind (TLS, proxy, local protocol errors), or one the route's
+            # retry_on leaves out: the policy, whose retry_on matches nothing, gives up and
+            # counts no failure of the dependency.
             delay = state.on_error(error, now)
+            if delay is None and not is_permanent(error):
+                add_note(error, _NOT_TRANSIENT_NOTE.format(error=type(error).__name__))
         else:
             note = None
             if not never_sent:

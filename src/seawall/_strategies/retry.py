@@ -478,6 +478,8 @@ class RetryState:
         ``retry_on`` names only built-in classes)."""
         p = self.policy
         wanted = p._matcher.classes
+        if wanted == ():
+            return  # retry_on=(): nothing is retried by class, on purpose (or a driver decides)
         if wanted is None:
             what = getattr(p.retry_on, "__name__", repr(p.retry_on))
         else:
