@@ -19,6 +19,25 @@ class DependencyDown(ConnectionError):
     """The simulated dependency refused the attempt."""
 
 
+def storm_retry_times(policy: RetryPolicy, clients: int) -> list[float]:
+    """When each retry of *clients* clients starts, all having failed at t=0 against a
+    dependency that stays down: the driver loop of the storm, on the real state machine."""
+    times: list[float] = []
+    for _ in range(clients):
+        state = policy.new_state(0.0)
+        now = 0.0
+        while True:
+            state.begin_attempt(now)
+            # A fresh error each time: one that a policy gave up on is marked as retried
+            # already (the one-layer rule), and no other policy would retry it.
+            delay = state.on_error(DependencyDown("connection refused"), now)
+            if delay is None:
+                break
+            now += delay
+            times.append(now)
+    return times
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class TraceStep:
     """One attempt of the single client's trace.
@@ -157,17 +176,7 @@ def storm(
             name=f"storm-{jitter}",
             hooks=retry_hooks(),
         )
-        times: list[float] = []
-        for _ in range(clients):
-            state = p.new_state(0.0)
-            now = 0.0
-            while True:
-                state.begin_attempt(now)
-                delay = state.on_error(DependencyDown("connection refused"), now)
-                if delay is None:
-                    break
-                now += delay
-                times.append(now)
+        times = storm_retry_times(p, clients)
         times.sort()
         retry_times[jitter] = tuple(times)
         bins: dict[int, int] = {}

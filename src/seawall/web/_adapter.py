@@ -10,25 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from seawall.sim._report import jsonable
+
 __all__ = ["EXPERIMENTS", "Experiment", "jsonable", "run_experiment", "saga_log"]
-
-
-def jsonable(value: Any) -> Any:
-    """*value* as JSON data: dataclasses as dicts, tuples as lists, non-finite floats as None."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def _metastable(seed: int) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import random
 from typing import Any
 
 from seawall import Backoff, Permanent, RetryPolicy, VirtualClock
-from seawall.lowlevel import RetryState
+from seawall.sim._storm import storm_retry_times
 
 __all__ = ["MAX_ATTEMPTS", "MAX_BINS", "MAX_CLIENTS", "backoff_trace", "storm_histogram"]
 
@@ -152,22 +152,8 @@ def backoff_trace(
 
 def _retry_times(policy: RetryPolicy, clients: int) -> list[float]:
     """When each retry of *clients* clients starts, all having failed at t=0 against a
-    dependency that stays down: the driver loop of the simulator's storm, on the real state
-    machine."""
-    times: list[float] = []
-    for _ in range(clients):
-        state: RetryState = policy.new_state(0.0)
-        now = 0.0
-        while True:
-            state.begin_attempt(now)
-            # A fresh error each time: one that a policy gave up on is marked as retried
-            # already (the one-layer rule), and no other policy would retry it.
-            delay = state.on_error(DependencyDown("connection refused"), now)
-            if delay is None:
-                break
-            now += delay
-            times.append(now)
-    return times
+    dependency that stays down: the simulator's storm loop, on the real state machine."""
+    return storm_retry_times(policy, clients)
 
 
 def storm_histogram(
