@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 import random
@@ -10,9 +9,11 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 
+import anyio
 import pytest
 
 import seawall
+from backends import Run
 from seawall import (
     AdaptiveThrottle,
     Backoff,
@@ -285,6 +286,7 @@ def test_retry_budget_no_lost_updates_with_threads_and_sliding_window(contention
 
 
 def storm(
+    run: Run,
     make_budget: Callable[[VirtualClock], Budget | None],
     requests: int,
     rate: float,
@@ -316,28 +318,30 @@ def storm(
     )
 
     async def one(start: float) -> None:
-        await asyncio.sleep(start)
+        await anyio.sleep(start)
         try:
             await policy.acall(dependency)
         except ConnectionError:
             assert failure_rate > 0
 
     async def main() -> None:
-        await asyncio.gather(*(one(i / rate) for i in range(requests)))
+        async with anyio.create_task_group() as tg:
+            for i in range(requests):
+                tg.start_soon(one, i / rate)
 
-    seawall.testing.run(main(), clock)
+    run(main(), clock)
     return calls, clock.now(), events
 
 
 @pytest.mark.volume
-def test_proof_without_budget_a_dead_dependency_sees_3x() -> None:
-    calls, _, events = storm(lambda clock: None, 10_000, 100.0)
+def test_proof_without_budget_a_dead_dependency_sees_3x(run: Run) -> None:
+    calls, _, events = storm(run, lambda clock: None, 10_000, 100.0)
     assert calls == 30_000
     assert not events.kinds("budget_exhausted")
 
 
 @pytest.mark.volume
-def test_proof_retry_budget_bounds_amplification_to_ratio_plus_floor() -> None:
+def test_proof_retry_budget_bounds_amplification_to_ratio_plus_floor(run: Run) -> None:
     requests = 10_000
     budgets: list[RetryBudget] = []
 
@@ -345,7 +349,7 @@ def test_proof_retry_budget_bounds_amplification_to_ratio_plus_floor() -> None:
         budgets.append(RetryBudget(clock=clock))  # the defaults, as docs/budgets.md shows
         return budgets[0]
 
-    calls, elapsed, events = storm(make, requests, 100.0)
+    calls, elapsed, events = storm(run, make, requests, 100.0)
     budget = budgets[0]
     floor = budget.min_per_second * (elapsed + budget.window)
     assert requests <= calls <= 1.1 * requests + floor
@@ -359,10 +363,10 @@ def test_proof_retry_budget_bounds_amplification_to_ratio_plus_floor() -> None:
 
 
 @pytest.mark.volume
-def test_proof_healthy_dependency_with_1_percent_failures_is_never_refused() -> None:
+def test_proof_healthy_dependency_with_1_percent_failures_is_never_refused(run: Run) -> None:
     requests = 10_000
     calls, _, events = storm(
-        lambda clock: RetryBudget(clock=clock), requests, 100.0, failure_rate=0.01
+        run, lambda clock: RetryBudget(clock=clock), requests, 100.0, failure_rate=0.01
     )
     assert not events.kinds("budget_exhausted")
     retries = events.kinds("retry")
@@ -591,7 +595,7 @@ def test_retry_quota_stops_retries_after_capacity_is_spent() -> None:
     assert len(events.kinds("budget_exhausted")) == 150
 
 
-async def test_retry_quota_refunds_the_right_call_across_tasks() -> None:
+def test_retry_quota_refunds_the_right_call_across_tasks(run: Run) -> None:
     quota = RetryQuota(capacity=100)
     for _ in range(4):  # spend 20 tokens on retries that failed
         assert quota.allow_retry(ConnectionError())
@@ -599,28 +603,39 @@ async def test_retry_quota_refunds_the_right_call_across_tasks() -> None:
     assert quota.available == 80
     clock = VirtualClock()
     policy = RetryPolicy(max_attempts=2, backoff=FAST, budget=quota, clock=clock, hooks=())
-    step = asyncio.Event()
     attempts = 0
+    results: list[str] = []
 
-    async def retried() -> str:
-        nonlocal attempts
-        attempts += 1
-        if attempts == 1:
-            raise ConnectionError("first attempt fails")
-        await step.wait()  # let the other task succeed while this retry holds its cost
-        return "retried"
+    async def main() -> None:
+        step = anyio.Event()
 
-    async def plain() -> str:
-        step.set()
-        return "plain"
+        async def retried() -> str:
+            nonlocal attempts
+            attempts += 1
+            if attempts == 1:
+                raise ConnectionError("first attempt fails")
+            await step.wait()  # let the other task succeed while this retry holds its cost
+            return "retried"
 
-    task = asyncio.create_task(policy.acall(retried))
-    await asyncio.sleep(0.2)  # the retry is in flight (its cost withdrawn)
-    assert quota.available == 75
-    assert await policy.acall(plain) == "plain"  # not a retry: +1, not the other call's refund
-    assert quota.available == 76
-    assert await task == "retried"  # refunds its own 5
-    assert quota.available == 81
+        async def plain() -> str:
+            step.set()
+            return "plain"
+
+        async def retried_call() -> None:
+            results.append(await policy.acall(retried))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(retried_call)
+            await anyio.sleep(0.2)  # the retry is in flight (its cost withdrawn)
+            assert quota.available == 75
+            # Not a retry: +1, not the other call's refund.
+            assert await policy.acall(plain) == "plain"
+            assert quota.available == 76
+        assert results == ["retried"]  # refunds its own 5
+        assert quota.available == 81
+
+    run(main(), clock)
+    assert attempts == 2
 
 
 def test_retry_quota_forgets_a_cost_left_by_an_interrupted_call() -> None:
@@ -823,7 +838,7 @@ def flaky_then(value: str, failures: int) -> Callable[[], str]:
     return fn
 
 
-@pytest.mark.parametrize("style", ["call", "decorator", "acall", "timeout"])
+@pytest.mark.parametrize("style", ["call", "decorator", "acall/asyncio", "acall/trio", "timeout"])
 def test_policy_tells_the_budget_once_per_call_and_per_attempt(style: str) -> None:
     clock = VirtualClock()
     budget = RecordingBudget()
@@ -835,12 +850,13 @@ def test_policy_tells_the_budget_once_per_call_and_per_attempt(style: str) -> No
     def invoke(fn: Callable[[], str]) -> str:
         if style == "decorator":
             return policy(fn)()
-        if style == "acall":
+        if style.startswith("acall/"):
 
             async def afn() -> str:
                 return fn()
 
-            return seawall.testing.run(policy.acall(afn), clock)
+            backend = style.removeprefix("acall/")
+            return seawall.testing.run(policy.acall(afn), clock, backend=backend)
         return policy.call(fn)
 
     assert invoke(flaky_then("a", 0)) == "a"

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import anyio
 import pytest
 
 import seawall
+from backends import Run
 from seawall.lowlevel import Verdict, classify, compile_errors
 
 RETRY_ON = compile_errors((ConnectionError, TimeoutError), "retry_on")
@@ -217,7 +219,7 @@ def test_an_answer_is_an_accept_for_adaptive_throttling() -> None:
 
 
 def test_a_failing_hedge_hook_is_logged_and_the_answer_is_kept(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, run: Run
 ) -> None:
     def broken(event: object) -> None:
         raise RuntimeError("metrics down")
@@ -229,11 +231,12 @@ def test_a_failing_hedge_hook_is_logged_and_the_answer_is_kept(
     async def fetch() -> str:
         nonlocal calls
         calls += 1
-        await asyncio.sleep(1.0 if calls == 1 else 0.01)
+        await anyio.sleep(1.0 if calls == 1 else 0.01)
         return f"answer {calls}"
 
     # The second attempt wins: its "hedge" and "win" hooks both raise; the answer arrives.
-    assert seawall.testing.run(hedge.acall(fetch), clock) == "answer 2"
+    assert run(hedge.acall(fetch), clock) == "answer 2"
+    assert clock.now() == pytest.approx(0.06)
     assert "failed on a win event" in caplog.text
     assert "failed on a hedge event" in caplog.text
 
@@ -317,7 +320,7 @@ def test_the_route_hedge_settings_have_one_name() -> None:
 
 
 def test_a_losing_hedge_whose_cleanup_raises_is_logged_not_left_unretrieved(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, run: Run
 ) -> None:
     clock = seawall.VirtualClock()
     hedge = seawall.Hedge(0.05, clock=clock)
@@ -328,11 +331,11 @@ def test_a_losing_hedge_whose_cleanup_raises_is_logged_not_left_unretrieved(
         calls += 1
         mine = calls
         try:
-            await asyncio.sleep(1.0 if mine == 1 else 0.01)
-        except asyncio.CancelledError:
+            await anyio.sleep(1.0 if mine == 1 else 0.01)
+        except anyio.get_cancelled_exc_class():
             raise RuntimeError("connection close failed") from None
         return f"answer {mine}"
 
-    assert seawall.testing.run(hedge.acall(fetch), clock) == "answer 2"
+    assert run(hedge.acall(fetch), clock) == "answer 2"
     assert "failed while unwinding" in caplog.text
     assert "connection close failed" in caplog.text

@@ -7,9 +7,11 @@ import random
 import sys
 import types
 
+import anyio
 import pytest
 
 import seawall
+from backends import Run
 from seawall.lowlevel import is_transient
 
 
@@ -199,13 +201,13 @@ def test_call_of_an_async_function_is_refused_clearly() -> None:
     # The coroutine was closed, not left un-awaited (filterwarnings = error would catch that).
 
 
-def test_acall_of_a_sync_function_is_refused_clearly() -> None:
+def test_acall_of_a_sync_function_is_refused_clearly(run: Run) -> None:
     def fetch() -> int:
         return 1
 
     policy = seawall.RetryPolicy(hooks=())
     with pytest.raises(TypeError, match="call\\(\\)"):
-        seawall.testing.run(policy.acall(fetch))  # type: ignore[arg-type]
+        run(policy.acall(fetch))  # type: ignore[arg-type]
 
 
 def test_the_block_api_refuses_a_result_check() -> None:
@@ -225,55 +227,58 @@ def test_coroutine_type_is_what_the_check_uses() -> None:
     assert sys.version_info >= (3, 10)
 
 
-def test_a_plain_with_deadline_inside_a_coroutine_cancels_at_the_deadline() -> None:
-    import asyncio
-
+def test_a_plain_with_deadline_inside_a_coroutine_cancels_at_the_deadline(run: Run) -> None:
     clock = seawall.VirtualClock()
 
     async def main() -> float:
         started = clock.now()
         with pytest.raises(seawall.DeadlineExceeded), seawall.deadline(0.2, clock=clock):
-            await asyncio.sleep(1.0)
+            await anyio.sleep(1.0)
         # The task was not left cancelled: it goes on awaiting.
-        await asyncio.sleep(0.1)
+        await anyio.sleep(0.1)
         return clock.now() - started
 
     # Cancelled at the deadline (and a millisecond, so that inner timeouts at the same
     # deadline report it first), then 0.1 s more.
-    assert seawall.testing.run(main(), clock) == pytest.approx(0.301)
+    assert run(main(), clock) == pytest.approx(0.301)
 
 
-def test_a_plain_with_deadline_that_ends_in_time_cancels_nothing() -> None:
-    import asyncio
-
+def test_a_plain_with_deadline_that_ends_in_time_cancels_nothing(run: Run) -> None:
     clock = seawall.VirtualClock()
 
     async def main() -> str:
         with seawall.deadline(5.0, clock=clock):
-            await asyncio.sleep(1.0)
-        await asyncio.sleep(10.0)  # past the deadline that no longer applies
+            await anyio.sleep(1.0)
+        await anyio.sleep(10.0)  # past the deadline that no longer applies
         return "done"
 
-    assert seawall.testing.run(main(), clock) == "done"
+    assert run(main(), clock) == "done"
+    assert clock.now() == pytest.approx(11.0)
 
 
-def test_the_caller_cancelling_inside_a_plain_with_deadline_stays_a_cancellation() -> None:
-    import asyncio
-
+def test_the_caller_cancelling_inside_a_plain_with_deadline_stays_a_cancellation(
+    run: Run,
+) -> None:
     clock = seawall.VirtualClock()
+    escaped: list[tuple[str, bool, float]] = []
 
     async def main() -> None:
         async def work() -> None:
-            with seawall.deadline(5.0, clock=clock):
-                await asyncio.sleep(10.0)
+            try:
+                with seawall.deadline(5.0, clock=clock):
+                    await anyio.sleep(10.0)
+            except BaseException as error:
+                cancelled = isinstance(error, anyio.get_cancelled_exc_class())
+                escaped.append((type(error).__name__, cancelled, clock.now()))
+                raise
 
-        task = asyncio.ensure_future(work())
-        await asyncio.sleep(1.0)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(work)
+            await anyio.sleep(1.0)
+            tg.cancel_scope.cancel()  # the task group ends quietly: a cancellation, not an error
 
-    seawall.testing.run(main(), clock)
+    run(main(), clock)
+    assert [(cancelled, at) for _, cancelled, at in escaped] == [(True, pytest.approx(1.0))]
 
 
 def test_a_decorated_function_can_be_called_once_with_another_policy() -> None:

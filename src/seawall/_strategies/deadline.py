@@ -104,6 +104,13 @@ def _running_task() -> Any:
         return None
 
 
+def _running_trio() -> bool:
+    """Whether this code runs in a trio task (asked only once trio is imported)."""
+    from seawall._core.compat import running_trio  # it imports asyncio: not at import
+
+    return running_trio()
+
+
 # -- deadline composition: the one place where the ambient deadline, a call's timeout and an
 # attempt's timeout meet. Every strategy and driver uses these three functions.
 
@@ -159,7 +166,17 @@ class deadline:
         at: an absolute :class:`Deadline` to use instead of *seconds*.
     """
 
-    __slots__ = ("_at", "_clock", "_fired", "_handle", "_seconds", "_timeout", "_token", "deadline")
+    __slots__ = (
+        "_at",
+        "_clock",
+        "_fired",
+        "_handle",
+        "_scope",
+        "_seconds",
+        "_timeout",
+        "_token",
+        "deadline",
+    )
 
     def __init__(
         self,
@@ -183,6 +200,7 @@ class deadline:
         self._timeout: Any = None
         self._handle: Any = None  # a plain `with` in a coroutine: the loop timer that cancels
         self._fired: Any = None  # the task it cancelled, once it has
+        self._scope: Any = None  # a plain `with` in a trio task: (its cancel scope, skip)
         self.deadline: Deadline | None = None
 
     def _enter(self) -> Deadline:
@@ -216,6 +234,16 @@ class deadline:
                 real, skip = TESTING.bounded(max(0.0, left))  # instant(): at most its grace
                 when = loop.time() + real + _GRACE
                 self._handle = loop.call_at(when, self._cancel, task, skip)
+        elif "trio" in sys.modules and _running_trio():
+            left = new.remaining()
+            if math.isfinite(left):
+                import trio
+
+                real, skip = TESTING.bounded(max(0.0, left))
+                # A cancel scope is a plain context manager: it cancels the awaits inside.
+                scope = trio.CancelScope(deadline=trio.current_time() + real + _GRACE)
+                scope.__enter__()
+                self._scope = (scope, skip)
         return new
 
     def _cancel(self, task: Any, skip: float) -> None:
@@ -230,11 +258,18 @@ class deadline:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:
+    ) -> bool:
         self._exit()
+        if self._scope is not None:
+            (scope, skip), self._scope = self._scope, None
+            suppressed = bool(scope.__exit__(exc_type, exc, tb))
+            if scope.cancelled_caught:
+                TESTING.skip(skip)
+                raise DeadlineExceeded("the deadline passed while the block was waiting") from exc
+            return suppressed
         handle, self._handle = self._handle, None
         if handle is None:
-            return
+            return False
         handle.cancel()
         task, self._fired = self._fired, None
         if task is not None and exc_type is not None and exc_type.__name__ == "CancelledError":
@@ -242,6 +277,7 @@ class deadline:
             if uncancel is not None:
                 uncancel()
             raise DeadlineExceeded("the deadline passed while the block was waiting") from exc
+        return False
 
     async def __aenter__(self) -> Deadline:
         new = self._enter()
