@@ -514,11 +514,18 @@ class Hedge:
         send, receive = trio.open_memory_channel[tuple[int, bool, Any]](math.inf)
         found: list[T] = []
         failure: BaseException | None = None
+        settled = False  # the call's outcome is known: the attempts still running are losers
 
         async def attempt(index: int, call: Callable[[], Awaitable[T]]) -> None:
             try:
                 value = await call()
             except Exception as exc:
+                if settled:
+                    # A loser whose cleanup raised: logged, as on asyncio; the outcome stands.
+                    logger.warning(
+                        "seawall hedge: a cancelled attempt failed while unwinding", exc_info=exc
+                    )
+                    return
                 send.send_nowait((index, False, exc))
             else:
                 send.send_nowait((index, True, value))
@@ -572,6 +579,7 @@ class Hedge:
                     failure = payload
                     break
             # The losers are cancelled; leaving the nursery waits for them to unwind.
+            settled = True
             nursery.cancel_scope.cancel()
         if failure is not None:
             raise failure
