@@ -19,9 +19,10 @@ import contextlib
 import itertools
 import math
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -30,6 +31,7 @@ import seawall
 import seawall.httpx
 import seawall.requests
 import seawall.testing
+from backends import BACKENDS
 from figures import record_figures
 from seawall import faults
 from seawall.server import LoadShedder
@@ -98,10 +100,18 @@ async def aflaky_factory(clock: seawall.VirtualClock, failures: int = 2) -> Call
     flaky = Flaky(failures)
 
     async def call() -> str:
-        await asyncio.sleep(0.01)
+        await anyio.sleep(0.01)
         return flaky()
 
     return call
+
+
+def run_on_each_backend(
+    main: Callable[[], Coroutine[Any, Any, None]], clock: seawall.VirtualClock | None
+) -> None:
+    """``main()`` run on asyncio, then on trio, on virtual time (*clock*, or a new one)."""
+    for backend in BACKENDS:
+        seawall.testing.run(main(), clock, backend=backend)
 
 
 # -- exercises: a short, bounded use of each object --------------------------------------------
@@ -128,7 +138,7 @@ def use_policy(policy: seawall.RetryPolicy, clock: seawall.VirtualClock) -> None
         with contextlib.suppress(EXPECTED):
             await policy.acall(await aflaky_factory(clock))
 
-    seawall.testing.run(main(), clock if policy.clock is clock else None)
+    run_on_each_backend(main, clock if policy.clock is clock else None)
     for attempt in policy.attempts():
         with attempt:
             pass
@@ -168,14 +178,14 @@ def use_breaker(breaker: seawall.CircuitBreaker, clock: seawall.VirtualClock) ->
 def use_hedge(hedge: seawall.Hedge, clock: seawall.VirtualClock) -> None:
     async def main() -> None:
         async def answer(*replica: object) -> str:
-            await asyncio.sleep(0.05)
+            await anyio.sleep(0.05)
             return "ok"
 
         for _ in range(3):
             with contextlib.suppress(EXPECTED):
                 await hedge.acall(answer)
 
-    seawall.testing.run(main(), clock)
+    run_on_each_backend(main, clock)
 
 
 def use_pipeline(pipeline: seawall.Pipeline, clock: seawall.VirtualClock) -> None:
@@ -227,6 +237,7 @@ def use_shedder(shedder: LoadShedder, clock: seawall.VirtualClock) -> None:
         scope = {"type": "http", "method": "GET", "path": "/", "headers": []}
         await asyncio.gather(*(shedder(dict(scope), receive, send) for _ in range(3)))
 
+    # asyncio only: the ASGI shedder waits on asyncio futures (seawall.server has no trio driver).
     seawall.testing.run(main(), clock)
     statuses = [m["status"] for m in sent if m["type"] == "http.response.start"]
     assert len(statuses) == 3 and set(statuses) <= {200, 429, 503, 504}, statuses
