@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 
+import anyio
 import pytest
 
 import seawall
+from backends import Run
 from seawall import VirtualClock
 from seawall.config import ConfigError, HedgeConfig, PolicyRegistry
 from seawall.instrumentation import Counters, MetricsHook
-from seawall.testing import run
 
 
 class Stalls:
@@ -24,7 +24,7 @@ class Stalls:
     async def __call__(self) -> int:
         self.started += 1
         n = self.started
-        await asyncio.sleep(1.0 if n % 2 else 0.01)
+        await anyio.sleep(1.0 if n % 2 else 0.01)
         return n
 
 
@@ -74,7 +74,7 @@ def test_config_builds_the_hedge_it_describes() -> None:
     assert isinstance(adaptive.delay, float)  # inf until the tracker has samples
 
 
-def test_registry_hedge_follows_reloads(tmp_path: Path) -> None:
+def test_registry_hedge_follows_reloads(tmp_path: Path, run: Run) -> None:
     path = tmp_path / "policies.toml"
     path.write_text('[routes.users]\nhedge = { delay = "50ms" }\n')
     clock = VirtualClock()
@@ -143,7 +143,7 @@ def test_hedge_shares_the_route_budget_without_counting_requests_twice() -> None
     assert hedge.reports_to_budget is False
 
 
-def test_adaptive_hedge_from_the_file_learns_the_latency() -> None:
+def test_adaptive_hedge_from_the_file_learns_the_latency(run: Run) -> None:
     clock = VirtualClock()
     registry = PolicyRegistry(
         {"routes": {"users": {"hedge": {"delay": "1ms", "percentile": 50}}}}, clock=clock
@@ -152,7 +152,7 @@ def test_adaptive_hedge_from_the_file_learns_the_latency() -> None:
 
     @hedged
     async def fetch() -> str:
-        await asyncio.sleep(0.02)
+        await anyio.sleep(0.02)
         return "ok"
 
     async def main() -> None:
