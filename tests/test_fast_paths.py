@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pytest
 
 import seawall
+from backends import Run
 from seawall import (
     AdaptiveThrottle,
     Backoff,
@@ -127,7 +128,7 @@ def test_no_time_left_raises_deadline_exceeded_before_any_attempt() -> None:
     assert calls == 0
 
 
-def test_async_timed_first_attempt_is_cancelled_at_its_timeout() -> None:
+def test_async_timed_first_attempt_is_cancelled_at_its_timeout(run: Run) -> None:
     clock = VirtualClock()
     policy = RetryPolicy(
         max_attempts=2, backoff=Backoff.constant(0.0), attempt_timeout=1.0, clock=clock, hooks=()
@@ -140,8 +141,9 @@ def test_async_timed_first_attempt_is_cancelled_at_its_timeout() -> None:
             await clock.asleep(5.0)  # cancelled after 1 s: a TimeoutError, retried
         return "second"
 
-    assert seawall.testing.run(policy.acall(slow), clock) == "second"
+    assert run(policy.acall(slow), clock) == "second"
     assert starts == [0.0, 1.0]
+    assert clock.now() == pytest.approx(1.0)
 
 
 # -- RetryBudget: clock reads every `stride` deposits -------------------------------------------
