@@ -2,11 +2,11 @@
 
 A generated script (the policy's parameters, then for a few logical calls in a row what each
 attempt does) runs through ``call``, ``acall``, the decorator on a ``def`` and on an ``async
-def``, the sync and async block APIs, ``run``, ``arun``, a registry handle and a pipeline. Each
-entry point gets its own policy, virtual clock, random generators and budget, built from the same
-parameters, and must then make the same attempts, return or raise the same thing (the same
-exception, with the same notes), emit the same events, sleep the same delays, make the same
-budget calls and leave its budget in the same state.
+def``, the sync and async block APIs, ``run``, ``arun``, a registry handle and a pipeline, the
+async ones on asyncio and on trio. Each entry point gets its own policy, virtual clock, random
+generators and budget, built from the same parameters, and must then make the same attempts,
+return or raise the same thing (the same exception, with the same notes), emit the same events,
+sleep the same delays, make the same budget calls and leave its budget in the same state.
 
 Each script runs twice per entry point: once with the budget behind a proxy that records every
 call (and offers no ``first_attempt()`` capability, so the policy uses ``on_request`` and
@@ -20,18 +20,19 @@ left out of scripts whose policy checks results (``with attempt:`` sees no resul
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
+import anyio
 import hypothesis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seawall
+from backends import BACKENDS
 from seawall import (
     AdaptiveThrottle,
     Backoff,
@@ -331,7 +332,7 @@ class World:
         return step.act(f"call {self.call} attempt {number}")
 
     async def aattempt(self) -> str:
-        await asyncio.sleep(0)  # a real suspension, before the attempt's time passes
+        await anyio.sleep(0)  # a real suspension, before the attempt's time passes
         return self.attempt()
 
 
@@ -476,8 +477,11 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
 }
 
 
-def execute(name: str, scenario: Scenario, proxied: bool) -> list[CallTrace]:
-    """Run every logical call of *scenario*, in order, through one entry point."""
+def execute(
+    name: str, scenario: Scenario, proxied: bool, backend: str = "asyncio"
+) -> list[CallTrace]:
+    """Run every logical call of *scenario*, in order, through one entry point (an async one
+    on *backend*)."""
     entry = ENTRY_POINTS[name]
     w = World(scenario.params, proxied)
     if entry.is_async:
@@ -495,7 +499,7 @@ def execute(name: str, scenario: Scenario, proxied: bool) -> list[CallTrace]:
                 else:
                     w.end(outcome(None, value))
 
-        seawall.testing.run(main(), w.clock)
+        seawall.testing.run(main(), w.clock, backend=backend)
     else:
         call = entry.setup(w)
         for i, steps in enumerate(scenario.calls):
@@ -572,8 +576,10 @@ def test_every_entry_point_makes_the_same_decisions(scenario: Scenario) -> None:
             if entry.block and scenario.params.check_results:
                 # The block API has no result to check: `with attempt:` sees only errors.
                 continue
-            label = f"{name} [{'recorded' if proxied else 'bare'} budget]"
-            runs.append((label, execute(name, scenario, proxied)))
+            budget = "recorded" if proxied else "bare"
+            for backend in BACKENDS if entry.is_async else ("",):
+                label = f"{name} [{budget} budget{', ' if backend else ''}{backend}]"
+                runs.append((label, execute(name, scenario, proxied, backend or "asyncio")))
     reference = runs[0]
     label_coverage(reference[1])
     problems = [d for run in runs[1:] if (d := difference(scenario, reference, run)) is not None]
