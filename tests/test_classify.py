@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
+import trio
 
 import seawall
 from backends import Run
@@ -45,6 +46,7 @@ def _exhausted(exc: BaseException) -> BaseException:
         (seawall.DeadlineExceeded("call"), {"deadline_room": False}, Verdict.NEUTRAL),
         (seawall.permanent(seawall.DeadlineExceeded("gone")), {}, Verdict.ANSWERED),
         (asyncio.CancelledError(), {}, Verdict.NEUTRAL),
+        (trio.Cancelled._create(), {}, Verdict.NEUTRAL),  # trio builds it only for itself
         (KeyboardInterrupt(), {}, Verdict.NEUTRAL),
         (ValueError("503 to a POST"), {"retry": False}, Verdict.FAILED),
         (ValueError("the driver says retry"), {"retry": True}, Verdict.RETRY),
