@@ -237,7 +237,7 @@ def use_shedder(shedder: LoadShedder, clock: seawall.VirtualClock) -> None:
         scope = {"type": "http", "method": "GET", "path": "/", "headers": []}
         await asyncio.gather(*(shedder(dict(scope), receive, send) for _ in range(3)))
 
-    # asyncio only: the ASGI shedder waits on asyncio futures (seawall.server has no trio driver).
+    # On asyncio: tests/server/test_shed.py drives the shedder on trio too.
     seawall.testing.run(main(), clock)
     statuses = [m["status"] for m in sent if m["type"] == "http.response.start"]
     assert len(statuses) == 3 and set(statuses) <= {200, 429, 503, 504}, statuses

@@ -1,7 +1,8 @@
 """LoadShedder on virtual time: admission, LIFO queue, priorities, deadlines, rejections.
 
 The middleware is driven as an ASGI application (scope, receive, send), exactly as a server
-drives it; the protected app holds each request for a fixed virtual service time.
+drives it; the protected app holds each request for a fixed virtual service time. The tests
+run on asyncio and on trio (an ASGI server such as hypercorn serves either).
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
+import anyio
 import pytest
 
 import seawall
+from backends import Run
 from seawall.instrumentation import Counters
 from seawall.server import OVERLOADED_HEADER, LoadShedder, parse_priority
-from seawall.testing import VirtualClock, run
+from seawall.testing import VirtualClock
+from seawall.testing import run as run_asyncio
 
 
 class SlowApp:
@@ -31,7 +35,7 @@ class SlowApp:
         assert scope["type"] == "http"
         self.started.append((scope["path"], self.clock.now()))
         self.remaining.append(seawall.remaining())
-        await asyncio.sleep(self.service)
+        await anyio.sleep(self.service)
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 
@@ -71,14 +75,19 @@ async def burst(
     app: Any, clock: VirtualClock, paths: list[str], gap: float = 0.01, **kw: Any
 ) -> list[Reply]:
     """Start one request per path, *gap* virtual seconds apart; all replies, in path order."""
-    tasks = []
-    for path in paths:
-        tasks.append(asyncio.ensure_future(request(app, clock, path, **kw)))
-        await asyncio.sleep(gap)
-    return list(await asyncio.gather(*tasks))
+    replies: dict[int, Reply] = {}
+
+    async def one(i: int, path: str) -> None:
+        replies[i] = await request(app, clock, path, **kw)
+
+    async with anyio.create_task_group() as tg:
+        for i, path in enumerate(paths):
+            tg.start_soon(one, i, path)
+            await anyio.sleep(gap)
+    return [replies[i] for i in range(len(paths))]
 
 
-def test_within_capacity_everything_runs_at_once() -> None:
+def test_within_capacity_everything_runs_at_once(run: Run) -> None:
     clock = VirtualClock()
     app = SlowApp(clock)
     shedder = LoadShedder(app, max_concurrency=4, clock=clock)
@@ -90,7 +99,7 @@ def test_within_capacity_everything_runs_at_once() -> None:
     assert shedder.stats.queued == 0
 
 
-def test_queue_is_served_newest_first() -> None:
+def test_queue_is_served_newest_first(run: Run) -> None:
     clock = VirtualClock()
     app = SlowApp(clock)
     shedder = LoadShedder(app, max_concurrency=1, max_queue=3, max_queue_wait=10.0, clock=clock)
@@ -103,7 +112,9 @@ def test_queue_is_served_newest_first() -> None:
     assert shedder.stats.queued == 0
 
 
-def test_full_queue_sheds_its_oldest_entry_with_503_retry_after_and_overload_header() -> None:
+def test_full_queue_sheds_its_oldest_entry_with_503_retry_after_and_overload_header(
+    run: Run,
+) -> None:
     clock = VirtualClock()
     app = SlowApp(clock)
     shedder = LoadShedder(app, max_concurrency=1, max_queue=1, retry_after=2.5, clock=clock)
@@ -118,7 +129,7 @@ def test_full_queue_sheds_its_oldest_entry_with_503_retry_after_and_overload_hea
     assert shedder.stats.shed["queue_full"] == 1
 
 
-def test_no_queue_rejects_at_once_with_429_when_asked() -> None:
+def test_no_queue_rejects_at_once_with_429_when_asked(run: Run) -> None:
     clock = VirtualClock()
     app = SlowApp(clock)
     shedder = LoadShedder(
@@ -131,7 +142,7 @@ def test_no_queue_rejects_at_once_with_429_when_asked() -> None:
     assert rejected.body == b"overloaded\n"
 
 
-def test_least_urgent_requests_are_shed_first() -> None:
+def test_least_urgent_requests_are_shed_first(run: Run) -> None:
     clock = VirtualClock()
     app = SlowApp(clock)
     shedder = LoadShedder(
@@ -144,20 +155,22 @@ def test_least_urgent_requests_are_shed_first() -> None:
     )
 
     async def main() -> list[Reply]:
-        async def one(path: str, urgency: str) -> Reply:
-            return await request(shedder, clock, path, [("x-priority", urgency)])
+        replies: dict[str, Reply] = {}
 
-        tasks = []
-        for path, urgency in [
-            ("/run", "3"),
-            ("/u1", "1"),
-            ("/u5", "5"),
-            ("/u6", "6"),
-            ("/u0", "u=0, i"),
-        ]:
-            tasks.append(asyncio.ensure_future(one(path, urgency)))
-            await asyncio.sleep(0.01)
-        return list(await asyncio.gather(*tasks))
+        async def one(path: str, urgency: str) -> None:
+            replies[path] = await request(shedder, clock, path, [("x-priority", urgency)])
+
+        async with anyio.create_task_group() as tg:
+            for path, urgency in [
+                ("/run", "3"),
+                ("/u1", "1"),
+                ("/u5", "5"),
+                ("/u6", "6"),
+                ("/u0", "u=0, i"),
+            ]:
+                tg.start_soon(one, path, urgency)
+                await anyio.sleep(0.01)
+        return [replies[p] for p in ("/run", "/u1", "/u5", "/u6", "/u0")]
 
     replies = dict(zip(["/run", "/u1", "/u5", "/u6", "/u0"], run(main(), clock), strict=True))
     # /u6 arrived at a full queue (u1, u5) where every entry is more urgent: it is rejected.
@@ -169,7 +182,7 @@ def test_least_urgent_requests_are_shed_first() -> None:
     assert shedder.stats.shed == {"queue_full": 1, "priority": 1, "queue_timeout": 0, "deadline": 0}
 
 
-def test_waiting_longer_than_max_queue_wait_is_shed() -> None:
+def test_waiting_longer_than_max_queue_wait_is_shed(run: Run) -> None:
     clock = VirtualClock()
     app = SlowApp(clock, service=5.0)
     shedder = LoadShedder(app, max_concurrency=1, max_queue=4, max_queue_wait=0.5, clock=clock)
@@ -181,7 +194,7 @@ def test_waiting_longer_than_max_queue_wait_is_shed() -> None:
     assert shedder.stats.queued == 0
 
 
-def test_expired_propagated_deadline_is_dropped_before_any_work() -> None:
+def test_expired_propagated_deadline_is_dropped_before_any_work(run: Run) -> None:
     clock = VirtualClock()
     app = SlowApp(clock)
     metrics = Counters()
@@ -195,7 +208,7 @@ def test_expired_propagated_deadline_is_dropped_before_any_work() -> None:
     assert metrics.get("sheds", "api", "deadline") == 2
 
 
-def test_propagated_deadline_is_installed_and_clamped_for_the_app() -> None:
+def test_propagated_deadline_is_installed_and_clamped_for_the_app(run: Run) -> None:
     clock = VirtualClock()
     app = SlowApp(clock, service=0.1)
     shedder = LoadShedder(app, max_concurrency=4, max_request_time=5.0, clock=clock)
@@ -208,7 +221,7 @@ def test_propagated_deadline_is_installed_and_clamped_for_the_app() -> None:
     assert app.remaining[-1] == float("inf")
 
 
-def test_app_running_past_the_deadline_is_cancelled_and_answered_504() -> None:
+def test_app_running_past_the_deadline_is_cancelled_and_answered_504(run: Run) -> None:
     clock = VirtualClock()
     app = SlowApp(clock, service=10.0)
     shedder = LoadShedder(app, max_concurrency=1, clock=clock)
@@ -218,16 +231,22 @@ def test_app_running_past_the_deadline_is_cancelled_and_answered_504() -> None:
     assert shedder.stats.in_flight == 0
 
 
-def test_queued_request_is_dropped_when_its_deadline_passes() -> None:
+def test_queued_request_is_dropped_when_its_deadline_passes(run: Run) -> None:
     clock = VirtualClock()
     app = SlowApp(clock, service=5.0)
     shedder = LoadShedder(app, max_concurrency=1, max_queue_wait=3.0, clock=clock)
 
     async def main() -> tuple[Reply, Reply]:
-        first = asyncio.ensure_future(request(shedder, clock, "/0"))
-        await asyncio.sleep(0.5)
-        second = await request(shedder, clock, "/1", [("x-request-deadline", "1000")])
-        return await first, second
+        got: dict[str, Reply] = {}
+
+        async def first() -> None:
+            got["/0"] = await request(shedder, clock, "/0")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first)
+            await anyio.sleep(0.5)
+            second = await request(shedder, clock, "/1", [("x-request-deadline", "1000")])
+        return got["/0"], second
 
     first, second = run(main(), clock)
     assert first.status == 200
@@ -237,22 +256,34 @@ def test_queued_request_is_dropped_when_its_deadline_passes() -> None:
     assert shedder.stats.shed["deadline"] == 1
 
 
-def test_cancelled_waiters_give_their_place_back() -> None:
+def test_cancelled_waiters_give_their_place_back(run: Run) -> None:
     clock = VirtualClock()
     app = SlowApp(clock)
     shedder = LoadShedder(app, max_concurrency=1, max_queue=4, max_queue_wait=10.0, clock=clock)
 
     async def main() -> None:
-        running = asyncio.ensure_future(request(shedder, clock, "/0"))
-        await asyncio.sleep(0.1)
-        waiting = asyncio.ensure_future(request(shedder, clock, "/1"))
-        await asyncio.sleep(0.1)
-        assert shedder.stats.queued == 1
-        waiting.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await waiting
-        assert shedder.stats.queued == 0
-        assert (await running).status == 200
+        got: dict[str, Reply] = {}
+
+        async def running() -> None:
+            got["/0"] = await request(shedder, clock, "/0")
+
+        async def waiting(scope: anyio.CancelScope) -> None:
+            with scope:
+                await request(shedder, clock, "/1")
+                raise AssertionError("the waiter was not cancelled")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(running)
+            await anyio.sleep(0.1)
+            scope = anyio.CancelScope()
+            tg.start_soon(waiting, scope)
+            await anyio.sleep(0.1)
+            assert shedder.stats.queued == 1
+            scope.cancel()
+            await anyio.sleep(0)
+            await anyio.sleep(0)
+            assert shedder.stats.queued == 0
+        assert got["/0"].status == 200
         assert shedder.stats.in_flight == 0
 
     run(main(), clock)
@@ -260,6 +291,7 @@ def test_cancelled_waiters_give_their_place_back() -> None:
 
 
 def test_waiter_cancelled_just_after_its_grant_hands_the_slot_on() -> None:
+    # asyncio only: it cancels a task between its grant and its resumption (call_soon).
     clock = VirtualClock()
     tasks: dict[str, asyncio.Future[Reply]] = {}
     started: list[str] = []
@@ -285,13 +317,13 @@ def test_waiter_cancelled_just_after_its_grant_hands_the_slot_on() -> None:
         await tasks["/0"]
         return await tasks["/1"]
 
-    assert run(main(), clock).status == 200
+    assert run_asyncio(main(), clock).status == 200
     assert started == ["/0", "/1"]
     assert shedder.stats.in_flight == 0
     assert shedder.stats.queued == 0
 
 
-def test_non_http_scopes_pass_through() -> None:
+def test_non_http_scopes_pass_through(run: Run) -> None:
     seen: list[str] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:

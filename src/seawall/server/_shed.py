@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from seawall._core.clock import Clock
+from seawall._core.compat import running_trio
 from seawall._core.errors import DeadlineExceeded
 from seawall._strategies.deadline import Deadline, deadline
 from seawall.instrumentation._core import Recorder
@@ -39,14 +40,17 @@ _TEXT = (b"content-type", b"text/plain; charset=utf-8")
 
 
 async def take_slot(admission: Admission, priority: int, at: Deadline | None) -> str | None:
-    """Take a slot on the running asyncio loop: ``None`` once it is ours, else the shed reason.
+    """Take a slot: ``None`` once it is ours, else the shed reason.
 
-    The asyncio driver of :meth:`Admission.enter`, shared by the ASGI and aiohttp shedders: a
-    request that must wait waits on a future, shed by a timer when its wait has passed.
+    The async driver of :meth:`Admission.enter`, shared by the ASGI and aiohttp shedders: a
+    request that must wait waits on a future (asyncio) or an event (trio), shed when its wait
+    has passed.
     """
     ticket = admission.enter(priority, at, _wake)
     if ticket is None or isinstance(ticket, str):
         return ticket
+    if running_trio():
+        return await _take_slot_trio(admission, ticket)
     loop = asyncio.get_running_loop()
     future: asyncio.Future[str | None] = loop.create_future()
     ticket.handle = future
@@ -60,10 +64,27 @@ async def take_slot(admission: Admission, priority: int, at: Deadline | None) ->
         timer.cancel()
 
 
+async def _take_slot_trio(admission: Admission, ticket: Ticket) -> str | None:
+    import trio
+
+    event = ticket.handle = trio.Event()
+    try:
+        with trio.move_on_after(ticket.wait):
+            await event.wait()
+    except BaseException:  # trio.Cancelled (a BaseException): the caller went away
+        admission.abandon(ticket)
+        raise
+    admission.expire(ticket)  # shed it if no decision came in time
+    return ticket.result
+
+
 def _wake(ticket: Ticket) -> None:
-    future = ticket.handle
-    if future is not None and not future.done():
-        future.set_result(ticket.result)
+    handle = ticket.handle
+    if isinstance(handle, asyncio.Future):
+        if not handle.done():
+            handle.set_result(ticket.result)
+    elif handle is not None:
+        handle.set()  # a trio.Event
 
 
 class LoadShedder(AdmissionViews):
