@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 from seawall._core import validate as _validate
 from seawall._core.clock import SYSTEM_CLOCK, Clock
@@ -25,6 +25,7 @@ __all__ = [
     "OVERLOADED_HEADER",
     "Admission",
     "AdmissionViews",
+    "ShedOptions",
     "ShedStats",
     "Ticket",
     "parse_priority",
@@ -125,27 +126,55 @@ class Ticket:
         self._wake(self)
 
 
+class ShedOptions(TypedDict, total=False):
+    """The keyword arguments every seawall load shedder takes besides ``max_concurrency`` (all
+    optional; the shedder validates them, naming a bad one).
+
+    Attributes:
+        max_queue: requests allowed to wait; by default ``max_concurrency``. A short queue keeps
+            the latency of accepted requests near one service time.
+        max_queue_wait: seconds a request may wait for a slot before it is shed (1.0).
+        status: the rejection status, 503 (Service Unavailable, the default) or 429 (Too Many
+            Requests).
+        retry_after: the ``Retry-After`` value sent with rejections (whole seconds, rounded up;
+            1.0); ``None`` to send none.
+        overloaded_header: send ``x-seawall-overloaded: 1`` with rejections (the default), so
+            seawall clients do not retry them ("overloaded; don't retry").
+        priority_header: a request header holding an urgency 0 (most urgent) to 7, or RFC 9218
+            ``u=N``; ``None`` (default) treats every request alike. Untrusted: malformed values
+            mean the default urgency 3.
+        deadlines: read deadline headers, drop expired requests and install the deadline (on by
+            default).
+        max_request_time: the server's own limit for one request in seconds, also the cap on a
+            client's propagated deadline; ``None`` (default) for no limit of its own.
+        deadline_margin: seconds subtracted from a propagated deadline (time to send the
+            answer; 0).
+        metrics: a :class:`~seawall.instrumentation.Recorder` that counts sheds.
+        name: the label for metrics (``"server"``).
+        clock: the clock deadlines are measured on (the system clock by default).
+    """
+
+    max_queue: int | None
+    max_queue_wait: float
+    status: int
+    retry_after: float | None
+    overloaded_header: bool
+    priority_header: str | None
+    deadlines: bool
+    max_request_time: float | None
+    deadline_margin: float
+    metrics: Recorder | None
+    name: str
+    clock: Clock | None
+
+
 class Admission:
-    """The admission decisions of a load shedder; its arguments are validated here, once.
+    """The admission decisions of a load shedder; its arguments are validated here, once. The
+    arguments besides *max_concurrency* are the :class:`ShedOptions`.
 
     Args:
         max_concurrency: requests handled at once; set it near the throughput-optimal
             concurrency (Little's law: capacity in requests/s times service time).
-        max_queue: requests allowed to wait; by default ``max_concurrency``.
-        max_queue_wait: seconds a request may wait for a slot before it is shed.
-        status: the rejection status, 503 (Service Unavailable) or 429 (Too Many Requests).
-        retry_after: the ``Retry-After`` value sent with rejections (whole seconds, rounded up);
-            ``None`` to send none.
-        overloaded_header: send ``x-seawall-overloaded: 1`` with rejections.
-        priority_header: a request header holding an urgency 0 (most urgent) to 7, or RFC 9218
-            ``u=N``; ``None`` treats every request alike.
-        deadlines: read deadline headers, drop expired requests and install the deadline.
-        max_request_time: the server's own limit for one request in seconds, also the cap on a
-            client's propagated deadline; ``None`` for no limit of its own.
-        deadline_margin: seconds subtracted from a propagated deadline.
-        metrics: a :class:`~seawall.instrumentation.Recorder` that counts sheds.
-        name: the label for metrics.
-        clock: the clock deadlines are measured on.
 
     Raises:
         TypeError, ValueError: an invalid parameter; the message names it.

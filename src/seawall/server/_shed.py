@@ -11,22 +11,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from seawall._core.clock import Clock
 from seawall._core.compat import running_trio
 from seawall._core.errors import DeadlineExceeded
 from seawall._strategies.deadline import Deadline, deadline
-from seawall.instrumentation._core import Recorder
 from seawall.server._admission import (
     EXPIRED,
     OVERLOADED_HEADER,
     Admission,
     AdmissionViews,
+    ShedOptions,
     ShedStats,
     Ticket,
     parse_priority,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["OVERLOADED_HEADER", "LoadShedder", "ShedStats", "parse_priority"]
 
@@ -112,25 +114,10 @@ class LoadShedder(AdmissionViews):
         app: the ASGI application to protect.
         max_concurrency: requests handled at once; set it near the throughput-optimal
             concurrency (Little's law: capacity in requests/s times service time).
-        max_queue: requests allowed to wait; by default ``max_concurrency``. A short queue keeps
-            the latency of accepted requests near one service time.
-        max_queue_wait: seconds a request may wait for a slot before it is shed.
-        status: the rejection status, 503 (Service Unavailable) or 429 (Too Many Requests).
-        retry_after: the ``Retry-After`` value sent with rejections (whole seconds, rounded up);
-            ``None`` to send none.
-        overloaded_header: send ``x-seawall-overloaded: 1`` with rejections, so seawall clients
-            do not retry them ("overloaded; don't retry").
-        priority_header: a request header holding an urgency 0 (most urgent) to 7, or RFC 9218
-            ``u=N``; ``None`` (default) treats every request alike. Untrusted: malformed values
-            mean the default urgency 3.
-        deadlines: read deadline headers, drop expired requests and install the deadline.
-        max_request_time: the server's own limit for one request in seconds, also the cap on a
-            client's propagated deadline; ``None`` for no limit of its own.
-        deadline_margin: seconds subtracted from a propagated deadline (time to send the answer).
-        metrics: a :class:`~seawall.instrumentation.Recorder` that counts sheds.
-        name: the label for metrics.
-        clock: the clock deadlines are measured on (the system clock by default; queue waits use
-            the event loop's time, which is the same monotonic scale).
+        **options: the :class:`~seawall.server.ShedOptions` every shedder takes (``max_queue``,
+            ``max_queue_wait``, ``status``, ``retry_after``, ``overloaded_header``,
+            ``priority_header``, ``deadlines``, ``max_request_time``, ``deadline_margin``,
+            ``metrics``, ``name``, ``clock``).
 
     Raises:
         TypeError, ValueError: an invalid parameter; the message names it.
@@ -141,37 +128,12 @@ class LoadShedder(AdmissionViews):
         app: ASGIApp,
         *,
         max_concurrency: int,
-        max_queue: int | None = None,
-        max_queue_wait: float = 1.0,
-        status: int = 503,
-        retry_after: float | None = 1.0,
-        overloaded_header: bool = True,
-        priority_header: str | None = None,
-        deadlines: bool = True,
-        max_request_time: float | None = None,
-        deadline_margin: float = 0.0,
-        metrics: Recorder | None = None,
-        name: str = "server",
-        clock: Clock | None = None,
+        **options: Unpack[ShedOptions],
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be an ASGI application, got {app!r}")
         self.app = app
-        self.admission = admission = Admission(
-            max_concurrency=max_concurrency,
-            max_queue=max_queue,
-            max_queue_wait=max_queue_wait,
-            status=status,
-            retry_after=retry_after,
-            overloaded_header=overloaded_header,
-            priority_header=priority_header,
-            deadlines=deadlines,
-            max_request_time=max_request_time,
-            deadline_margin=deadline_margin,
-            metrics=metrics,
-            name=name,
-            clock=clock,
-        )
+        self.admission = admission = Admission(max_concurrency=max_concurrency, **options)
         self._priority_header = (
             admission.priority_header.encode("latin-1")
             if admission.priority_header is not None

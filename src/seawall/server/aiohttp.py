@@ -9,17 +9,24 @@ drive one admission core. See ``docs/server.md``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from aiohttp import web
 
-from seawall._core.clock import Clock
 from seawall._core.errors import DeadlineExceeded
 from seawall._strategies.deadline import deadline
-from seawall.instrumentation._core import Recorder
-from seawall.server._admission import EXPIRED, OVERLOADED_HEADER, Admission, AdmissionViews
+from seawall.server._admission import (
+    EXPIRED,
+    OVERLOADED_HEADER,
+    Admission,
+    AdmissionViews,
+    ShedOptions,
+)
 from seawall.server._admission import parse_priority as _parse_priority
 from seawall.server._shed import take_slot
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["OVERLOADED_HEADER", "LoadShedder"]
 
@@ -47,34 +54,9 @@ class LoadShedder(AdmissionViews):
         self,
         *,
         max_concurrency: int,
-        max_queue: int | None = None,
-        max_queue_wait: float = 1.0,
-        status: int = 503,
-        retry_after: float | None = 1.0,
-        overloaded_header: bool = True,
-        priority_header: str | None = None,
-        deadlines: bool = True,
-        max_request_time: float | None = None,
-        deadline_margin: float = 0.0,
-        metrics: Recorder | None = None,
-        name: str = "server",
-        clock: Clock | None = None,
+        **options: Unpack[ShedOptions],
     ) -> None:
-        self.admission = admission = Admission(
-            max_concurrency=max_concurrency,
-            max_queue=max_queue,
-            max_queue_wait=max_queue_wait,
-            status=status,
-            retry_after=retry_after,
-            overloaded_header=overloaded_header,
-            priority_header=priority_header,
-            deadlines=deadlines,
-            max_request_time=max_request_time,
-            deadline_margin=deadline_margin,
-            metrics=metrics,
-            name=name,
-            clock=clock,
-        )
+        self.admission = admission = Admission(max_concurrency=max_concurrency, **options)
         self._reject_headers = dict(admission.reject_headers)
 
     async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -11,24 +11,26 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from seawall._core.clock import Clock
 from seawall._strategies.deadline import (
     GRPC_TIMEOUT_HEADER,
     REQUEST_DEADLINE_HEADER,
     Deadline,
     deadline,
 )
-from seawall.instrumentation._core import Recorder
 from seawall.server._admission import (
     EXPIRED,
     OVERLOADED_HEADER,
     Admission,
     AdmissionViews,
+    ShedOptions,
     Ticket,
     parse_priority,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["OVERLOADED_HEADER", "LoadShedder"]
 
@@ -80,21 +82,10 @@ class LoadShedder(AdmissionViews):
     Args:
         app: the WSGI application to protect.
         max_concurrency: requests handled at once (near the throughput-optimal concurrency).
-        max_queue: requests allowed to wait; by default ``max_concurrency``.
-        max_queue_wait: seconds a request may wait for a slot before it is shed.
-        status: the rejection status, 503 or 429.
-        retry_after: the ``Retry-After`` value (whole seconds, rounded up); ``None`` for none.
-        overloaded_header: send ``x-seawall-overloaded: 1`` with rejections.
-        priority_header: a request header holding an urgency 0 (most urgent) to 7, or RFC 9218
-            ``u=N``; ``None`` (default) treats every request alike. A full queue then sheds its
-            least urgent waiter first.
-        deadlines: read deadline headers, drop expired requests and install the deadline.
-        max_request_time: the server's own limit for one request (seconds), also the cap on a
-            client's deadline; ``None`` for none.
-        deadline_margin: seconds subtracted from a propagated deadline.
-        metrics: a :class:`~seawall.instrumentation.Recorder` that counts sheds.
-        name: the label for metrics.
-        clock: the clock deadlines are measured on.
+        **options: the :class:`~seawall.server.ShedOptions` every shedder takes (``max_queue``,
+            ``max_queue_wait``, ``status``, ``retry_after``, ``overloaded_header``,
+            ``priority_header``, ``deadlines``, ``max_request_time``, ``deadline_margin``,
+            ``metrics``, ``name``, ``clock``).
 
     Raises:
         TypeError, ValueError: an invalid parameter; the message names it.
@@ -105,37 +96,12 @@ class LoadShedder(AdmissionViews):
         app: WSGIApp,
         *,
         max_concurrency: int,
-        max_queue: int | None = None,
-        max_queue_wait: float = 1.0,
-        status: int = 503,
-        retry_after: float | None = 1.0,
-        overloaded_header: bool = True,
-        priority_header: str | None = None,
-        deadlines: bool = True,
-        max_request_time: float | None = None,
-        deadline_margin: float = 0.0,
-        metrics: Recorder | None = None,
-        name: str = "server",
-        clock: Clock | None = None,
+        **options: Unpack[ShedOptions],
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI application, got {app!r}")
         self.app = app
-        self.admission = admission = Admission(
-            max_concurrency=max_concurrency,
-            max_queue=max_queue,
-            max_queue_wait=max_queue_wait,
-            status=status,
-            retry_after=retry_after,
-            overloaded_header=overloaded_header,
-            priority_header=priority_header,
-            deadlines=deadlines,
-            max_request_time=max_request_time,
-            deadline_margin=deadline_margin,
-            metrics=metrics,
-            name=name,
-            clock=clock,
-        )
+        self.admission = admission = Admission(max_concurrency=max_concurrency, **options)
         self._priority_key = (
             _environ_key(admission.priority_header) if admission.priority_header else None
         )
