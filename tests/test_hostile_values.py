@@ -34,7 +34,7 @@ import seawall.testing
 from backends import BACKENDS
 from figures import record_figures
 from seawall import faults
-from seawall.server import LoadShedder
+from seawall.server import LoadShedder, ShedOptions
 
 # -- hostile values ---------------------------------------------------------------------------
 
@@ -343,11 +343,24 @@ CONSTRUCTORS: dict[str, tuple[Callable[..., Any], dict[str, Any], Callable[..., 
 _SKIP = {"app", "self", "on_state_change"}  # on_state_change: deprecated (hooks=)
 
 
+# Constructors whose options arrive as ``**options`` typed by a TypedDict: each key is a
+# parameter too.
+_OPTIONS: dict[str, Any] = {
+    "LoadShedder": ShedOptions,
+    "RetryTransport": seawall.http.HttpOptions,
+    "AsyncRetryTransport": seawall.http.HttpOptions,
+    "RetryAdapter": seawall.http.HttpOptions,
+}
+
+
 def _parameters() -> Iterator[tuple[str, str]]:
     import inspect
 
     for name, (ctor, _, _) in CONSTRUCTORS.items():
         for param in inspect.signature(ctor).parameters.values():
+            if param.kind is param.VAR_KEYWORD and name in _OPTIONS:
+                yield from ((name, key) for key in _OPTIONS[name].__annotations__)
+                continue
             if param.name in _SKIP or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
                 continue
             yield name, param.name
