@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -121,6 +123,32 @@ def test_one_attempt_makes_every_policy_inside_give_up_unmarked() -> None:
     with pytest.raises(ConnectionError):
         flaky()
     assert len(calls) == 5
+
+
+def test_the_first_one_attempt_of_a_process_applies_at_once_in_every_thread() -> None:
+    # The failure path reads the one_attempt() variable only once one_attempt() has been
+    # entered in the process: a fresh interpreter checks that the first entry takes effect,
+    # for a policy built and already retrying before it, and that other threads keep retrying.
+    script = """
+import threading, seawall
+from seawall.lowlevel import one_attempt
+policy = seawall.RetryPolicy(max_attempts=4, hooks=(), backoff=seawall.Backoff.constant(0.0))
+def down():
+    raise ConnectionError("down")
+before = policy.run(down)
+with one_attempt():
+    inside = policy.run(down)
+    other = []
+    thread = threading.Thread(target=lambda: other.append(policy.run(down)))
+    thread.start()
+    thread.join()
+after = policy.run(down)
+print(before.attempts, inside.attempts, inside.reason, other[0].attempts, after.attempts)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["4", "1", "delegated", "4", "4"]
 
 
 async def test_one_attempt_applies_to_async_policies_too() -> None:

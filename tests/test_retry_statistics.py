@@ -185,3 +185,37 @@ def test_threads_calling_one_function_lose_no_count() -> None:
     assert wrapped.statistics.calls == 8000
     assert retried.statistics.as_dict()["calls"] == 8000
     assert retried.statistics.as_dict()["attempts"] == 16000
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [[True] * 5, [True, False], [True, True, True, False], [False], [True, True, False, True]],
+)
+def test_a_call_without_hooks_counts_as_one_with_hooks(pattern: list[bool]) -> None:
+    # Without hooks (and no deadline, no timeouts), a retried call reads no clock and its
+    # retry decisions begin the next attempt themselves; with a hook it takes the general
+    # loop. Both must count the same attempts, waits and give-ups.
+    seen: list[seawall.RetryEvent] = []
+    results = []
+    for hooks in ((), (seen.append,)):
+        clock = VirtualClock()
+        _, fn = flaky(pattern)
+        policy = RetryPolicy(
+            backoff=Backoff.constant(0.25),
+            clock=clock,
+            hooks=hooks,
+            statistics=True,
+            max_attempts=4,
+        )
+        wrapped = policy(fn)
+        outcomes = []
+        for _ in range(3):
+            try:
+                outcomes.append(wrapped())
+            except ConnectionError:
+                outcomes.append(None)
+        results.append((outcomes, wrapped.statistics.as_dict(), clock.slept))
+    assert results[0] == results[1]
+    stats = results[1][1]
+    assert stats["retries"] == sum(e.kind == "retry" for e in seen)
+    assert stats["attempts"] == stats["retries"] + stats["calls"]

@@ -12,10 +12,11 @@ __all__ = ["is_enabled", "one_attempt", "set_enabled"]
 
 class _Switch:
     # Read on the failure path only; the success path never looks at the switch.
-    __slots__ = ("_disabled_names", "_enabled")
+    __slots__ = ("_disabled_names", "delegating", "on")
 
     def __init__(self) -> None:
-        self._enabled = os.environ.get("SEAWALL_RETRIES", "").strip().lower() not in {
+        #: The operator's setting, as set (the hot path reads it with ISOLATED: see enabled).
+        self.on = os.environ.get("SEAWALL_RETRIES", "").strip().lower() not in {
             "off",
             "0",
             "false",
@@ -23,16 +24,20 @@ class _Switch:
             "disabled",
         }
         self._disabled_names: frozenset[str] = frozenset()
+        #: Whether one_attempt() has ever been entered in this process. Until then ONE_ATTEMPT
+        #: holds its default everywhere and the failure path need not read it (a context
+        #: variable never set costs a lookup in the context's map on every read).
+        self.delegating = False
 
     # Inside isolated() (a simulated run) the operator's switch does not apply: it governs the
     # process's real calls, not a model of other processes.
     @property
     def enabled(self) -> bool:
-        return self._enabled or ISOLATED.get()
+        return self.on or ISOLATED.get()
 
     @enabled.setter
     def enabled(self, value: bool) -> None:
-        self._enabled = value
+        self.on = value
 
     @property
     def disabled_names(self) -> frozenset[str]:
@@ -99,6 +104,7 @@ def one_attempt() -> Iterator[None]:
     (reason ``"delegated"``) and leave the error unmarked, so the owner retries it, once, at its
     own layer (retry at one layer).
     """
+    SWITCH.delegating = True  # set once, never reset: readers in any thread stay correct
     token = ONE_ATTEMPT.set(True)
     try:
         yield

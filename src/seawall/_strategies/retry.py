@@ -51,7 +51,7 @@ from seawall._core.errors import (
 from seawall._core.events import check_hooks, emit
 from seawall._core.public import public
 from seawall._core.redact import redact_text
-from seawall._core.switch import ONE_ATTEMPT, SWITCH
+from seawall._core.switch import ISOLATED, ONE_ATTEMPT, SWITCH
 from seawall._strategies.backoff import DEFAULT_BACKOFF, Backoff
 from seawall._strategies.budget import Budget, answer_callback, first_attempt_callables
 from seawall._strategies.deadline import _DEADLINE, attempt_deadline, call_deadline, install
@@ -326,6 +326,7 @@ class RetryState:
 
     __slots__ = (
         "_attempt_started",
+        "_begin_at_once",
         "_previous_delay",
         "attempts",
         "deadline",
@@ -367,6 +368,11 @@ class RetryState:
         self.defer_refusals = defer_refusals
         #: Refusals in a row since the last attempt (see :meth:`defer`); 0 when none.
         self.holds = 0
+        # Set by a driver that reads no clock between a retry decision and the attempt it
+        # allows, and whose attempts need no deadline (no timeouts, none ambient): a retry
+        # decision then also begins the next attempt, at the same reading, and the driver
+        # does not call begin_attempt (one call fewer on each failure).
+        self._begin_at_once = False
 
     def begin_attempt(self, now: float) -> float:
         """Count an attempt starting at *now*; return its absolute deadline.
@@ -375,9 +381,9 @@ class RetryState:
             DeadlineExceeded: less than the policy's ``min_attempt_time`` is left: the call gives
                 up before doing work, not after.
         """
-        p = self.policy
         deadline = self.deadline
-        if deadline != _INF and deadline - now < p._least_time:
+        if deadline != _INF and deadline - now < self.policy._least_time:
+            p = self.policy
             left = deadline - now
             error = DeadlineExceeded(
                 f"gave up before attempt {self.attempts + 1}: {max(left, 0.0):.3f} s left of the "
@@ -389,9 +395,10 @@ class RetryState:
         self.attempts += 1
         self._attempt_started = now
         self.next_retry = None
-        if p.attempt_timeout is None:
+        timeout = self.policy.attempt_timeout
+        if timeout is None:
             return deadline
-        return attempt_deadline(now, deadline, p.attempt_timeout)
+        return attempt_deadline(now, deadline, timeout)
 
     def _record(self, now: float, error: BaseException | None, delay: float | None) -> None:
         if self.history is not None:
@@ -516,9 +523,12 @@ class RetryState:
             # Only an error this policy retried is "already retried" for the layers above: a
             # policy that makes a single attempt leaves the retrying to them.
             return self._give_up("attempts_exhausted", error, now, mark=attempts > 1)
-        if not SWITCH.enabled or (p.name is not None and p.name in SWITCH.disabled_names):
+        # SWITCH.enabled, inline (a property call on every failure): off only outside isolated()
+        if (not SWITCH.on and not ISOLATED.get()) or (
+            p.name is not None and p.name in SWITCH.disabled_names
+        ):
             return self._give_up("disabled", error, now)
-        if ONE_ATTEMPT.get():
+        if SWITCH.delegating and ONE_ATTEMPT.get():
             return self._give_up("delegated", error, now)
         fixed = p._fixed_delays
         if fixed is not None:
@@ -551,9 +561,14 @@ class RetryState:
         if self.history is not None:
             self._record(now, error, delay)
         self.total_delay += delay
-        self.next_retry = now + delay
         if p._hooks:
             self._emit("retry", error, delay, now, None)
+        if self._begin_at_once:
+            # begin_attempt(now) for the next attempt: with no deadline it only counts it
+            self.attempts = attempts + 1
+            self._attempt_started = now
+            return delay
+        self.next_retry = now + delay
         return delay
 
     @property
@@ -1050,9 +1065,15 @@ class RetryPolicy:
             # self._time(), inline: this is every retried call's path
             clock_now = self._now if not (TESTING.instant or TESTING.skipped) else clock.now
             now = clock_now()
+            # Handed over by the first attempt (no deadline, no timeouts, no result check) with
+            # no hook to date events for: no decision of this call depends on the time, so the
+            # clock is read once, here (a reading costs as much as a tenth of a failed attempt),
+            # and each retry decision begins the next attempt itself.
+            timeless = first_error is not None and not self._hooks
             if first_error is not None:
                 state = RetryState(self, now)
                 state.attempts = 1
+                state._begin_at_once = timeless
                 delay = state.on_error(first_error, now)
                 if delay is None:
                     raise first_error
@@ -1064,24 +1085,21 @@ class RetryPolicy:
             # The system clock does nothing for a zero wait: neither a call to make nor time
             # to read again (the next attempt starts at once).
             zero_waits = self._zero_instant
-            # Handed over by the first attempt (no deadline, no timeouts, no result check) with
-            # no hook to date events for: no decision of this call depends on the time, so the
-            # clock is read once, above (a reading costs as much as a tenth of a failed attempt).
-            timeless = first_error is not None and not self._hooks
             inf = _INF
+            begin_attempt, on_error = state.begin_attempt, state.on_error
             while True:
                 if delay is not None and (delay > 0.0 or zero_waits):
                     clock.sleep(delay)
                     if not timeless:
                         now = clock_now()
-                at = state.begin_attempt(now)
+                at = inf if timeless else begin_attempt(now)
                 token = None if at == inf else install(at, now, clock)
                 try:
                     result = fn(*args, **kwargs)
                 except Exception as exc:
                     if not timeless:
                         now = clock_now()
-                    delay = state.on_error(exc, now)
+                    delay = on_error(exc, now)
                     if delay is None:
                         raise
                 else:
