@@ -448,6 +448,22 @@ def test_token_bucket_grpc_semantics() -> None:
     assert "tokens=5.1" in repr(bucket)
 
 
+@pytest.mark.parametrize(
+    ("ratio", "given_back"),
+    [(0.5466, 0.546), (1.005, 1.005), (0.1, 0.1), (0.0019, 0.001), (2, 2.0), (0.29, 0.29)],
+)
+def test_token_bucket_cuts_off_decimals_beyond_the_third_as_grpc(
+    ratio: float, given_back: float
+) -> None:
+    # gRPC parses tokenRatio from its decimal text into thousandths, digits beyond the third
+    # cut off; 1.005 * 1000 is 1004.999... in floating point, which must still give 1005.
+    bucket = TokenBucket(max_tokens=10, token_ratio=ratio)
+    for _ in range(10):
+        bucket.on_failure(ConnectionError())
+    bucket.on_success()
+    assert bucket.tokens == given_back
+
+
 def test_token_bucket_allow_retry_takes_nothing() -> None:
     bucket = TokenBucket(max_tokens=4, token_ratio=0.5)
     assert all(bucket.allow_retry(ConnectionError()) for _ in range(100))

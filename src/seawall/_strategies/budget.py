@@ -149,6 +149,15 @@ def _positive(name: str, value: object, maximum: float = _LARGEST) -> float:
     return v
 
 
+def milli_tokens(value: float) -> int:
+    """*value* in thousandths, the further digits of its decimal form cut off, as gRPC
+    parses ``maxTokens`` and ``tokenRatio`` (0.5466 is 546): exact where ``value * 1000``
+    is not (1.005 * 1000 is 1004.999...)."""
+    from decimal import Decimal  # here, not at import: only a bucket's construction needs it
+
+    return int(Decimal(repr(value)).scaleb(3))
+
+
 def _window(value: object) -> float:
     # A window is cut into slices that the clock reading is divided by: a tiny one would divide
     # by zero (5e-324 / 10) or overflow.
@@ -454,7 +463,8 @@ class TokenBucket:
     The bucket starts full with ``max_tokens``. Each failed attempt takes one token, each
     successful attempt gives back ``token_ratio``; retries (and hedges) are refused while the
     bucket holds ``max_tokens / 2`` tokens or fewer. Tokens are kept in thousandths, as gRPC
-    does, so the arithmetic is exact.
+    does, so the arithmetic is exact; digits beyond the third decimal are cut off, as gRPC
+    does (``token_ratio=0.5466`` gives back 0.546).
 
     Args:
         max_tokens: the bucket's size, e.g. ``10``.
@@ -473,8 +483,8 @@ class TokenBucket:
     def __init__(self, max_tokens: float = 10.0, token_ratio: float = 0.1) -> None:
         self.max_tokens = _positive("max_tokens", max_tokens)
         self.token_ratio = _positive("token_ratio", token_ratio)
-        self._max = round(self.max_tokens * 1000)
-        self._ratio = round(self.token_ratio * 1000)
+        self._max = milli_tokens(self.max_tokens)
+        self._ratio = milli_tokens(self.token_ratio)
         if self._ratio < 1:
             raise ValueError(f"token_ratio must be >= 0.001, got {token_ratio!r}")
         if self._max < 1:

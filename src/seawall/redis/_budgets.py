@@ -25,6 +25,7 @@ from seawall._strategies.budget import (
     Throttled,
     TokenBucket,
     _aws_standard_cost,
+    milli_tokens,
 )
 from seawall.redis import _lua
 from seawall.redis._fleet import Fleet, Op, _in_event_loop
@@ -312,8 +313,8 @@ class SharedTokenBucket:
         local = TokenBucket(max_tokens, token_ratio)
         self.name = name
         self.max_tokens, self.token_ratio = local.max_tokens, local.token_ratio
-        self._max = round(self.max_tokens * 1000)
-        self._ratio = round(self.token_ratio * 1000)
+        self._max = milli_tokens(self.max_tokens)
+        self._ratio = milli_tokens(self.token_ratio)
         self._keys = fleet.keys("tokens", name, "bucket")
         self._script = fleet.script(_lua.TOKENS)
         self._lock = threading.Lock()
