@@ -2,6 +2,8 @@
 
 import math
 import random
+import subprocess
+import sys
 import threading
 
 import anyio
@@ -77,6 +79,39 @@ def test_scope_rejects_bad_arguments(
 ) -> None:
     with pytest.raises(exc, match=match):
         seawall.deadline(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_the_first_deadline_of_a_process_reaches_policies_built_before_it() -> None:
+    # A policy's first attempt reads the ambient deadline only once one has been made ambient
+    # in the process: a fresh interpreter checks that the first scope ever entered applies at
+    # once, to call(), acall() and decorated functions built before it, sync and async.
+    script = """
+import asyncio, seawall
+policy = seawall.RetryPolicy(hooks=(), backoff=seawall.Backoff.constant(30.0), max_attempts=3)
+def down():
+    raise ConnectionError("down")
+async def adown():
+    raise ConnectionError("down")
+calls = (
+    lambda: policy.call(down),
+    policy(down),
+    lambda: asyncio.run(policy.acall(adown)),
+    lambda: asyncio.run(policy(adown)()),
+)
+reasons = []
+with seawall.deadline(1.0):
+    for call in calls:
+        try:
+            call()
+        except ConnectionError as error:
+            reasons.append(error.__notes__[-1].rsplit("(", 1)[1].rstrip(")"))
+print(*reasons)
+"""
+    # Without the deadline, each call would wait 30 s before its second attempt.
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=20, check=True
+    )
+    assert done.stdout.split() == ["deadline"] * 4
 
 
 def test_ambient_deadline_is_per_thread_and_per_task(clock: VirtualClock) -> None:

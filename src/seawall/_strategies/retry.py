@@ -54,7 +54,13 @@ from seawall._core.redact import redact_text
 from seawall._core.switch import ISOLATED, ONE_ATTEMPT, SWITCH
 from seawall._strategies.backoff import DEFAULT_BACKOFF, Backoff
 from seawall._strategies.budget import Budget, answer_callback, first_attempt_callables
-from seawall._strategies.deadline import _DEADLINE, attempt_deadline, call_deadline, install
+from seawall._strategies.deadline import (
+    _DEADLINE,
+    SCOPES,
+    attempt_deadline,
+    call_deadline,
+    install,
+)
 
 __all__ = [
     "AttemptRecord",
@@ -1309,9 +1315,9 @@ def _rebuild_policy(cls: type[RetryPolicy], fields: dict[str, Any]) -> RetryPoli
 # runner costs a frame more on every call.) The text is compiled once, at import.
 
 _FIRST_ATTEMPT = """
-def make(slow, before, after, ambient, coroutine, refuse, check_awaited{bound}):
+def make(slow, before, after, scopes, ambient, coroutine, refuse, check_awaited{bound}):
     {kind}def first({params}):
-        if {guard}ambient() is not None:
+        if {guard}(scopes.used and ambient() is not None):
             return {wait}{slow}(fn, args, kwargs, None{stats})  # the deadline shapes each attempt
         {fetch}if {before} is not None:
             {before}()
@@ -1398,6 +1404,7 @@ def _first_parts(policy: RetryPolicy) -> tuple[Any, ...]:
     return (
         policy._before,
         policy._after,
+        SCOPES,
         _DEADLINE.get,
         _COROUTINE,
         _refuse_coroutine,
@@ -1624,7 +1631,7 @@ def retry(fn: Callable[..., Any] | None = None, /, **kwargs: Any) -> Any:
 def _install_first_attempt_methods() -> None:
     """call() and acall() as the generated first-attempt path itself (their source above stays
     the documented signature)."""
-    shared = (None, None, _DEADLINE.get, _COROUTINE, _refuse_coroutine, _check_awaited)
+    shared = (None, None, SCOPES, _DEADLINE.get, _COROUTINE, _refuse_coroutine, _check_awaited)
     for name, make in (("call", _MAKE_CALL), ("acall", _MAKE_ACALL)):
         method = make(None, *shared)
         documented = getattr(RetryPolicy, name)
