@@ -3,11 +3,12 @@
 :class:`seawall._core.aio.VirtualEventLoop` is a full selector loop whose selector jumps the
 clock: it suits tests, which may mix virtual time with real sockets. A simulation has no
 sockets, and there each turn of that loop pays for a poll of the operating system's selector
-and for asyncio's generic timer bookkeeping. :class:`SimEventLoop` runs the same callbacks in
-the same order (ready callbacks first in FIFO order, then every timer due at the new time, in
-heap order) with neither: when nothing is ready it moves the clock to the earliest timer.
-Coroutines, tasks, ``asyncio.wait``, ``asyncio.sleep`` and cancellation are asyncio's own, so
-the code driven on it (``Hedge.acall``) runs unchanged.
+and for asyncio's generic timer bookkeeping. :class:`SimEventLoop` runs the callbacks as
+asyncio does (each turn, the callbacks ready at its start in FIFO order, then the timers that
+have become due) without either: when nothing is ready it moves the clock to the earliest
+timer, and timers due at the same instant run in the order they were set (asyncio's heap
+leaves that order to its layout). Coroutines, tasks, ``asyncio.wait``, ``asyncio.sleep`` and
+cancellation are asyncio's own, so the code driven on it (``Hedge.acall``) runs unchanged.
 """
 
 from __future__ import annotations
