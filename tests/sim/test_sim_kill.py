@@ -46,7 +46,7 @@ def _busy_workers(parent: psutil.Process) -> list[psutil.Process]:
             for child in parent.children(recursive=True):
                 if "spawn_main" in " ".join(child.cmdline()):
                     workers.append(child)
-            if len(workers) >= 2 and all(w.cpu_times().user > 1.0 for w in workers):
+            if len(workers) >= 2 and all(w.cpu_times().user > 2.0 for w in workers):
                 return workers
         except psutil.NoSuchProcess:
             pass
@@ -74,8 +74,12 @@ def _kill_mid_run(engine: list[str], sig: signal.Signals, *, group: bool) -> Non
         workers = _busy_workers(parent)
         started = parent.children(recursive=True)  # the workers and their helpers
         if sig == signal.SIGINT:
-            # The workers leave Ctrl-C to the command, which stops them in order.
-            assert all(_ignores_sigint(w.pid) for w in workers)
+            # The workers leave Ctrl-C to the command, which stops them in order (each sets
+            # that up as it starts: on a loaded machine, a moment after it has begun to run).
+            deadline = time.monotonic() + 30
+            while not all(_ignores_sigint(w.pid) for w in workers):
+                assert time.monotonic() < deadline, "the workers do not ignore Ctrl-C"
+                time.sleep(0.2)
         if group:
             os.killpg(proc.pid, sig)
         else:
