@@ -2,6 +2,12 @@
 
 Each trial is a pure function of (scenario, parameters, seed), so where it runs does not change
 its result: ``engine="dask"`` gives the same document as local processes for the same seeds.
+
+A local cluster's worker processes stop with the command: when it exits (Ctrl-C, SIGTERM) it
+closes the cluster, and when it is killed outright each worker exits as soon as the pipe to its
+parent closes (distributed's own ``AsyncProcess`` watch). Ctrl-C in a terminal reaches the whole
+process group: the workers ignore it (:func:`dask_setup`, run in each worker as a preload), so
+the command alone handles it and closes them in order, instead of each dying mid-trial.
 """
 
 from __future__ import annotations
@@ -9,10 +15,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["dask_map"]
+__all__ = ["dask_map", "dask_setup"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+def dask_setup(worker: Any) -> None:
+    """Run by distributed in each worker process of a local cluster (a ``preload``)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        # Ctrl-C goes to the process group; the command stops the cluster itself.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def dask_map(
@@ -48,6 +64,7 @@ def dask_map(
             processes=True,
             dashboard_address=None,
             silence_logs=50,  # logging.CRITICAL: a worker losing its scheduler at close
+            preload=["seawall.sim._dask"],  # dask_setup, above
         )
         address = cluster.scheduler_address
     try:

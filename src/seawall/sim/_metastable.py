@@ -468,7 +468,11 @@ def metastable(
 
     By default (``server="fixed"``) the server has no concurrency limit; a request takes
     ``base_latency + per_request * n`` seconds where n is the number of requests in the server
-    when it arrives, and it finishes its work even after the client has stopped waiting.
+    once it has arrived (itself included), and it finishes its work even after the client has
+    stopped waiting. With the defaults this is the spike model of M. Brooker's simulator
+    (github.com/mbrooker/simulator_example, ``simple_collapse_sim/sim.py``): open-loop
+    arrivals, the same server, timeout, attempts and network. The system is bistable: a run
+    either recovers or collapses, so the mean of several runs (*runs*) is a share of each.
     ``server="processor_sharing"`` shares the server between the requests in it (throughput
     capped at ``1 / per_request``); ``server="limit"`` gives it *concurrency* slots of
     *base_latency* seconds each and a FIFO queue of *queue_limit* (see

@@ -5,8 +5,8 @@ one finishes; the work of a request the client stopped waiting for is still done
 not know that its caller has gone). ``len(server)`` is the number of requests in it.
 
 - ``fixed``: latency fixed at arrival, ``base + per_request * n`` for the n requests in the
-  server when it arrives; no limit (an infinite-server queue whose service time grows with
-  load). Throughput is not capped: a slow server still finishes work.
+  server once it is in (itself included); no limit (an infinite-server queue whose service
+  time grows with load). Throughput is not capped: a slow server still finishes work.
 - ``processor_sharing``: the server shares itself between the requests in it; each needs one
   unit of work done at the rate ``1 / (base + per_request * n)`` while n are in, so throughput
   can never exceed ``1 / per_request`` and work piles up once the offered load is above it.
@@ -52,8 +52,10 @@ class _Fixed(Server):
         self._live: set[Any] = set()
 
     def submit(self, token: Any) -> bool:
-        latency = self._base + self._per * len(self._live)
         self._live.add(token)
+        # The arriving request counts itself, as in the server of the published spike model
+        # (M. Brooker, github.com/mbrooker/simulator_example, simple_collapse_sim/sim.py).
+        latency = self._base + self._per * len(self._live)
         self._engine.after(latency, self._finish, token)
         return True
 
