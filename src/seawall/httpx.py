@@ -278,7 +278,7 @@ class RetryTransport(_Base, httpx.BaseTransport):
                 configured is None
                 or len(configured) != len(_TIMEOUT_KEYS)
                 or None in (values := configured.values())
-                or max(values) > (started + total) - started  # type: ignore[type-var]
+                or max(values) > (started + total) - started  # fits(), without its frame
             ):
                 # httpx's timeouts are not all within the total time: capped per attempt.
                 return self._retrying(request, self._resume(request, first, started), None)
@@ -459,7 +459,7 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
                 configured is None
                 or len(configured) != len(_TIMEOUT_KEYS)
                 or None in (values := configured.values())
-                or max(values) > (started + total) - started  # type: ignore[type-var]
+                or max(values) > (started + total) - started  # fits(), without its frame
             ):
                 return await self._retrying(request, self._resume(request, first, started), None)
         try:

@@ -1014,6 +1014,15 @@ def fits(timeouts: Collection[float | None], left: float) -> bool:
     return bool(timeouts) and None not in timeouts and max(timeouts) <= left  # type: ignore[operator, type-var]
 
 
+def capped(configured: float | None, left: float) -> float | None:
+    """min(*configured*, *left*), the time left for the attempt; ``None`` for no limit (see
+    :meth:`HttpCall.timeout`)."""
+    if configured is None and left == math.inf:
+        return None
+    left = min(max(left, MIN_ATTEMPT_TIME), _validate.MAX_SECONDS)
+    return left if configured is None else min(configured, left)
+
+
 def stateless_first(policy: RetryPolicy, rules: HttpRules) -> bool:
     """Whether a first attempt under *policy* and *rules* needs no :class:`RetryState` (when no
     ambient deadline is set): the policy's first-attempt capability, and a total time that
@@ -1183,11 +1192,7 @@ class HttpCall(Generic[Resp]):
         with at least that much left, and a thread switch since must not turn the time left
         into a zero or negative timeout, which HTTP libraries refuse or misread.
         """
-        left = self.attempt_deadline - self._now()
-        if configured is None and left == math.inf:
-            return None
-        left = min(max(left, MIN_ATTEMPT_TIME), _validate.MAX_SECONDS)
-        return left if configured is None else min(configured, left)
+        return capped(configured, self.attempt_deadline - self._now())
 
     def timeouts(
         self, configured: Mapping[str, float | None], keys: Iterator[str] | tuple[str, ...]
