@@ -33,6 +33,7 @@ from seawall._policy.http import (
     drive,
     drive_from,
     first_try,
+    fits,
     read_within_attempt,
     within,
 )
@@ -277,8 +278,7 @@ class RetryTransport(_Base, httpx.BaseTransport):
             if (
                 configured is None
                 or len(configured) != len(_TIMEOUT_KEYS)
-                or None in (values := configured.values())
-                or max(values) > (started + total) - started  # fits(), without its frame
+                or not fits(configured.values(), (started + total) - started)
             ):
                 # httpx's timeouts are not all within the total time: capped per attempt.
                 return self._retrying(request, self._resume(request, first, started), None)
@@ -458,8 +458,7 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
             if (
                 configured is None
                 or len(configured) != len(_TIMEOUT_KEYS)
-                or None in (values := configured.values())
-                or max(values) > (started + total) - started  # fits(), without its frame
+                or not fits(configured.values(), (started + total) - started)
             ):
                 return await self._retrying(request, self._resume(request, first, started), None)
         try:
