@@ -98,11 +98,12 @@ class RetryMiddleware:
       ``grpc-timeout`` and ``x-request-deadline``; the session's own ``ClientTimeout`` still
       bounds the whole call;
     - a body declared (``Content-Length``) up to *buffer_limit* bytes is read within the attempt,
-      so a reset mid-body is retried; responses of discarded attempts are released.
+      so a reset mid-body is retried (unless it came in full with the head: nothing is left to
+      cut short); responses of discarded attempts are released.
 
     The policy's ``retry_on`` is replaced by the HTTP classification; its ``retry_if_result``
-    sees each response the status rules would return (its body read when within
-    *buffer_limit*) and retries it when it returns ``True``. Inside a
+    sees each response the status rules would return (its status and headers) and retries it
+    when it returns ``True``. Inside a
     :func:`seawall.http.override` block, requests use the policy it gives; each response
     carries its attempts in ``response.seawall_history`` (:class:`seawall.http.HttpAttempt`).
     Redirects are followed by aiohttp after the middleware, so each hop is retried on its own.
@@ -178,7 +179,11 @@ class RetryMiddleware:
                     watch = watchdog.watch(left)
                 try:
                     response = await handler(request)  # then as _receive()
-                    if limit and read_within_attempt(response.headers.get("content-length"), limit):
+                    if (
+                        limit
+                        and not response.content.is_eof()
+                        and read_within_attempt(response.headers.get("content-length"), limit)
+                    ):
                         try:
                             await response.read()
                         except BaseException:
@@ -328,9 +333,14 @@ class _Watchdog:
 async def _receive(
     request: aiohttp.ClientRequest, handler: Handler, limit: int
 ) -> aiohttp.ClientResponse:
-    """Send *request*; read a body declared up to *limit* bytes within the attempt."""
+    """Send *request*; read a body declared up to *limit* bytes within the attempt, unless it
+    was received in full with the head (a reset can no longer cut it short)."""
     response: aiohttp.ClientResponse = await handler(request)
-    if limit and read_within_attempt(response.headers.get("content-length"), limit):
+    if (
+        limit
+        and not response.content.is_eof()
+        and read_within_attempt(response.headers.get("content-length"), limit)
+    ):
         try:
             await response.read()  # kept by the response; the connection is released
         except BaseException:

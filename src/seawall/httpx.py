@@ -68,6 +68,7 @@ _NEVER_SENT: tuple[type[Exception], ...] = (
     httpx.PoolTimeout,
 )
 _TIMEOUT_KEYS = ("connect", "read", "write", "pool")
+_N_TIMEOUTS = len(_TIMEOUT_KEYS)
 
 
 class _Wire(Wire[httpx.Response]):
@@ -167,7 +168,7 @@ _new_request = object.__new__
 def _timeouts(request: httpx.Request) -> Collection[float | None] | None:
     """The request's httpx timeouts when all four are set (else ``None``: see _prepare)."""
     configured = request.extensions.get("timeout")
-    if configured is None or len(configured) != len(_TIMEOUT_KEYS):
+    if configured is None or len(configured) != _N_TIMEOUTS:
         return None
     values: Collection[float | None] = configured.values()
     return values
@@ -277,7 +278,7 @@ class RetryTransport(_Base, httpx.BaseTransport):
             configured = extensions.get("timeout")
             if (
                 configured is None
-                or len(configured) != len(_TIMEOUT_KEYS)
+                or len(configured) != _N_TIMEOUTS
                 or not fits(configured.values(), (started + total) - started)
             ):
                 # httpx's timeouts are not all within the total time: capped per attempt.
@@ -457,7 +458,7 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
             configured = extensions.get("timeout")
             if (
                 configured is None
-                or len(configured) != len(_TIMEOUT_KEYS)
+                or len(configured) != _N_TIMEOUTS
                 or not fits(configured.values(), (started + total) - started)
             ):
                 return await self._retrying(request, self._resume(request, first, started), None)
