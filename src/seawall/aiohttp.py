@@ -157,11 +157,10 @@ class RetryMiddleware:
             return await self._retrying(request, handler, host, None, 0.0, None)
         # The first-attempt path (see Policies.first): what adrive() and HttpCall would do for
         # a first attempt answered with one of first.answers; anything else hands over to them.
-        started = first.now()
-        if first.before is not None:
-            first.before()
-        total = first.total
-        limit = first.buffer_limit
+        now, before, after, answers, total, limit = first[:6]
+        started = now()
+        if before is not None:
+            before()
         try:
             if total is not None and (not _WATCHED or TESTING.instant):
                 # (the time left as HttpCall.next_attempt() gives it)
@@ -207,10 +206,10 @@ class RetryMiddleware:
             outcome: aiohttp.ClientResponse | Exception | None = exc
         else:
             status = response.status
-            if status in first.answers:
-                if first.after is not None:
+            if status in answers:
+                if after is not None:
                     try:
-                        first.after()
+                        after()
                     except BaseException:
                         response.release()
                         raise

@@ -270,10 +270,10 @@ class RetryTransport(_Base, httpx.BaseTransport):
         # The first-attempt path (see Policies.first): what drive() and HttpCall would do for a
         # first attempt answered with one of first.answers, and nothing more. Anything else
         # hands over to them, with what was done so far.
-        started = first.now()
-        if first.before is not None:
-            first.before()
-        total = first.total
+        now, before, after, answers, total, limit = first[:6]
+        started = now()
+        if before is not None:
+            before()
         if total is not None:
             configured = extensions.get("timeout")
             if (
@@ -285,7 +285,6 @@ class RetryTransport(_Base, httpx.BaseTransport):
                 return self._retrying(request, self._resume(request, first, started), None)
         try:
             response = self._transport.handle_request(request)
-            limit = first.buffer_limit
             if (
                 limit
                 and not isinstance(response.stream, httpx.ByteStream)
@@ -296,10 +295,10 @@ class RetryTransport(_Base, httpx.BaseTransport):
             outcome: httpx.Response | Exception | None = exc
         else:
             status = response.status_code
-            if status in first.answers:
-                if first.after is not None:
+            if status in answers:
+                if after is not None:
                     try:
-                        first.after()
+                        after()
                     except BaseException:
                         response.close()
                         raise
@@ -450,10 +449,10 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
         # The first-attempt path, as in RetryTransport.handle_request: without a deadline of
         # the caller's, the attempt is bounded by httpx's timeouts (within the total time),
         # without a timer, and its body is not bounded (see _bound_body).
-        started = first.now()
-        if first.before is not None:
-            first.before()
-        total = first.total
+        now, before, after, answers, total, limit = first[:6]
+        started = now()
+        if before is not None:
+            before()
         if total is not None:
             configured = extensions.get("timeout")
             if (
@@ -464,17 +463,16 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
                 return await self._retrying(request, self._resume(request, first, started), None)
         try:
             response = await self._transport.handle_async_request(request)
-            limit = first.buffer_limit
             if limit and _small(response, limit):
                 await _abuffer(response)
         except Exception as exc:
             outcome: httpx.Response | Exception | None = exc
         else:
             status = response.status_code
-            if status in first.answers:
-                if first.after is not None:
+            if status in answers:
+                if after is not None:
                     try:
-                        first.after()
+                        after()
                     except BaseException:
                         await response.aclose()
                         raise

@@ -158,28 +158,28 @@ class RetryAdapter(HTTPAdapter):
             )
         # The first-attempt path (see Policies.first): what drive() and HttpCall would do for a
         # first attempt answered with one of first.answers; anything else hands over to them.
-        started = first.now()
-        if first.before is not None:
-            first.before()
-        total = first.total
+        now, before, after, answers, total, limit = first[:6]
+        started = now()
+        if before is not None:
+            before()
         connect, read = _split_timeout(timeout)
         try:
-            left = (math.inf if total is None else started + total) - first.now()
+            left = (math.inf if total is None else started + total) - now()
             timeouts: Any = (capped(connect, left), capped(read, left))  # see attempt() below
             response: requests.Response = super().send(
                 request, stream=stream, timeout=timeouts, verify=verify, cert=cert, proxies=proxies
             )
-            limit = 0 if stream else first.buffer_limit
+            limit = 0 if stream else limit
             if limit and _small(response, limit):
                 _ = response.content
         except Exception as exc:
             outcome: requests.Response | Exception | None = exc
         else:
             status = response.status_code
-            if status in first.answers:
-                if first.after is not None:
+            if status in answers:
+                if after is not None:
                     try:
-                        first.after()
+                        after()
                     except BaseException:
                         response.close()
                         raise

@@ -820,26 +820,28 @@ class Policies:
         applies (the request's *override*, an :func:`override` block); no ambient deadline
         is set; and no ``Idempotency-Key`` is due.
         """
-        live = self._state
         if self._handle is not None:
             self.current()
-            live = self._state
+        live = self._state
         firsts = live.firsts
         if (
             firsts is None
             or override is not None
             or _OVERRIDE.get(None) is not None
             or _ambient_deadline() is not None
-            or (live.rules.idempotency_key and method not in live.rules.idempotent_methods)
         ):
             return None
         found = firsts.get(host)
         if found is None:
             found = self._first_for(live, firsts, host)
+        keyed = found.keyed
+        if keyed is not None and method not in keyed:
+            return None  # an Idempotency-Key is due (see start())
         return found
 
     @staticmethod
     def _first_for(live: _Live, firsts: dict[HostKey, FirstAttempt], host: HostKey) -> FirstAttempt:
+        """The first-attempt record of *host* under *live*, built and kept."""
         cache, rules = live.cache, live.rules
         policy = cache._single or cache.for_host(host)
         found = FirstAttempt(
@@ -849,6 +851,7 @@ class Policies:
             rules.answers,
             rules.total_timeout,
             rules.buffer_limit,
+            frozenset(rules.idempotent_methods) if rules.idempotency_key else None,
             policy,
             rules,
             live.retry_on,
@@ -904,7 +907,9 @@ def _keyed(rules: HttpRules, method: str, headers: MutableMapping[str, str]) -> 
 class FirstAttempt(NamedTuple):
     """What an integration's first-attempt path needs (see :meth:`Policies.first`), built once
     per host and policy: the policy's clock reading, the budget's first-attempt callables, the
-    statuses returned as they are, the total time, the buffer limit, and what
+    statuses returned as they are, the total time, the buffer limit (these six first: an
+    integration takes them as ``first[:6]``, one step where six attribute reads cost more),
+    the methods that need no ``Idempotency-Key`` when one is due for the others, and what
     :meth:`Policies.resume` hands on."""
 
     now: Callable[[], float]
@@ -913,6 +918,7 @@ class FirstAttempt(NamedTuple):
     answers: frozenset[int]
     total: float | None
     buffer_limit: int
+    keyed: frozenset[str] | None
     policy: RetryPolicy
     rules: HttpRules
     retry_on: RetryOnErrors
