@@ -988,14 +988,28 @@ def read_within_attempt(content_length: str | None, limit: int) -> bool:
 _MAX_LENGTH_DIGITS: Final = 19  # 2**63 - 1 has 19 digits
 
 
-class _Live(NamedTuple):
-    policy: RetryPolicy
-    route: RouteRules | None
-    cache: PolicyCache
-    rules: HttpRules
-    retry_on: RetryOnErrors
-    #: The first-attempt records by host (see Policies.first), or None: no such path.
-    firsts: dict[HostKey, FirstAttempt] | None
+class _Live:
+    """What a transport retries with now (see Policies): slotted, as it is read on every
+    request."""
+
+    __slots__ = ("cache", "firsts", "policy", "retry_on", "route", "rules")
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        route: RouteRules | None,
+        cache: PolicyCache,
+        rules: HttpRules,
+        retry_on: RetryOnErrors,
+        firsts: dict[HostKey, FirstAttempt] | None,
+    ) -> None:
+        self.policy = policy
+        self.route = route
+        self.cache = cache
+        self.rules = rules
+        self.retry_on = retry_on
+        #: The first-attempt records by host (see Policies.first), or None: no such path.
+        self.firsts = firsts
 
 
 _NOT_IDEMPOTENT_NOTE = (
