@@ -464,3 +464,15 @@ async def test_instant_time_keeps_the_attempt_timer(server: Scripted) -> None:
         with seawall.testing.instant(grace=0.1), pytest.raises(aiohttp.ServerTimeoutError):
             await s.get(url)
     assert mw._watchdog is None
+
+
+async def test_no_total_time_no_watchdog(server: Scripted) -> None:
+    # total_timeout=None: the first attempt is not bounded by the middleware at all (aiohttp's
+    # own ClientTimeout still is), so no watchdog is made; a retried status still retries.
+    url = server.script("p", 503, 200)
+    mw = sa.RetryMiddleware(policy(hooks=()), budget=None, total_timeout=None)
+    async with session(mw) as s, s.get(url) as r:
+        assert r.status == 200
+        assert [a.status for a in r.seawall_history] == [503, 200]  # type: ignore[attr-defined]
+    assert mw._watchdog is None
+    assert server.attempts["p"] == 2
