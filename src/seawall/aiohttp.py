@@ -12,19 +12,28 @@ Install with ``pip install seawall[aiohttp]`` (aiohttp 3.12 or later: client mid
 from __future__ import annotations
 
 import asyncio
+import collections
+import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import aiohttp.payload
 
+from seawall._core.clock import TESTING
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
+    FIRST_TRY,
+    HISTORY_ATTRIBUTE,
     PER_HOST,
+    FirstAttempt,
     HttpCall,
     HttpOptions,
     Policies,
     Wire,
     adrive,
+    adrive_from,
+    first_try,
     read_within_attempt,
     within,
 )
@@ -89,11 +98,12 @@ class RetryMiddleware:
       ``grpc-timeout`` and ``x-request-deadline``; the session's own ``ClientTimeout`` still
       bounds the whole call;
     - a body declared (``Content-Length``) up to *buffer_limit* bytes is read within the attempt,
-      so a reset mid-body is retried; responses of discarded attempts are released.
+      so a reset mid-body is retried (unless it came in full with the head: nothing is left to
+      cut short); responses of discarded attempts are released.
 
     The policy's ``retry_on`` is replaced by the HTTP classification; its ``retry_if_result``
-    sees each response the status rules would return (its body read when within
-    *buffer_limit*) and retries it when it returns ``True``. Inside a
+    sees each response the status rules would return (its status and headers) and retries it
+    when it returns ``True``. Inside a
     :func:`seawall.http.override` block, requests use the policy it gives; each response
     carries its attempts in ``response.seawall_history`` (:class:`seawall.http.HttpAttempt`).
     Redirects are followed by aiohttp after the middleware, so each hop is retried on its own.
@@ -113,6 +123,7 @@ class RetryMiddleware:
         self, policy: RetryPolicy | PolicyHandle | None = None, **options: Unpack[HttpOptions]
     ) -> None:
         self._policies = Policies(policy, options, _WIRE, DEFAULT_RETRY_EXCEPTIONS)
+        self._watchdog: _Watchdog | None = None  # the last loop's (see _Watchdog)
 
     @classmethod
     def from_route(cls, registry: PolicyRegistry, name: str, **kwargs: Any) -> RetryMiddleware:
@@ -139,22 +150,202 @@ class RetryMiddleware:
     async def __call__(
         self, request: aiohttp.ClientRequest, handler: Handler
     ) -> aiohttp.ClientResponse:
+        url = request.url
+        host = f"{url.scheme}://{url.raw_authority}"  # the budget's key: origin()
+        first = self._policies.first(request.method, host)
+        if first is None:
+            return await self._retrying(request, handler, host, None, 0.0, None)
+        # The first-attempt path (see Policies.first): what adrive() and HttpCall would do for
+        # a first attempt answered with one of first.answers; anything else hands over to them.
+        now, before, after, answers, total, limit = first[:6]
+        started = now()
+        if before is not None:
+            before()
+        try:
+            if total is not None and (not _WATCHED or TESTING.instant):
+                # (the time left as HttpCall.next_attempt() gives it)
+                left = (started + total) - started
+                response = await within(_receive(request, handler, limit), left, _timed_out)
+            else:
+                watchdog = watch = None
+                if total is not None:
+                    # Bounded as within() would bound it, by the loop's watchdog.
+                    left = (started + total) - started
+                    loop = asyncio.get_running_loop()
+                    watchdog = self._watchdog
+                    if watchdog is None or watchdog.loop is not loop or watchdog.total != total:
+                        watchdog = self._watchdog = _Watchdog(loop, total)
+                    watch = watchdog.watch(left)
+                try:
+                    response = await handler(request)  # then as _receive()
+                    if (
+                        limit
+                        and not response.content.is_eof()
+                        and read_within_attempt(response.headers.get("content-length"), limit)
+                    ):
+                        try:
+                            await response.read()
+                        except BaseException:
+                            response.release()
+                            raise
+                except BaseException as exc:
+                    if (
+                        watchdog is not None
+                        and watch is not None
+                        and watchdog.end(watch)
+                        and isinstance(exc, asyncio.CancelledError)
+                    ):
+                        raise _timed_out(
+                            f"seawall: the attempt ran out of time after {left:.3f} s"
+                        ) from exc
+                    raise
+                else:
+                    if watchdog is not None and watch is not None:
+                        watchdog.end(watch)
+        except Exception as exc:
+            outcome: aiohttp.ClientResponse | Exception | None = exc
+        else:
+            status = response.status
+            if status in answers:
+                if after is not None:
+                    try:
+                        after()
+                    except BaseException:
+                        response.release()
+                        raise
+                setattr(response, HISTORY_ATTRIBUTE, FIRST_TRY.get(status) or first_try(status))
+                return response
+            outcome = response
+        # Outside the `except`: the retries' own errors are not raised while handling this one.
+        try:
+            return await self._retrying(request, handler, host, first, started, outcome)
+        finally:
+            outcome = None  # not left in this frame (an error's traceback holds it): no cycle
+
+    async def _retrying(
+        self,
+        request: aiohttp.ClientRequest,
+        handler: Handler,
+        host: str,
+        first: FirstAttempt | None,
+        started: float,
+        outcome: aiohttp.ClientResponse | Exception | None,
+    ) -> aiohttp.ClientResponse:
+        """Send *request* through the decisions: from its first attempt, or (*first* given)
+        after the first-attempt path started it at *started* with that *outcome*."""
         body = request.body
-        call: HttpCall[aiohttp.ClientResponse] = self._policies.start(
-            request.method,
-            request.headers,  # a CIMultiDict: an Idempotency-Key goes in
-            f"{request.url.scheme}://{request.url.raw_authority}",  # the budget's key: origin()
-            # In-memory bodies (bytes, str, JSON, url-encoded forms) are sent again as they are;
-            # streams and file objects are consumed by the first attempt.
-            replayable=body == b"" or isinstance(body, aiohttp.payload.BytesPayload),
-        )
+        # In-memory bodies (bytes, str, JSON, url-encoded forms) are sent again as they are;
+        # streams and file objects are consumed by the first attempt.
+        replayable = body == b"" or isinstance(body, aiohttp.payload.BytesPayload)
+        call: HttpCall[aiohttp.ClientResponse]
+        if first is None:
+            # request.headers is a CIMultiDict: an Idempotency-Key goes in.
+            call = self._policies.start(
+                request.method, request.headers, host, replayable=replayable
+            )
+        else:
+            call = self._policies.resume(
+                first, request.method, request.headers, replayable=replayable, started=started
+            )
 
         async def attempt(left: float) -> aiohttp.ClientResponse:
             # aiohttp's timeouts bound the whole call or each read, not the attempt:
             # cancellation bounds it, at the attempt's deadline.
             return await within(_send(request, handler, call), left, _timed_out)
 
-        return await adrive(call, attempt, _release)
+        if outcome is None:
+            return await adrive(call, attempt, _release)
+        return await adrive_from(call, outcome, attempt, _release)
+
+
+# asyncio's Task.cancelling() and uncancel(), which the watchdog needs, came with Python 3.11;
+# on 3.10 every attempt has its own timer (within()).
+_WATCHED = sys.version_info >= (3, 11)
+
+
+class _Watchdog:
+    """One timer for the first attempts in flight on one event loop, each allowed *total*.
+
+    asyncio.timeout() arms a loop timer per request and cancels it when the request ends. Here
+    each request joins a queue as it starts; all being allowed the same time, their deadlines
+    are in the order of the queue, and one timer, armed at the earliest, serves them all: when
+    it fires, each request still running at its deadline is cancelled, as asyncio.timeout()
+    does (the request turns the cancellation into a timeout, see ``end``), and the timer
+    is armed again at the next deadline. A request that ends leaves the queue from its head,
+    so that the queue holds no more than the requests in flight (and those that ended after
+    one still in flight).
+    """
+
+    __slots__ = ("_armed", "_queue", "_time", "loop", "total")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, total: float) -> None:
+        self.loop = loop
+        self.total = total
+        # asyncio's own loops read time.monotonic(): called directly, one frame less.
+        self._time = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+        # [deadline, task (None once the request ended), task.cancelling() on entry, expired]
+        self._queue: collections.deque[list[Any]] = collections.deque()
+        self._armed: asyncio.TimerHandle | None = None
+
+    def watch(self, seconds: float) -> list[Any]:
+        """Bound the current task's attempt to *seconds* (the total time, give or take its
+        last digit: see HttpCall.next_attempt()) from now; the handle for end()."""
+        loop = self.loop
+        task = asyncio.current_task(loop)
+        if task is None:
+            raise RuntimeError("seawall: an aiohttp request outside a task")
+        deadline = self._time() + seconds
+        watch = [deadline, task, task.cancelling(), False]  # type: ignore[attr-defined]
+        self._queue.append(watch)
+        if self._armed is None:
+            self._armed = loop.call_at(deadline, self._fire)
+        return watch
+
+    def end(self, watch: list[Any]) -> bool:
+        """The attempt ended (call once): whether the watchdog cancelled it and nobody else
+        did, as asyncio.timeout() tells (the attempt then timed out)."""
+        task = watch[1]
+        watch[1] = None
+        queue = self._queue
+        while queue and queue[0][1] is None:
+            queue.popleft()
+        return bool(watch[3]) and task.uncancel() <= watch[2]
+
+    def _fire(self) -> None:
+        armed = self._armed
+        self._armed = None
+        when = armed.when() if armed is not None else self.loop.time()
+        queue = self._queue
+        while queue:
+            watch = queue[0]
+            if watch[1] is None:
+                queue.popleft()  # ended
+            elif watch[0] > when:
+                self._armed = self.loop.call_at(watch[0], self._fire)
+                return
+            else:
+                queue.popleft()
+                watch[3] = True
+                watch[1].cancel()
+
+
+async def _receive(
+    request: aiohttp.ClientRequest, handler: Handler, limit: int
+) -> aiohttp.ClientResponse:
+    """Send *request*; read a body declared up to *limit* bytes within the attempt, unless it
+    was received in full with the head (a reset can no longer cut it short)."""
+    response: aiohttp.ClientResponse = await handler(request)
+    if (
+        limit
+        and not response.content.is_eof()
+        and read_within_attempt(response.headers.get("content-length"), limit)
+    ):
+        try:
+            await response.read()  # kept by the response; the connection is released
+        except BaseException:
+            response.release()
+            raise
+    return response
 
 
 async def _send(
@@ -162,12 +353,4 @@ async def _send(
 ) -> aiohttp.ClientResponse:
     for name, value in (call.deadline_headers() or {}).items():
         request.headers[name] = value
-    response: aiohttp.ClientResponse = await handler(request)
-    limit = call.rules.buffer_limit
-    if limit and read_within_attempt(response.headers.get("content-length"), limit):
-        try:
-            await response.read()  # kept by the response; the connection is released
-        except BaseException:
-            response.release()
-            raise
-    return response
+    return await _receive(request, handler, call.rules.buffer_limit)

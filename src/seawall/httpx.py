@@ -18,15 +18,22 @@ from seawall._core.compat import current_time
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
     EXTENSION_KEY,
+    FIRST_TRY,
     HISTORY_KEY,
     PER_HOST,
+    FirstAttempt,
     History,
+    HostKey,
     HttpCall,
     HttpOptions,
     Policies,
     Wire,
     adrive,
+    adrive_from,
     drive,
+    drive_from,
+    first_try,
+    fits,
     read_within_attempt,
     within,
 )
@@ -61,6 +68,7 @@ _NEVER_SENT: tuple[type[Exception], ...] = (
     httpx.PoolTimeout,
 )
 _TIMEOUT_KEYS = ("connect", "read", "write", "pool")
+_N_TIMEOUTS = len(_TIMEOUT_KEYS)
 
 
 class _Wire(Wire[httpx.Response]):
@@ -101,16 +109,27 @@ class _Base:
         """The policy in use now (with a :class:`~seawall.config.PolicyHandle`: its current one)."""
         return self._policies.policy
 
-    def _start(self, request: httpx.Request) -> HttpCall[httpx.Response]:
-        url = request.url
+    def _start(self, request: httpx.Request, host: HostKey) -> HttpCall[httpx.Response]:
         return self._policies.start(
             request.method,
             request.headers,
-            (url.scheme, url.raw_host, url.port),  # cheaper than url.netloc (see origin())
+            host,
             # ByteStream holds bytes (content=, data=, json=, or a body already read): it can be
             # sent again. Generators and other streams are consumed by the first attempt.
             replayable=isinstance(request.stream, httpx.ByteStream),
             override=request.extensions.get(EXTENSION_KEY),
+        )
+
+    def _resume(
+        self, request: httpx.Request, first: FirstAttempt, started: float
+    ) -> HttpCall[httpx.Response]:
+        """The decisions for a request whose first attempt took the first-attempt path."""
+        return self._policies.resume(
+            first,
+            request.method,
+            request.headers,
+            replayable=isinstance(request.stream, httpx.ByteStream),
+            started=started,
         )
 
     @staticmethod
@@ -149,7 +168,7 @@ _new_request = object.__new__
 def _timeouts(request: httpx.Request) -> Collection[float | None] | None:
     """The request's httpx timeouts when all four are set (else ``None``: see _prepare)."""
     configured = request.extensions.get("timeout")
-    if configured is None or len(configured) != len(_TIMEOUT_KEYS):
+    if configured is None or len(configured) != _N_TIMEOUTS:
         return None
     values: Collection[float | None] = configured.values()
     return values
@@ -242,7 +261,63 @@ class RetryTransport(_Base, httpx.BaseTransport):
         return cls(_handle(registry, name), transport, **kwargs)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        call = self._start(request)
+        url = request.url
+        host = (url.scheme, url.raw_host, url.port)  # cheaper than url.netloc (see origin())
+        extensions = request.extensions
+        first = self._policies.first(request.method, host, extensions.get(EXTENSION_KEY))
+        if first is None:
+            return self._retrying(request, self._start(request, host), None)
+        # The first-attempt path (see Policies.first): what drive() and HttpCall would do for a
+        # first attempt answered with one of first.answers, and nothing more. Anything else
+        # hands over to them, with what was done so far.
+        now, before, after, answers, total, limit = first[:6]
+        started = now()
+        if before is not None:
+            before()
+        if total is not None:
+            configured = extensions.get("timeout")
+            if (
+                configured is None
+                or len(configured) != _N_TIMEOUTS
+                or not fits(configured.values(), (started + total) - started)
+            ):
+                # httpx's timeouts are not all within the total time: capped per attempt.
+                return self._retrying(request, self._resume(request, first, started), None)
+        try:
+            response = self._transport.handle_request(request)
+            if (
+                limit
+                and not isinstance(response.stream, httpx.ByteStream)
+                and _small(response, limit)
+            ):
+                _buffer(response)
+        except Exception as exc:
+            outcome: httpx.Response | Exception | None = exc
+        else:
+            status = response.status_code
+            if status in answers:
+                if after is not None:
+                    try:
+                        after()
+                    except BaseException:
+                        response.close()
+                        raise
+                response.extensions[HISTORY_KEY] = FIRST_TRY.get(status) or first_try(status)
+                return response
+            outcome = response
+        # Outside the `except`: the retries' own errors are not raised while handling this one.
+        try:
+            return self._retrying(request, self._resume(request, first, started), outcome)
+        finally:
+            outcome = None  # not left in this frame (an error's traceback holds it): no cycle
+
+    def _retrying(
+        self,
+        request: httpx.Request,
+        call: HttpCall[httpx.Response],
+        outcome: httpx.Response | Exception | None,
+    ) -> httpx.Response:
+        """Drive *call*: from its first attempt, or with that attempt's *outcome* in hand."""
         send = self._transport.handle_request
         limit = call.rules.buffer_limit
         configured = request.extensions.get("timeout")  # _timeouts(request), one call less
@@ -267,7 +342,9 @@ class RetryTransport(_Base, httpx.BaseTransport):
                 _buffer(response)
             return response
 
-        return drive(call, attempt, _close)
+        if outcome is None:
+            return drive(call, attempt, _close)
+        return drive_from(call, outcome, attempt, _close)
 
     def close(self) -> None:
         self._transport.close()
@@ -359,7 +436,68 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
         return cls(handle, transport, **kwargs)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        call = self._start(request)
+        url = request.url
+        host = (url.scheme, url.raw_host, url.port)  # cheaper than url.netloc (see origin())
+        extensions = request.extensions
+        first = (
+            self._policies.first(request.method, host, extensions.get(EXTENSION_KEY))
+            if self._hedge is None or not self._hedged(request)
+            else None
+        )
+        if first is None:
+            return await self._retrying(request, self._start(request, host), None)
+        # The first-attempt path, as in RetryTransport.handle_request: without a deadline of
+        # the caller's, the attempt is bounded by httpx's timeouts (within the total time),
+        # without a timer, and its body is not bounded (see _bound_body).
+        now, before, after, answers, total, limit = first[:6]
+        started = now()
+        if before is not None:
+            before()
+        if total is not None:
+            configured = extensions.get("timeout")
+            if (
+                configured is None
+                or len(configured) != _N_TIMEOUTS
+                or not fits(configured.values(), (started + total) - started)
+            ):
+                return await self._retrying(request, self._resume(request, first, started), None)
+        try:
+            response = await self._transport.handle_async_request(request)
+            if limit and _small(response, limit):
+                await _abuffer(response)
+        except Exception as exc:
+            outcome: httpx.Response | Exception | None = exc
+        else:
+            status = response.status_code
+            if status in answers:
+                if after is not None:
+                    try:
+                        after()
+                    except BaseException:
+                        await response.aclose()
+                        raise
+                response.extensions[HISTORY_KEY] = FIRST_TRY.get(status) or first_try(status)
+                return response
+            outcome = response
+        try:
+            return await self._retrying(request, self._resume(request, first, started), outcome)
+        finally:
+            outcome = None
+
+    def _hedged(self, request: httpx.Request) -> bool:
+        """Whether the hedge applies to *request* (its method, in upper case as HttpCall has
+        it, is hedged, and its body can be sent again)."""
+        return request.method.upper() in self._hedge_methods and isinstance(
+            request.stream, httpx.ByteStream
+        )
+
+    async def _retrying(
+        self,
+        request: httpx.Request,
+        call: HttpCall[httpx.Response],
+        outcome: httpx.Response | Exception | None,
+    ) -> httpx.Response:
+        """Drive *call*: from its first attempt, or with that attempt's *outcome* in hand."""
         hedge = self._hedge
         if hedge is not None and (call.method not in self._hedge_methods or not call.replayable):
             hedge = None
@@ -378,7 +516,11 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
             timed_out = functools.partial(httpx.TimeoutException, request=request)
             return await within(sending, left, timed_out)
 
-        return _bound_body(await adrive(call, attempt, _aclose), call, request)
+        if outcome is None:
+            response = await adrive(call, attempt, _aclose)
+        else:
+            response = await adrive_from(call, outcome, attempt, _aclose)
+        return _bound_body(response, call, request)
 
     async def _send_one(
         self, request: httpx.Request, call: HttpCall[httpx.Response], left: float | None = None

@@ -8,6 +8,7 @@ Install with ``pip install seawall[requests]``. See ``docs/http.md`` for what is
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,13 +18,19 @@ from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
+    FIRST_TRY,
+    HISTORY_ATTRIBUTE,
     OPTION_NAMES,
     PER_HOST,
+    FirstAttempt,
     HttpCall,
     Policies,
     RetryOnErrors,
     Wire,
+    capped,
     drive,
+    drive_from,
+    first_try,
     read_within_attempt,
     retryable_error,
 )
@@ -141,6 +148,67 @@ class RetryAdapter(HTTPAdapter):
         proxies: Mapping[str, str] | None = None,
     ) -> requests.Response:
         """Send *request*, retrying per the policy; the final response or the last error."""
+        scheme, _, rest = (request.url or "").partition("://")
+        host = f"{scheme}://{rest.split('/', 1)[0].rsplit('@', 1)[-1]}"
+        method = request.method or "GET"
+        first = self._policies.first(method, host)
+        if first is None:
+            return self._retrying(
+                request, host, None, 0.0, None, stream, timeout, verify, cert, proxies
+            )
+        # The first-attempt path (see Policies.first): what drive() and HttpCall would do for a
+        # first attempt answered with one of first.answers; anything else hands over to them.
+        now, before, after, answers, total, limit = first[:6]
+        started = now()
+        if before is not None:
+            before()
+        connect, read = _split_timeout(timeout)
+        try:
+            left = (math.inf if total is None else started + total) - now()
+            timeouts: Any = (capped(connect, left), capped(read, left))  # see attempt() below
+            response: requests.Response = super().send(
+                request, stream=stream, timeout=timeouts, verify=verify, cert=cert, proxies=proxies
+            )
+            limit = 0 if stream else limit
+            if limit and _small(response, limit):
+                _ = response.content
+        except Exception as exc:
+            outcome: requests.Response | Exception | None = exc
+        else:
+            status = response.status_code
+            if status in answers:
+                if after is not None:
+                    try:
+                        after()
+                    except BaseException:
+                        response.close()
+                        raise
+                setattr(response, HISTORY_ATTRIBUTE, FIRST_TRY.get(status) or first_try(status))
+                return response
+            outcome = response
+        # Outside the `except`: the retries' own errors are not raised while handling this one.
+        try:
+            return self._retrying(
+                request, host, first, started, outcome, stream, timeout, verify, cert, proxies
+            )
+        finally:
+            outcome = None  # not left in this frame (an error's traceback holds it): no cycle
+
+    def _retrying(
+        self,
+        request: requests.PreparedRequest,
+        host: str,
+        first: FirstAttempt | None,
+        started: float,
+        outcome: requests.Response | Exception | None,
+        stream: bool,
+        timeout: Any,
+        verify: bool | str,
+        cert: Any,
+        proxies: Mapping[str, str] | None,
+    ) -> requests.Response:
+        """Send *request* through the decisions: from its first attempt, or (*first* given)
+        after the first-attempt path started it at *started* with that *outcome*."""
         body = request.body
         rewind = hasattr(body, "read")
         replayable = (
@@ -148,11 +216,14 @@ class RetryAdapter(HTTPAdapter):
             or isinstance(body, (bytes, str))
             or (rewind and isinstance(getattr(request, "_body_position", None), int))
         )
-        scheme, _, rest = (request.url or "").partition("://")
-        host = f"{scheme}://{rest.split('/', 1)[0].rsplit('@', 1)[-1]}"
-        call: HttpCall[requests.Response] = self._policies.start(
-            request.method or "GET", request.headers, host, replayable=replayable
-        )
+        method = request.method or "GET"
+        call: HttpCall[requests.Response]
+        if first is None:
+            call = self._policies.start(method, request.headers, host, replayable=replayable)
+        else:
+            call = self._policies.resume(
+                first, method, request.headers, replayable=replayable, started=started
+            )
         limit = 0 if stream else call.rules.buffer_limit
         connect, read = _split_timeout(timeout)
         position = getattr(request, "_body_position", None)
@@ -175,7 +246,9 @@ class RetryAdapter(HTTPAdapter):
                 _ = response.content  # read now: a reset mid-body is then retried
             return response
 
-        return drive(call, attempt, _close)
+        if outcome is None:
+            return drive(call, attempt, _close)
+        return drive_from(call, outcome, attempt, _close)
 
 
 def _small(response: requests.Response, limit: int) -> bool:

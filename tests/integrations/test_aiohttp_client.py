@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -304,3 +305,174 @@ async def test_from_route_follows_the_route_error_conditions(
             async with s.get(cut) as r:
                 await r.read()
     assert server.attempts["cut"] == 1  # a body cut short is not a connect failure
+
+
+# -- the first-attempt path -------------------------------------------------------------------
+
+FIRST_ATTEMPT_CASES = [
+    ("GET", (200,)),
+    ("GET", (204,)),
+    ("HEAD", (200,)),
+    ("POST", (200,)),
+    ("GET", (404,)),
+    ("GET", (500,)),
+    ("GET", (503, 200)),
+    ("GET", ((429, {"Retry-After": "1"}), 200)),
+    ("GET", ((503, {"x-envoy-overloaded": "1"}),)),
+    ("GET", ("cut", 200)),
+    ("POST", (503, 200)),
+    ("POST", ("cut", 200)),
+    ("GET", ("slow", 200)),  # the first attempt outlives the total time (a real clock)
+]
+
+
+class Heard:
+    """A budget that records what it hears."""
+
+    def __init__(self) -> None:
+        self.heard: list[str] = []
+
+    def on_request(self) -> None:
+        self.heard.append("request")
+
+    def allow_retry(self, error: BaseException) -> bool:
+        self.heard.append("retry")
+        return True
+
+    def on_success(self) -> None:
+        self.heard.append("success")
+
+    def on_failure(self, error: BaseException) -> None:
+        self.heard.append(f"failure {type(error).__name__}")
+
+
+@pytest.mark.parametrize("case", range(len(FIRST_ATTEMPT_CASES)))
+async def test_first_attempt_path_and_full_path_agree(server: Scripted, case: int) -> None:
+    # The same script sent on the middleware's first-attempt path, then inside an empty
+    # override() block (no setting changes, every request goes through HttpCall): the same
+    # answer, history, budget calls, events and attempts. With a server slower than the
+    # total time, the watchdog on one path and within()'s timer on the other cut it alike.
+    method, steps = FIRST_ATTEMPT_CASES[case]
+    slow = steps[0] == "slow"
+
+    async def send(forced: bool) -> tuple[Any, ...]:
+        key = f"case{case}-{forced}"
+        url = server.script(key, *steps)
+        events: list[seawall.RetryEvent] = []
+        budget = Heard()
+        clock = seawall.SystemClock() if slow else seawall.VirtualClock()
+        mw = sa.RetryMiddleware(
+            policy(hooks=[events.append], rng=random.Random(7), clock=clock),
+            budget=budget,  # type: ignore[arg-type]
+            total_timeout=0.25,
+        )
+        async with session(mw) as s:
+            try:
+                if forced:
+                    with seawall.http.override():
+                        r = await s.request(method, url, data=b"x")
+                else:
+                    r = await s.request(method, url, data=b"x")
+                async with r:
+                    body = await r.read()
+                history = r.seawall_history  # type: ignore[attr-defined]
+                seen: Any = (r.status, body.rpartition(b":")[2])  # the key, less the path
+            except aiohttp.ClientError as exc:
+                history = exc.seawall_history  # type: ignore[attr-defined]
+                seen = type(exc).__name__
+        shown = [(a.status, type(a.error).__name__ if a.error else None, a.wait) for a in history]
+        kinds = [(e.kind, e.attempt, type(e.error).__name__, e.delay, e.reason) for e in events]
+        return seen, shown, budget.heard, kinds, server.attempts[key]
+
+    fast, full = await send(False), await send(True)
+    assert fast == full
+    if slow:
+        assert fast[0] == "ServerTimeoutError"
+
+
+async def test_watchdog_cuts_each_attempt_at_its_own_deadline(server: Scripted) -> None:
+    # Three requests to a server that takes 1 s, started 0.1 s apart, and quick ones between:
+    # each slow one is cut 0.3 s after it started (one loop timer serves them all), the quick
+    # ones are answered, and nothing is left watched.
+    slow = server.script("slow", "slow")
+    quick = server.script("quick", 200)
+    mw = sa.RetryMiddleware(seawall.RetryPolicy(hooks=()), budget=None, total_timeout=0.3)
+    loop = asyncio.get_running_loop()
+
+    async with session(mw) as s:
+
+        async def cut() -> float:
+            started = loop.time()
+            with pytest.raises(aiohttp.ServerTimeoutError):
+                await s.get(slow)
+            return loop.time() - started
+
+        tasks = []
+        for _ in range(3):
+            tasks.append(asyncio.ensure_future(cut()))
+            async with s.get(quick) as r:
+                assert r.status == 200
+            await asyncio.sleep(0.1)
+        took = await asyncio.gather(*tasks)
+    assert all(0.25 <= t < 0.9 for t in took), took
+    assert server.attempts == {"slow": 3, "quick": 3}
+    watchdog = mw._watchdog
+    assert watchdog is not None and not watchdog._queue
+
+
+async def test_watched_attempt_cancelled_from_outside_is_cancelled(server: Scripted) -> None:
+    # A cancellation that is not the watchdog's stays a cancellation (as with asyncio.timeout):
+    # the caller's task is cancelled, no timeout is raised and nothing is retried.
+    slow = server.script("slow", "slow")
+    mw = sa.RetryMiddleware(policy(hooks=()), budget=None, total_timeout=5.0)
+    async with session(mw) as s:
+        task = asyncio.ensure_future(s.get(slow))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert task.cancelled()
+    assert server.attempts["slow"] == 1
+    watchdog = mw._watchdog
+    assert watchdog is not None and not watchdog._queue
+
+
+async def test_quick_answers_leave_nothing_watched(server: Scripted) -> None:
+    # The watchdog keeps only the attempts in flight: after many quick answers, some of them
+    # concurrent, its queue is empty (bounded memory whatever the request rate).
+    url = server.script("quick", 200)
+    mw = sa.RetryMiddleware(policy(hooks=()), budget=None)
+
+    async def get(s: aiohttp.ClientSession) -> int:
+        async with s.get(url) as r:
+            return r.status
+
+    async with session(mw) as s:
+        for _ in range(10):
+            assert await asyncio.gather(*(get(s) for _ in range(5))) == [200] * 5
+    watchdog = mw._watchdog
+    assert watchdog is not None and not watchdog._queue
+    assert server.attempts["quick"] == 50
+
+
+async def test_instant_time_keeps_the_attempt_timer(server: Scripted) -> None:
+    # Inside testing.instant() the first attempt is bounded by within()'s timer (armed for the
+    # grace, the rest skipped), not by the watchdog.
+    url = server.script("slow", "slow")
+    mw = sa.RetryMiddleware(policy(hooks=()), budget=None, total_timeout=30.0)
+    async with session(mw) as s:
+        with seawall.testing.instant(grace=0.1), pytest.raises(aiohttp.ServerTimeoutError):
+            await s.get(url)
+    assert mw._watchdog is None
+
+
+async def test_no_total_time_no_watchdog(server: Scripted) -> None:
+    # total_timeout=None: the first attempt is not bounded by the middleware at all (aiohttp's
+    # own ClientTimeout still is), so no watchdog is made; a retried status still retries.
+    url = server.script("p", 503, 200)
+    mw = sa.RetryMiddleware(policy(hooks=()), budget=None, total_timeout=None)
+    async with session(mw) as s, s.get(url) as r:
+        assert r.status == 200
+        assert [a.status for a in r.seawall_history] == [503, 200]  # type: ignore[attr-defined]
+    assert mw._watchdog is None
+    assert server.attempts["p"] == 2

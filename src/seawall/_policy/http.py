@@ -98,14 +98,17 @@ __all__ = [
     "MIN_ATTEMPT_TIME",
     "OPTION_NAMES",
     "OVERLOADED_HEADERS",
+    "FirstAttempt",
     "HttpAttempt",
     "HttpCall",
     "HttpOptions",
     "HttpRules",
     "Wire",
     "adrive",
+    "adrive_from",
     "budget_for_host",
     "drive",
+    "drive_from",
     "is_overloaded",
     "new_idempotency_key",
     "override",
@@ -143,6 +146,7 @@ MIN_ATTEMPT_TIME: Final = 1e-3
 #: sent downstream: it is a limit of this client, not the caller's deadline.
 DEFAULT_TOTAL_TIMEOUT: Final = 30.0
 
+_ANSWERS: Final = frozenset(range(100, 400))
 _DELTA_SECONDS = re.compile(r"[0-9]{1,32}(?:\.[0-9]{1,9})?")
 _FALSE_VALUES = frozenset({"", "0", "false", "no", "off"})
 
@@ -297,6 +301,10 @@ class HttpRules:
     deadline_headers: bool = True
     buffer_limit: int = 1 << 20
     total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT
+    #: The usual statuses of an answer returned as it is: 100-399, less *retry_statuses*. A
+    #: response with one of them needs nothing read but its status (see
+    #: :meth:`HttpCall.on_response`, whose first branch takes them and the rarer rest).
+    answers: frozenset[int] = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -310,6 +318,7 @@ class HttpRules:
             if isinstance(s, bool) or not isinstance(s, int) or not 100 <= s <= 599:
                 raise ValueError(f"retry_statuses must hold HTTP statuses (100-599), got {s!r}")
         set_(self, "retry_statuses", frozenset(self.retry_statuses))
+        set_(self, "answers", _ANSWERS.difference(self.retry_statuses))
         if isinstance(self.idempotent_methods, (str, bytes)) or not isinstance(
             self.idempotent_methods, Collection
         ):
@@ -462,16 +471,16 @@ HISTORY_ATTRIBUTE: Final = "seawall_history"
 EXTENSION_KEY: Final = "seawall"
 
 History = tuple[HttpAttempt, ...]
-_FIRST_TRY: dict[int, History] = {}  # the history of a response to a first attempt, by status
+FIRST_TRY: dict[int, History] = {}  # the history of a response to a first attempt, by status
 
 
 def first_try(status: int) -> History:
     """The history of a request answered *status* at the first attempt (shared, immutable)."""
-    history = _FIRST_TRY.get(status)
+    history = FIRST_TRY.get(status)
     if history is None:
         history = (HttpAttempt(status, None, None),)
-        if len(_FIRST_TRY) < 1024:  # statuses are untrusted numbers: keep the table bounded
-            _FIRST_TRY[status] = history
+        if len(FIRST_TRY) < 1024:  # statuses are untrusted numbers: keep the table bounded
+            FIRST_TRY[status] = history
     return history
 
 
@@ -680,7 +689,11 @@ class Policies:
         retry_on: RetryOnErrors = self._retry_on
         if not self._explicit:
             retry_on = route_errors(route) or retry_on
-        return _Live(policy, route, PolicyCache(policy, self._budget), rules, retry_on)
+        cache = PolicyCache(policy, self._budget)
+        # The derived policies of every host differ in their budget only: one tells for all.
+        derived = cache._single or derive_policy(policy, None)
+        stateless = cache.predicate is None and stateless_first(derived, rules)
+        return _Live(policy, route, cache, rules, retry_on, {} if stateless else None)
 
     def current(self) -> tuple[PolicyCache, HttpRules]:
         """The derived policies and the rules for a request starting now."""
@@ -779,17 +792,7 @@ class Policies:
             override = _OVERRIDE.get(None)
         if override is not None:
             cache = self._overridden(cache, override)
-        if method not in rules.idempotent_methods:
-            method = method.upper()
-            if (
-                rules.idempotency_key
-                and method not in rules.idempotent_methods
-                and IDEMPOTENCY_KEY_HEADER not in headers
-            ):
-                headers[IDEMPOTENCY_KEY_HEADER] = new_idempotency_key()
-            has_key = IDEMPOTENCY_KEY_HEADER in headers
-        else:
-            has_key = False  # an idempotent method needs no key to be safe
+        method, has_key = _keyed(rules, method, headers)
         return HttpCall(
             cache._single or cache._by_host.get(host) or cache.for_host(host),
             rules,
@@ -800,6 +803,125 @@ class Policies:
             live.retry_on,
             cache.predicate,
         )
+
+    def first(self, method: str, host: HostKey, override: object = None) -> FirstAttempt | None:
+        """What a request starting now needs for a first attempt made without an
+        :class:`HttpCall`, or ``None``: it takes :meth:`start`'s path.
+
+        The integration then reads the clock (``now``), calls ``before`` (the budget's
+        deposit, if any), sends the request as the caller built it, and returns a response
+        whose status is in ``answers`` after calling ``after`` (if any), with the history
+        ``first_try(status)``: all that :meth:`start`, :func:`drive` and :class:`HttpCall` do
+        for such an answer. Any other outcome (an error, another status), or a request that
+        cannot go as it is, goes on through :meth:`resume` (nothing is done twice).
+
+        ``None`` unless the policy's first attempt needs no :class:`RetryState` (see
+        :func:`stateless_first`) and the policy has no ``retry_if_result``; no override
+        applies (the request's *override*, an :func:`override` block); no ambient deadline
+        is set; and no ``Idempotency-Key`` is due.
+        """
+        if self._handle is not None:
+            self.current()
+        live = self._state
+        firsts = live.firsts
+        if (
+            firsts is None
+            or override is not None
+            or _OVERRIDE.get(None) is not None
+            or _ambient_deadline() is not None
+        ):
+            return None
+        found = firsts.get(host)
+        if found is None:
+            found = self._first_for(live, firsts, host)
+        keyed = found.keyed
+        if keyed is not None and method not in keyed:
+            return None  # an Idempotency-Key is due (see start())
+        return found
+
+    @staticmethod
+    def _first_for(live: _Live, firsts: dict[HostKey, FirstAttempt], host: HostKey) -> FirstAttempt:
+        """The first-attempt record of *host* under *live*, built and kept."""
+        cache, rules = live.cache, live.rules
+        policy = cache._single or cache.for_host(host)
+        found = FirstAttempt(
+            policy._now,
+            policy._before,
+            policy._after,
+            rules.answers,
+            rules.total_timeout,
+            rules.buffer_limit,
+            frozenset(rules.idempotent_methods) if rules.idempotency_key else None,
+            policy,
+            rules,
+            live.retry_on,
+        )
+        if len(firsts) >= _MAX_HOST_BUDGETS:
+            firsts.clear()  # bounded, as the per-host policies are
+        firsts[host] = found
+        return found
+
+    def resume(
+        self,
+        first: FirstAttempt,
+        method: str,
+        headers: MutableMapping[str, str],
+        *,
+        replayable: bool,
+        started: float,
+    ) -> HttpCall[Any]:
+        """The decisions for a request whose first attempt :meth:`first` allowed, and which
+        started at *started* (``first.now()``, the budget's deposit made): the
+        :class:`HttpCall` that :meth:`start` would have built then. Drive it with
+        :func:`drive_from` (the first attempt's outcome in hand) or, when nothing was sent
+        yet, :func:`drive`."""
+        method, has_key = _keyed(first.rules, method, headers)
+        return HttpCall(
+            first.policy,
+            first.rules,
+            method,
+            has_key,
+            replayable,
+            self.wire,
+            first.retry_on,
+            None,
+            first=started,
+        )
+
+
+def _keyed(rules: HttpRules, method: str, headers: MutableMapping[str, str]) -> tuple[str, bool]:
+    """The method in upper case, and whether the request carries an ``Idempotency-Key`` (added
+    to *headers* when the rules want one and the method is not idempotent)."""
+    if method in rules.idempotent_methods:
+        return method, False  # an idempotent method needs no key to be safe
+    method = method.upper()
+    if (
+        rules.idempotency_key
+        and method not in rules.idempotent_methods
+        and IDEMPOTENCY_KEY_HEADER not in headers
+    ):
+        headers[IDEMPOTENCY_KEY_HEADER] = new_idempotency_key()
+    return method, IDEMPOTENCY_KEY_HEADER in headers
+
+
+class FirstAttempt(NamedTuple):
+    """What an integration's first-attempt path needs (see :meth:`Policies.first`), built once
+    per host and policy: the policy's clock reading, the budget's first-attempt callables, the
+    statuses returned as they are, the total time, the buffer limit (these six first: an
+    integration takes them as ``first[:6]``, one step where six attribute reads cost more),
+    the methods that need no ``Idempotency-Key`` when one is due for the others, and what
+    :meth:`Policies.resume` hands on."""
+
+    now: Callable[[], float]
+    before: Callable[[], None] | None
+    after: Callable[[], None] | None
+    answers: frozenset[int]
+    total: float | None
+    buffer_limit: int
+    keyed: frozenset[str] | None
+    policy: RetryPolicy
+    rules: HttpRules
+    retry_on: RetryOnErrors
 
 
 def exception_classes(retry_on: object) -> tuple[type[Exception], ...]:
@@ -866,12 +988,28 @@ def read_within_attempt(content_length: str | None, limit: int) -> bool:
 _MAX_LENGTH_DIGITS: Final = 19  # 2**63 - 1 has 19 digits
 
 
-class _Live(NamedTuple):
-    policy: RetryPolicy
-    route: RouteRules | None
-    cache: PolicyCache
-    rules: HttpRules
-    retry_on: RetryOnErrors
+class _Live:
+    """What a transport retries with now (see Policies): slotted, as it is read on every
+    request."""
+
+    __slots__ = ("cache", "firsts", "policy", "retry_on", "route", "rules")
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        route: RouteRules | None,
+        cache: PolicyCache,
+        rules: HttpRules,
+        retry_on: RetryOnErrors,
+        firsts: dict[HostKey, FirstAttempt] | None,
+    ) -> None:
+        self.policy = policy
+        self.route = route
+        self.cache = cache
+        self.rules = rules
+        self.retry_on = retry_on
+        #: The first-attempt records by host (see Policies.first), or None: no such path.
+        self.firsts = firsts
 
 
 _NOT_IDEMPOTENT_NOTE = (
@@ -886,6 +1024,38 @@ _NOT_REPLAYABLE_NOTE = (
     "seawall: not retried: the request body is a stream that the first attempt consumed and "
     "that cannot be replayed; send bytes (or read the body first) to make it retryable"
 )
+
+
+def fits(timeouts: Collection[float | None], left: float) -> bool:
+    """Whether a request's *timeouts* (all of them set) fit the time *left* of its attempt
+    (``inf``: no limit): it can then be sent with them, as the caller built it."""
+    if left == math.inf:
+        return True
+    if not timeouts:
+        return False
+    # A loop: `None not in` and max() on a dict's values cost several times as much, and so
+    # does all() over a generator.
+    for value in timeouts:  # noqa: SIM110
+        if value is None or not value <= left:
+            return False
+    return True
+
+
+def capped(configured: float | None, left: float) -> float | None:
+    """min(*configured*, *left*), the time left for the attempt; ``None`` for no limit (see
+    :meth:`HttpCall.timeout`)."""
+    if configured is None and left == math.inf:
+        return None
+    left = min(max(left, MIN_ATTEMPT_TIME), _validate.MAX_SECONDS)
+    return left if configured is None else min(configured, left)
+
+
+def stateless_first(policy: RetryPolicy, rules: HttpRules) -> bool:
+    """Whether a first attempt under *policy* and *rules* needs no :class:`RetryState` (when no
+    ambient deadline is set): the policy's first-attempt capability, and a total time that
+    leaves room for an attempt."""
+    total = rules.total_timeout
+    return policy._fast and (total is None or total >= policy.min_attempt_time)
 
 
 class HttpCall(Generic[Resp]):
@@ -907,6 +1077,8 @@ class HttpCall(Generic[Resp]):
         retry_on: the transport error classes worth retrying, or a route's conditions.
         predicate: the policy's ``retry_if_result``: a response it accepts (``True``) is retried
             as a retryable status is.
+        first: the time the first attempt started, when the integration made it on the
+            first-attempt path (:meth:`Policies.first`, which made the budget's deposit).
     """
 
     __slots__ = (
@@ -941,6 +1113,8 @@ class HttpCall(Generic[Resp]):
         wire: Wire[Resp],
         retry_on: RetryOnErrors = (),
         predicate: Callable[[Any], bool] | None = None,
+        *,
+        first: float | None = None,
     ) -> None:
         self.rules = rules
         self.method = method
@@ -954,7 +1128,7 @@ class HttpCall(Generic[Resp]):
         # The clock's now() (time.monotonic itself for the system clock: one call less).
         self._now = now_of = policy._now
         self._status = 0
-        now = self._started = now_of()
+        now = self._started = now_of() if first is None else first
         #: The last response was given up on after retries (or said "overloaded"): see
         #: :meth:`answer`.
         self.exhausted = False
@@ -964,18 +1138,16 @@ class HttpCall(Generic[Resp]):
         # The attempts retried so far (the last one is added when the call ends).
         self._history: list[HttpAttempt] | None = None
         total = rules.total_timeout
-        if (
-            policy._fast
-            and _ambient_deadline() is None
-            and (total is None or total >= policy.min_attempt_time)
-        ):
+        if first is not None or (_ambient_deadline() is None and stateless_first(policy, rules)):
             # The policy's first-attempt capability: a first attempt without bookkeeping (no
             # timeouts, no ambient deadline, no hook observing attempts) needs no RetryState
             # until it fails (see _state()); the budget hears what its first_attempt() offers.
+            # With *first*, that attempt was made at that time by the integration's own
+            # first-attempt path (see Policies.first), which made the budget's deposit.
             self.state: RetryState | None = None
             self._implicit = self.attempt_deadline = math.inf if total is None else now + total
             self._after = policy._after
-            if policy._before is not None:
+            if first is None and policy._before is not None:
                 policy._before()
             return
         self._after = None
@@ -1038,9 +1210,7 @@ class HttpCall(Generic[Resp]):
         its *timeouts* (all of them set) fit the time *left* (as :meth:`next_attempt` said)."""
         if self.attempt_deadline < self._implicit and self.rules.deadline_headers:
             return False  # the deadline headers are due
-        if left == math.inf:
-            return True
-        return bool(timeouts) and None not in timeouts and max(timeouts) <= left  # type: ignore[operator, type-var]
+        return fits(timeouts, left)
 
     def timeout(self, configured: float | None) -> float | None:
         """min(configured, time left for this attempt); ``None`` for no limit.
@@ -1049,11 +1219,7 @@ class HttpCall(Generic[Resp]):
         with at least that much left, and a thread switch since must not turn the time left
         into a zero or negative timeout, which HTTP libraries refuse or misread.
         """
-        left = self.attempt_deadline - self._now()
-        if configured is None and left == math.inf:
-            return None
-        left = min(max(left, MIN_ATTEMPT_TIME), _validate.MAX_SECONDS)
-        return left if configured is None else min(configured, left)
+        return capped(configured, self.attempt_deadline - self._now())
 
     def timeouts(
         self, configured: Mapping[str, float | None], keys: Iterator[str] | tuple[str, ...]
@@ -1150,7 +1316,7 @@ class HttpCall(Generic[Resp]):
     def answer(self, response: Resp) -> Resp:
         """The response to return, with its history, marked if it was given up on."""
         if self._history is None and not self.exhausted:
-            history = _FIRST_TRY.get(self._status) or first_try(self._status)
+            history = FIRST_TRY.get(self._status) or first_try(self._status)
             self.wire.attach(response, history)
             return response
         return self._mark(response, self._ended(HttpAttempt(self._status, None, None)))
@@ -1280,6 +1446,54 @@ releases a response nobody will read; waits sleep on the policy's clock."""
 adrive.__doc__ = """Run *call* in a task (asyncio or trio): ``send(seconds_left)`` makes one
 attempt, ``close`` releases a response nobody will read; waits ``await`` the policy clock's
 ``asleep``. Cancellation of the caller is never retried."""
+
+
+def drive_from(
+    call: HttpCall[Resp],
+    outcome: Resp | Exception,
+    send: Callable[[float], Resp],
+    close: Callable[[Resp], object],
+) -> Resp:
+    """:func:`drive`, with the first attempt's *outcome* (its response, or the exception it
+    raised) in hand: where an integration's first-attempt path (:meth:`Policies.first`) hands
+    over to the decisions. Each decision is :func:`drive`'s own."""
+    pending = [outcome]
+
+    def again(left: float) -> Resp:
+        if not pending:
+            return send(left)
+        first = pending.pop()
+        if isinstance(first, Exception):
+            try:
+                raise first
+            finally:
+                first = None  # type: ignore[assignment]  # no cycle through the traceback
+        return first
+
+    return drive(call, again, close)
+
+
+async def adrive_from(
+    call: HttpCall[Resp],
+    outcome: Resp | Exception,
+    send: Callable[[float], Awaitable[Resp]],
+    close: Callable[[Resp], Awaitable[object]],
+) -> Resp:
+    """The async twin of :func:`drive_from` (see :func:`adrive`)."""
+    pending = [outcome]
+
+    async def again(left: float) -> Resp:
+        if not pending:
+            return await send(left)
+        first = pending.pop()
+        if isinstance(first, Exception):
+            try:
+                raise first
+            finally:
+                first = None  # type: ignore[assignment]  # no cycle through the traceback
+        return first
+
+    return await adrive(call, again, close)
 
 
 async def within(aw: Awaitable[R], seconds: float, timed_out: Callable[[str], Exception]) -> R:
