@@ -5,8 +5,10 @@ Two workloads, each a logical call of a function decorated by each library:
   (b) three failures then success, with all waits set to zero.
 Baselines measured in the same run: a bare call and a hand-written try/except loop.
 Logging/instrumentation hooks are off for every library (each logs differently).
-Contenders are interleaved (A B C ... A B C ...) and the best of several repeats is kept, so a
-noisy neighbour slows every contender alike. Run: `make bench` (installs the pinned peers).
+Contenders are interleaved (A B C ... A B C ...) in several rounds. Each row gives the best time
+per call over the rounds, and its ratio to the hand-written loop as the median of the ratios
+measured within each round (the contender against the loop timed in the same round), which a
+noisy neighbour disturbs least. Run: `make bench` (installs the pinned peers).
 
 Then seawall's own entry points and budgets, each against the hand-written loop that does the
 same work: (c) `policy.call(fn)` and the decorator; each built-in budget, against a loop that
@@ -23,6 +25,7 @@ import asyncio
 import importlib.metadata
 import os
 import platform
+import statistics
 import sys
 import timeit
 from collections.abc import Callable
@@ -103,17 +106,38 @@ def silence_instrumentation() -> None:
     stamina.instrumentation.set_on_retry_hooks([])
 
 
-def measure(failures: int, repeat: int, number: int) -> dict[str, float]:
+class Timings:
+    """The time per call of each contender in every round of an interleaved run."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.rounds: dict[str, list[float]] = {name: [] for name in names}
+
+    def best(self, name: str) -> float:
+        return min(self.rounds[name])
+
+    def ratio(self, name: str, base: str) -> float:
+        """*name* against *base*: the median of the ratios within each round."""
+        return statistics.median(
+            a / b for a, b in zip(self.rounds[name], self.rounds[base], strict=True)
+        )
+
+
+def interleave(fns: dict[str, Callable[[], object]], repeat: int, number: int) -> Timings:
+    """Time each of *fns* over *number* calls, in *repeat* rounds of A B C ..., after a warm-up."""
+    for fn in fns.values():
+        timeit.timeit(fn, number=max(1, number // 10))
+    timings = Timings(list(fns))
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            timings.rounds[name].append(timeit.timeit(fn, number=number) / number)
+    return timings
+
+
+def measure(failures: int, repeat: int, number: int) -> Timings:
     fns = contenders(failures)
     if failures:
         fns.pop("bare call")  # a bare call cannot survive a failure
-    best = dict.fromkeys(fns, float("inf"))
-    for fn in fns.values():  # warm up
-        timeit.timeit(fn, number=max(1, number // 10))
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            best[name] = min(best[name], timeit.timeit(fn, number=number) / number)
-    return best
+    return interleave(fns, repeat, number)
 
 
 def machine() -> str:
@@ -183,7 +207,7 @@ BUDGETS: dict[str, Callable[[], seawall.Budget]] = {
 }
 
 
-def entry_points(repeat: int, number: int) -> list[tuple[str, dict[str, float]]]:
+def entry_points(repeat: int, number: int) -> list[tuple[str, Timings]]:
     """(c): each seawall contender beside its hand-written twin, interleaved in one run.
 
     The decorator is timed against the loop with its function built in; ``policy.call(fn)``
@@ -205,34 +229,25 @@ def entry_points(repeat: int, number: int) -> list[tuple[str, dict[str, float]]]
                 },
             )
         )
-    results = []
-    for title, fns in groups:
-        best = dict.fromkeys(fns, float("inf"))
-        for fn in fns.values():
-            timeit.timeit(fn, number=max(1, number // 10))
-        for _ in range(repeat):
-            for name, fn in fns.items():
-                best[name] = min(best[name], timeit.timeit(fn, number=number) / number)
-        results.append((title, best))
-    return results
+    return [(title, interleave(fns, repeat, number)) for title, fns in groups]
 
 
-def pairs_table(results: list[tuple[str, dict[str, float]]], markdown: bool) -> str:
+def pairs_table(results: list[tuple[str, Timings]], markdown: bool) -> str:
     """(c) as one table: each seawall entry point against its hand-written twin."""
     head = ["", "loop", "decorator", "ratio", "loop(fn)", "call(fn)", "ratio"]
     rows = []
     for title, r in results:
-        a, b = r["hand-written loop"], r["seawall decorator"]
-        c, d = r["hand-written loop(fn)"], r["seawall policy.call(fn)"]
+        a, b = "hand-written loop", "seawall decorator"
+        c, d = "hand-written loop(fn)", "seawall policy.call(fn)"
         rows.append(
             [
                 title,
-                f"{a * 1e9:,.0f}",
-                f"{b * 1e9:,.0f}",
-                f"{b / a:.2f}x",
-                f"{c * 1e9:,.0f}",
-                f"{d * 1e9:,.0f}",
-                f"{d / c:.2f}x",
+                f"{r.best(a) * 1e9:,.0f}",
+                f"{r.best(b) * 1e9:,.0f}",
+                f"{r.ratio(b, a):.2f}x",
+                f"{r.best(c) * 1e9:,.0f}",
+                f"{r.best(d) * 1e9:,.0f}",
+                f"{r.ratio(d, c):.2f}x",
             ]
         )
     if markdown:
@@ -250,7 +265,7 @@ def pairs_table(results: list[tuple[str, dict[str, float]]], markdown: bool) -> 
     return "\n".join([*out, ""])
 
 
-def async_path(repeat: int, number: int) -> dict[str, float]:
+def async_path(repeat: int, number: int) -> Timings:
     """(d): an async def decorated by seawall vs a hand-written async loop, in one event loop."""
 
     async def atarget() -> int:
@@ -296,31 +311,31 @@ def async_path(repeat: int, number: int) -> dict[str, float]:
             await fn()  # type: ignore[misc]
         return (clock() - start) / n
 
-    async def run() -> dict[str, float]:
-        best = dict.fromkeys(fns, float("inf"))
+    async def run() -> Timings:
         for fn in fns.values():
             await timed(fn, max(1, number // 10))
+        timings = Timings(list(fns))
         for _ in range(repeat):
             for name, fn in fns.items():
-                best[name] = min(best[name], await timed(fn, number))
-        return best
+                timings.rounds[name].append(await timed(fn, number))
+        return timings
 
     return asyncio.run(run())
 
 
-def table(title: str, results: dict[str, float], markdown: bool) -> str:
-    base = results["hand-written loop"]
-    rows = [(name, ns * 1e9, ns / base) for name, ns in results.items()]
+def table(title: str, results: Timings, markdown: bool) -> str:
+    base = "hand-written loop"
+    rows = [(name, results.best(name) * 1e9, results.ratio(name, base)) for name in results.rounds]
     if markdown:
         out = [f"**{title}**", "", "| | ns per call | vs hand-written loop |", "|---|---:|---:|"]
         out += [f"| {n} | {t:,.0f} | {r:.2f}x |" for n, t, r in rows]
     else:
         out = [title, f"{'':20} {'ns/call':>10} {'vs loop':>9}"]
         out += [f"{n:20} {t:10,.0f} {r:8.2f}x" for n, t, r in rows]
-    seawall_ns = results.get("seawall", results.get("seawall decorator"))
-    peers = [p for p in PEERS if p in results]
-    if peers and seawall_ns:
-        faster = ", ".join(f"{p} {results[p] / seawall_ns:.1f}x" for p in peers)
+    ours = "seawall" if "seawall" in results.rounds else "seawall decorator"
+    peers = [p for p in PEERS if p in results.rounds]
+    if peers and ours in results.rounds:
+        faster = ", ".join(f"{p} {results.ratio(p, ours):.1f}x" for p in peers)
         out += ["", f"seawall is faster than: {faster}"]
     out.append("")
     return "\n".join(out)
@@ -335,7 +350,10 @@ def main() -> None:
     silence_instrumentation()
     print(f"machine: {machine()}")
     print(f"versions: {versions()}")
-    print(f"best of {args.repeat} interleaved repeats of {args.number:,} calls each\n")
+    print(
+        f"{args.repeat} interleaved rounds of {args.number:,} calls each (b: a quarter of that);"
+        " best time per call, ratio: the median of the ratios within each round\n"
+    )
     success = measure(0, args.repeat, args.number)
     print(table("(a) success path", success, args.markdown))
     failing = measure(3, args.repeat, max(1, args.number // 4))
