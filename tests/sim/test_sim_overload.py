@@ -10,6 +10,7 @@ import pytest
 from seawall.sim import metastable, sweep
 from seawall.sim._brooker import RetryBreaker, RetryTokenBucket
 from seawall.sim._engine import Engine
+from seawall.sim._metastable import _peak_rate, _recovery
 from seawall.sim._scenarios import OVERLOAD_DEFAULTS
 from seawall.sim._servers import make_server
 
@@ -82,9 +83,33 @@ def test_metastable_naive_runs_either_recover_or_collapse() -> None:
 def test_ramp_trigger_collapses_naive_retries() -> None:
     kw = dict(OVERLOAD_DEFAULTS["ramp"], strategies=("naive", "budget_shedding"))
     r = metastable(**kw)
-    assert r.trigger == "ramp"
+    assert r.trigger == "peak"
     assert not r.get("naive").recovered
     assert r.get("budget_shedding").recovered
+
+
+def test_the_ramp_is_the_published_one() -> None:
+    # Brooker's simulator (simple_collapse_sim/sim.py): 80 - 1.6 * |t - 25| arrivals a second.
+    kw = OVERLOAD_DEFAULTS["ramp"]
+    for t in (0.0, 10.0, 24.9, 25.0, 40.0, 74.0, 75.0, 79.0):
+        assert _peak_rate(
+            kw["rate"], kw["spike_rate"], kw["spike_start"], kw["spike_end"], t
+        ) == pytest.approx(max(0.0, 80 - 1.6 * abs(t - 25)))
+    r = metastable(**dict(kw, strategies=("no_retries",), runs=3))
+    offered = r.get("no_retries").offered  # one attempt per request: the arrivals
+    assert sum(offered[:10]) / 10 == pytest.approx(48.0, rel=0.15)  # 40/s rising by 1.6/s
+    assert sum(offered[20:30]) / 10 == pytest.approx(76.8, rel=0.15)  # about the peak
+    assert sum(offered[76:]) == 0.0  # none after 75 s
+
+
+def test_recovery_against_a_demand_that_falls() -> None:
+    # Judged against the demand of each window, and not at all where it is under a tenth of
+    # the highest: a goodput that follows a falling load has recovered.
+    demand = [40.0] * 10 + [float(40 - 4 * k) for k in range(10)] + [0.0] * 10
+    assert _recovery(demand, 1.0, 5.0, demand) == 5.0
+    assert _recovery([0.0] * 30, 1.0, 5.0, demand) is None
+    half = [x / 2 for x in demand]
+    assert _recovery(half, 1.0, 5.0, demand) is None
 
 
 def test_bronson_retry_after_timeout_is_stuck_at_twice_the_load() -> None:

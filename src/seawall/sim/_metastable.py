@@ -33,7 +33,7 @@ METASTABLE_STRATEGIES: tuple[str, ...] = (
 )
 #: The strategies a run compares unless told otherwise.
 DEFAULT_METASTABLE_STRATEGIES: tuple[str, ...] = ("naive", "backoff", "budget", "budget_shedding")
-TRIGGERS: tuple[str, ...] = ("spike", "ramp")
+TRIGGERS: tuple[str, ...] = ("spike", "ramp", "peak")
 
 
 class AttemptTimedOut(TimeoutError):
@@ -200,6 +200,8 @@ def _rate_at(p: _Params, now: float) -> float:
             if now < t1:
                 return r0 if t1 == t0 else r0 + (r1 - r0) * (now - t0) / (t1 - t0)
         return points[-1][1]
+    if p.trigger == "peak":
+        return _peak_rate(p.rate, p.spike_rate, p.spike_start, p.spike_end, now)
     if not p.spike_start <= now < p.spike_end:
         return p.rate
     if p.trigger == "ramp":
@@ -207,6 +209,22 @@ def _rate_at(p: _Params, now: float) -> float:
         span = p.spike_end - p.spike_start
         return p.rate + (p.spike_rate - p.rate) * (now - p.spike_start) / span
     return p.spike_rate
+
+
+def _peak_rate(rate: float, peak: float, start: float, at: float, now: float) -> float:
+    """The arrival rate of the ``peak`` trigger at *now*: *rate* until *start*, up linearly to
+    *peak* at *at*, then down at the same slope, to zero (and no arrivals after).
+
+    The ramp of M. Brooker's simulator (github.com/mbrooker/simulator_example,
+    ``simple_collapse_sim/sim.py``, ``run_sim_ramp``) is ``80 - 1.6 * |t - 25|`` per second:
+    ``rate=40, spike_rate=80, spike_start=0, spike_end=25``.
+    """
+    if now < start:
+        return rate
+    if now < at:
+        return rate + (peak - rate) * (now - start) / (at - start)
+    slope = (peak - rate) / (at - start) if at > start else 0.0
+    return max(0.0, peak - slope * (now - at))
 
 
 def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, int, int]:
@@ -414,23 +432,34 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
 
 
 def _recovery(
-    goodput: Sequence[float], width: float, spike_end: float, baseline: float
+    goodput: Sequence[float], width: float, spike_end: float, baseline: float | Sequence[float]
 ) -> float | None:
     """When goodput came back after the spike, for good: the start of the first 5 s window
     whose mean goodput is >= 90% of the baseline and after which no 5 s window falls below 75%.
 
     Window means, not single bins, so that Poisson noise in one bin does not count as a relapse;
     "for good", so that the burst of requests the server finishes just after the spike (late,
-    already timed out, or not) does not count as recovery.
+    already timed out, or not) does not count as recovery. A *baseline* per bin (the demand of
+    a load that keeps changing, such as the ``peak`` trigger's) is taken as its mean over each
+    window; windows whose demand is below a tenth of the highest are not judged (a few
+    requests a second say nothing either way).
     """
     first = math.ceil(spike_end / width)
     need = max(1, round(5.0 / width))
-    means = [sum(goodput[k : k + need]) / need for k in range(len(goodput) - need + 1)]
+    count = len(goodput) - need + 1
+    means = [sum(goodput[k : k + need]) / need for k in range(count)]
+    if isinstance(baseline, (int, float)):
+        wanted = [float(baseline)] * count
+    else:
+        wanted = [sum(baseline[k : k + need]) / need for k in range(count)]
+    floor = 0.1 * max(wanted, default=0.0)
     found: int | None = None
-    for k in range(len(means) - 1, first - 1, -1):
-        if means[k] < 0.75 * baseline:
+    for k in range(count - 1, first - 1, -1):
+        if wanted[k] < floor:
+            continue
+        if means[k] < 0.75 * wanted[k]:
             break
-        if means[k] >= 0.9 * baseline:
+        if means[k] >= 0.9 * wanted[k]:
             found = k
     return None if found is None else found * width
 
@@ -494,8 +523,10 @@ def metastable(
     - ``no_retries``: one attempt.
 
     ``trigger="ramp"`` raises the rate linearly from *rate* to *spike_rate* between
-    *spike_start* and *spike_end* instead of jumping; *outage* ``(start, end)`` stalls the
-    server for that window: requests reaching it wait, and it takes them in order when it
+    *spike_start* and *spike_end* instead of jumping; ``trigger="peak"`` raises it the same way,
+    then lowers it at the same slope, to zero (the ramp of Brooker's simulator); goodput then
+    recovers once it is back to 90% of the arrivals of the moment; *outage* ``(start, end)``
+    stalls the server for that window: requests reaching it wait, and it takes them in order when it
     comes back.
 
     Goodput has recovered once, after the spike, its mean over 5 s is back to >= 90% of its mean
@@ -520,7 +551,7 @@ def metastable(
         server: the server model, one of ``fixed``, ``processor_sharing``, ``limit``.
         concurrency: slots of the ``limit`` server.
         queue_limit: the ``limit`` server's queue (beyond it, refused at once).
-        trigger: ``spike`` or ``ramp``.
+        trigger: ``spike``, ``ramp`` or ``peak``.
         outage: a window ``(start, end)`` during which the server stalls, or ``None``.
         policies: the data of a seawall policy file (``seawall.config``): each route runs too,
             as a strategy named after it, with the policy production would build from it.
@@ -659,6 +690,12 @@ def run_series(
         offered = tuple(sum(o[1][k] for o in mine) / runs / bin_width for k in range(nbins))
         inflight = tuple(sum(o[2][k] for o in mine) / runs for k in range(nbins))
         recovered: list[float | None] = []
+        # A load that keeps changing after its peak is judged against its own demand.
+        demand = (
+            [_rate_at(params, (k + 0.5) * bin_width) for k in range(nbins)]
+            if params.trigger == "peak"
+            else None
+        )
         for o in mine:
             g = [x / bin_width for x in o[0]]
             pre = [
@@ -666,7 +703,9 @@ def run_series(
                 for k in range(len(g))
                 if k * bin_width >= 5.0 and (k + 1) * bin_width <= trigger_start
             ]
-            baseline = sum(pre) / len(pre) if pre else rate
+            baseline: float | list[float] = (
+                demand if demand is not None else sum(pre) / len(pre) if pre else rate
+            )
             recovered.append(_recovery(g, bin_width, trigger_end, baseline))
         series.append(
             MetastableSeries(

@@ -359,14 +359,17 @@ OVERLOAD_DEFAULTS: dict[str, dict[str, Any]] = {
     "metastable": {
         "strategies": ("naive", "backoff", "published_backoff", "budget", "budget_shedding"),
     },
-    # The same server and clients, the trigger a ramp from 40/s to 90/s over 20 s.
+    # The same server and clients, the trigger the ramp of Brooker's simulator
+    # (simple_collapse_sim/sim.py, run_sim_ramp): 80 - 1.6 * |t - 25| arrivals a second, from
+    # 40/s at the start up to 80/s at 25 s and down to none at 75 s, over 80 s.
     "ramp": {
         "strategies": ("naive", "backoff", "published_backoff", "budget", "budget_shedding"),
-        "trigger": "ramp",
-        "spike_rate": 90.0,
-        "spike_start": 20.0,
-        "spike_end": 40.0,
-        "duration": 100.0,
+        "trigger": "peak",
+        "rate": 40.0,
+        "spike_rate": 80.0,
+        "spike_start": 0.0,
+        "spike_end": 25.0,
+        "duration": 80.0,
     },
     # Bronson et al., "Metastable Failures in Distributed Systems", HotOS'21: 280 QPS against a
     # server of 300 QPS (30 slots of 100 ms, FIFO), 1 s timeout, one retry, a 10 s stall.
@@ -430,7 +433,10 @@ def _overload_args(name: str) -> Any:
             "--trigger",
             type=_choice(TRIGGERS),
             default=d["trigger"],
-            help=f"spike (a jump) or ramp ({d['trigger']})",
+            help=(
+                "spike (a jump), ramp (up, then back at once) or peak (up, then down at the "
+                f"same slope, to zero) ({d['trigger']})"
+            ),
         )
         p.add_argument(
             "--outage",
