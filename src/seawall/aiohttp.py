@@ -35,6 +35,7 @@ from seawall._policy.http import (
     adrive_from,
     first_try,
     read_within_attempt,
+    settle,
     within,
 )
 from seawall._strategies.retry import RetryPolicy
@@ -208,11 +209,7 @@ class RetryMiddleware:
             status = response.status
             if status in answers:
                 if after is not None:
-                    try:
-                        after()
-                    except BaseException:
-                        response.release()
-                        raise
+                    settle(after, response.release)
                 setattr(response, HISTORY_ATTRIBUTE, FIRST_TRY.get(status) or first_try(status))
                 return response
             outcome = response

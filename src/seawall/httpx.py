@@ -35,6 +35,7 @@ from seawall._policy.http import (
     first_try,
     fits,
     read_within_attempt,
+    settle,
     within,
 )
 from seawall._strategies.budget import RetryBudget
@@ -297,11 +298,7 @@ class RetryTransport(_Base, httpx.BaseTransport):
             status = response.status_code
             if status in answers:
                 if after is not None:
-                    try:
-                        after()
-                    except BaseException:
-                        response.close()
-                        raise
+                    settle(after, response.close)
                 response.extensions[HISTORY_KEY] = FIRST_TRY.get(status) or first_try(status)
                 return response
             outcome = response

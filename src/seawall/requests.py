@@ -33,6 +33,7 @@ from seawall._policy.http import (
     first_try,
     read_within_attempt,
     retryable_error,
+    settle,
 )
 from seawall._strategies.retry import RetryPolicy
 
@@ -178,11 +179,7 @@ class RetryAdapter(HTTPAdapter):
             status = response.status_code
             if status in answers:
                 if after is not None:
-                    try:
-                        after()
-                    except BaseException:
-                        response.close()
-                        raise
+                    settle(after, response.close)
                 setattr(response, HISTORY_ATTRIBUTE, FIRST_TRY.get(status) or first_try(status))
                 return response
             outcome = response

@@ -14,6 +14,7 @@ import requests
 from seawall_test_server import Server
 
 import seawall
+from heard import Heard
 from seawall.httpx import AsyncRetryTransport, RetryTransport
 from seawall.requests import RetryAdapter
 
@@ -119,27 +120,6 @@ def test_requests_adapter_counts_the_same(server: Server) -> None:
     assert bucket.tokens == 8.0
 
 
-class Counting:
-    """A budget that counts what it hears (a real Budget, without the first_attempt()
-    capability: a first attempt then calls on_request and on_success)."""
-
-    def __init__(self) -> None:
-        self.heard: list[str] = []
-
-    def on_request(self) -> None:
-        self.heard.append("request")
-
-    def allow_retry(self, error: BaseException) -> bool:
-        self.heard.append("retry")
-        return True
-
-    def on_success(self) -> None:
-        self.heard.append("success")
-
-    def on_failure(self, error: BaseException) -> None:
-        self.heard.append("failure")
-
-
 @pytest.mark.parametrize(
     ("path", "heard"),
     [
@@ -153,7 +133,7 @@ def test_first_attempt_without_state_tells_the_budget_the_same(
 ) -> None:
     # A first attempt that succeeds builds no RetryState; one that fails builds it then: the
     # budget hears one request either way, and the failure before the retry.
-    budget = Counting()
+    budget = Heard()
     with client(budget) as c:  # type: ignore[arg-type]
         assert c.get(server.url + path).status_code == 200
-    assert budget.heard == heard
+    assert budget.kinds() == heard

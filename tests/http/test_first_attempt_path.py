@@ -20,6 +20,7 @@ import requests
 from seawall_test_server import Server
 
 import seawall
+from heard import Heard
 from seawall._core.errors import _EXHAUSTED_MARK
 from seawall._policy import http as rules
 from seawall.httpx import AsyncRetryTransport, RetryTransport
@@ -47,30 +48,6 @@ CASES = [
     ("POST", "/flaky/1/503"),
     ("POST", "/reset-head/1"),
 ]
-
-
-class Heard:
-    """A budget that records what it hears (without the first_attempt() capability: a first
-    attempt calls on_request and on_success)."""
-
-    def __init__(self) -> None:
-        self.heard: list[str] = []
-
-    def on_request(self) -> None:
-        self.heard.append("request")
-
-    def allow_retry(self, error: BaseException) -> bool:
-        self.heard.append("retry")
-        return True
-
-    def on_success(self) -> None:
-        self.heard.append("success")
-
-    def on_failure(self, error: BaseException) -> None:
-        self.heard.append(f"failure {type(error).__name__}")
-
-    def on_answer(self, error: BaseException) -> None:
-        self.heard.append(f"answer {type(error).__name__}")
 
 
 class HeardFirst(Heard):

@@ -14,6 +14,7 @@ from aiohttp import web
 
 import seawall
 import seawall.aiohttp as sa
+from heard import Heard
 from seawall.http import budget_for_host
 
 
@@ -324,26 +325,6 @@ FIRST_ATTEMPT_CASES = [
     ("POST", ("cut", 200)),
     ("GET", ("slow", 200)),  # the first attempt outlives the total time (a real clock)
 ]
-
-
-class Heard:
-    """A budget that records what it hears."""
-
-    def __init__(self) -> None:
-        self.heard: list[str] = []
-
-    def on_request(self) -> None:
-        self.heard.append("request")
-
-    def allow_retry(self, error: BaseException) -> bool:
-        self.heard.append("retry")
-        return True
-
-    def on_success(self) -> None:
-        self.heard.append("success")
-
-    def on_failure(self, error: BaseException) -> None:
-        self.heard.append(f"failure {type(error).__name__}")
 
 
 @pytest.mark.parametrize("case", range(len(FIRST_ATTEMPT_CASES)))

@@ -484,6 +484,17 @@ def first_try(status: int) -> History:
     return history
 
 
+def settle(after: Callable[[], None], close: Callable[[], object]) -> None:
+    """Tell the budget of a first attempt answered with a status returned as it is (*after*,
+    the callable of its ``first_attempt()`` capability); if that raises, the response is
+    released (*close*) before the error goes on."""
+    try:
+        after()
+    except BaseException:
+        close()
+        raise
+
+
 class Wire(Generic[Resp]):
     """How the HTTP decisions read one client library's responses and errors.
 
