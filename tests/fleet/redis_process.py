@@ -44,28 +44,31 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    def _spawn(self) -> None:
+        """Start redis-server on this port, with no persistence."""
+        self.process = subprocess.Popen(
+            [
+                _binary(),
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--dir",
+                self.directory,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
     def start(self) -> None:
-        binary = _binary()
         for _ in range(5):
-            self.process = subprocess.Popen(
-                [
-                    binary,
-                    "--bind",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                    "--dir",
-                    self.directory,
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--protected-mode",
-                    "no",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+            self._spawn()
             if self._wait_ready():
                 return
             self.stop()
@@ -90,26 +93,7 @@ class RedisServer:
 
     def restart(self) -> None:
         """Start again on the same port (after :meth:`kill`), with an empty dataset."""
-        binary = _binary()
-        self.process = subprocess.Popen(
-            [
-                binary,
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--dir",
-                self.directory,
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--protected-mode",
-                "no",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        self._spawn()
         assert self._wait_ready(), "redis-server did not restart on its port"
 
     def pause(self) -> None:

@@ -17,6 +17,7 @@ import dataclasses
 import math
 import random
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from seawall._core import validate as _validate
 from seawall._core.aio import VirtualEventLoop
@@ -113,36 +114,12 @@ def _percentile(ordered: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-def _run(
-    quantile: float | None,
-    *,
-    requests: int,
-    fanout: int,
-    rate: float,
-    latency: Callable[[random.Random], float],
-    max_attempts: int,
-    max_extra_load: float | None,
-    min_samples: int,
-    seed: int,
-    hooks: Sequence[HedgeHook],
-) -> tuple[HedgeRow, int]:
+def _run(quantile: float | None, **options: Any) -> tuple[HedgeRow, int]:
+    """One strategy's run: :func:`_drive` (whose keyword arguments *options* are) on a fresh
+    simulated loop."""
     loop = _LOOP()
     try:
-        return loop.run_until_complete(
-            _drive(
-                quantile,
-                loop.clock,
-                requests=requests,
-                fanout=fanout,
-                rate=rate,
-                latency=latency,
-                max_attempts=max_attempts,
-                max_extra_load=max_extra_load,
-                min_samples=min_samples,
-                seed=seed,
-                hooks=hooks,
-            )
-        )
+        return loop.run_until_complete(_drive(quantile, loop.clock, **options))
     finally:
         loop.close()
 

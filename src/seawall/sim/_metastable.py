@@ -432,26 +432,24 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
 
 
 def _recovery(
-    goodput: Sequence[float], width: float, spike_end: float, baseline: float | Sequence[float]
+    goodput: Sequence[float], width: float, spike_end: float, baseline: Sequence[float]
 ) -> float | None:
     """When goodput came back after the spike, for good: the start of the first 5 s window
     whose mean goodput is >= 90% of the baseline and after which no 5 s window falls below 75%.
 
     Window means, not single bins, so that Poisson noise in one bin does not count as a relapse;
     "for good", so that the burst of requests the server finishes just after the spike (late,
-    already timed out, or not) does not count as recovery. A *baseline* per bin (the demand of
-    a load that keeps changing, such as the ``peak`` trigger's) is taken as its mean over each
-    window; windows whose demand is below a tenth of the highest are not judged (a few
+    already timed out, or not) does not count as recovery. The *baseline* is given per bin
+    (one value throughout for a load that comes back to its rate; the demand of the moment for
+    one that keeps changing, such as the ``peak`` trigger's) and taken as its mean over each
+    window; windows whose baseline is below a tenth of the highest are not judged (a few
     requests a second say nothing either way).
     """
     first = math.ceil(spike_end / width)
     need = max(1, round(5.0 / width))
     count = len(goodput) - need + 1
     means = [sum(goodput[k : k + need]) / need for k in range(count)]
-    if isinstance(baseline, (int, float)):
-        wanted = [float(baseline)] * count
-    else:
-        wanted = [sum(baseline[k : k + need]) / need for k in range(count)]
+    wanted = [sum(baseline[k : k + need]) / need for k in range(count)]
     floor = 0.1 * max(wanted, default=0.0)
     found: int | None = None
     for k in range(count - 1, first - 1, -1):
@@ -703,9 +701,8 @@ def run_series(
                 for k in range(len(g))
                 if k * bin_width >= 5.0 and (k + 1) * bin_width <= trigger_start
             ]
-            baseline: float | list[float] = (
-                demand if demand is not None else sum(pre) / len(pre) if pre else rate
-            )
+            flat = [sum(pre) / len(pre) if pre else rate] * nbins
+            baseline = demand if demand is not None else flat
             recovered.append(_recovery(g, bin_width, trigger_end, baseline))
         series.append(
             MetastableSeries(

@@ -319,7 +319,7 @@ def probe(
         g = [x / width for x in good]
         pre = [g[k] for k in range(len(g)) if k * width >= 1.0 and (k + 1) * width <= start]
         baseline = sum(pre) / len(pre) if pre else 0.0
-        recovered = _recovery(g, width, end, baseline) if baseline > 0 else None
+        recovered = _recovery(g, width, end, [baseline] * len(g)) if baseline > 0 else None
         if baseline <= 0:
             verdict = "unhealthy"
         else:
