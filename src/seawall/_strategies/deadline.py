@@ -88,8 +88,8 @@ class _Scopes:
     """Whether a deadline has ever been made ambient in this process (by :func:`install`, the
     only writer of the variable). Until then it holds its default in every context, and a hot
     path may skip reading it: a context variable never set costs a lookup in the context's
-    map on every read, a third of a call that succeeds at once. Set once, never reset, so a
-    reader in any thread stays correct."""
+    map on every read (a few percent of a call that succeeds at once). Set once, never reset,
+    so a reader in any thread stays correct."""
 
     __slots__ = ("used",)
 
