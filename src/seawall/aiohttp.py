@@ -158,7 +158,7 @@ class RetryMiddleware:
             return await self._retrying(request, handler, host, None, 0.0, None)
         # The first-attempt path (see Policies.first): what adrive() and HttpCall would do for
         # a first attempt answered with one of first.answers; anything else hands over to them.
-        now, before, after, answers, total, limit = first[:6]
+        now, before, after, answers, total, limit, _, _, _, _ = first
         started = now()
         if before is not None:
             before()

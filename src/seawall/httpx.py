@@ -9,6 +9,7 @@ Install with ``pip install seawall[httpx]``. See ``docs/http.md`` for what is re
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import AsyncIterator, Collection
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -70,6 +71,40 @@ _NEVER_SENT: tuple[type[Exception], ...] = (
 )
 _TIMEOUT_KEYS = ("connect", "read", "write", "pool")
 _N_TIMEOUTS = len(_TIMEOUT_KEYS)
+_FIT_ROOM = 0.001  # seconds: timeouts this far within the total time are remembered as fitting
+
+
+def _parsed_url_works() -> bool:
+    """Whether the per-host key can be read off httpx's parsed URL (``URL._uri_reference``:
+    its ``scheme``, ``host`` and ``port`` fields), which gives what the properties
+    ``URL.scheme``, ``URL.raw_host`` (decoded) and ``URL.port`` give, without their three
+    calls (about 1% of a bare request). Checked once, on URLs of every shape; when httpx
+    changes that attribute, the properties are read instead."""
+    samples = (
+        "http://api.test/x",
+        "HTTPS://User:pw@API.Test:8443/x?q#f",
+        "https://api.test:443/",
+        "http://[::1]:8080/",
+        "http://\u4e2d\u56fd.icom.museum/",
+        "http://127.0.0.1:80",
+    )
+    try:
+        for text in samples:
+            url = httpx.URL(text)
+            parsed = url._uri_reference
+            if (parsed.scheme, parsed.host, parsed.port) != (
+                url.scheme,
+                url.raw_host.decode("ascii"),
+                url.port,
+            ):
+                return False
+    except Exception:  # any change of httpx's internals: the public way
+        return False
+    return True
+
+
+#: Whether the per-host key is read off ``URL._uri_reference`` (see _parsed_url_works).
+_PARSED_URL = _parsed_url_works()
 
 
 class _Wire(Wire[httpx.Response]):
@@ -104,6 +139,24 @@ class _Base:
 
     def __init__(self, policy: RetryPolicy | PolicyHandle | None, options: HttpOptions) -> None:
         self._policies = Policies(policy, options, _WIRE, DEFAULT_RETRY_EXCEPTIONS)
+        # The last httpx timeouts found within a total time with room to spare, and that
+        # total: a request with the same four timeouts (httpx builds them anew for each
+        # request, from the client's Timeout) needs no check. Replaced whole, never mutated.
+        self._fit: tuple[float, dict[str, float | None]] = (math.nan, {})
+
+    def _fits(self, configured: dict[str, float | None] | None, total: float, left: float) -> bool:
+        """Whether the httpx timeouts *configured* for a first attempt are all set and within
+        its time *left* (of the total time *total*): the request can go as it is. Those that
+        fit *total* by a millisecond or more are remembered (see ``_fit``), since the time
+        left of another first attempt differs from *total* by a rounding error at most."""
+        if configured is None or len(configured) != _N_TIMEOUTS:
+            return False
+        values = configured.values()
+        if not fits(values, left):
+            return False
+        if fits(values, total - _FIT_ROOM):
+            self._fit = (total, dict(configured))
+        return True
 
     @property
     def policy(self) -> RetryPolicy:
@@ -263,7 +316,11 @@ class RetryTransport(_Base, httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        host = (url.scheme, url.raw_host, url.port)  # cheaper than url.netloc (see origin())
+        if _PARSED_URL:
+            parsed = url._uri_reference
+            host: HostKey = (parsed.scheme, parsed.host, parsed.port)
+        else:
+            host = (url.scheme, url.raw_host.decode("ascii"), url.port)
         extensions = request.extensions
         first = self._policies.first(request.method, host, extensions.get(EXTENSION_KEY))
         if first is None:
@@ -271,16 +328,15 @@ class RetryTransport(_Base, httpx.BaseTransport):
         # The first-attempt path (see Policies.first): what drive() and HttpCall would do for a
         # first attempt answered with one of first.answers, and nothing more. Anything else
         # hands over to them, with what was done so far.
-        now, before, after, answers, total, limit = first[:6]
+        now, before, after, answers, total, limit, _, _, _, _ = first
         started = now()
         if before is not None:
             before()
         if total is not None:
             configured = extensions.get("timeout")
-            if (
-                configured is None
-                or len(configured) != _N_TIMEOUTS
-                or not fits(configured.values(), (started + total) - started)
+            fit_total, fit = self._fit
+            if (configured != fit or total != fit_total) and not self._fits(
+                configured, total, (started + total) - started
             ):
                 # httpx's timeouts are not all within the total time: capped per attempt.
                 return self._retrying(request, self._resume(request, first, started), None)
@@ -434,7 +490,11 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        host = (url.scheme, url.raw_host, url.port)  # cheaper than url.netloc (see origin())
+        if _PARSED_URL:
+            parsed = url._uri_reference
+            host: HostKey = (parsed.scheme, parsed.host, parsed.port)
+        else:
+            host = (url.scheme, url.raw_host.decode("ascii"), url.port)
         extensions = request.extensions
         first = (
             self._policies.first(request.method, host, extensions.get(EXTENSION_KEY))
@@ -446,16 +506,15 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
         # The first-attempt path, as in RetryTransport.handle_request: without a deadline of
         # the caller's, the attempt is bounded by httpx's timeouts (within the total time),
         # without a timer, and its body is not bounded (see _bound_body).
-        now, before, after, answers, total, limit = first[:6]
+        now, before, after, answers, total, limit, _, _, _, _ = first
         started = now()
         if before is not None:
             before()
         if total is not None:
             configured = extensions.get("timeout")
-            if (
-                configured is None
-                or len(configured) != _N_TIMEOUTS
-                or not fits(configured.values(), (started + total) - started)
+            fit_total, fit = self._fit
+            if (configured != fit or total != fit_total) and not self._fits(
+                configured, total, (started + total) - started
             ):
                 return await self._retrying(request, self._resume(request, first, started), None)
         try:

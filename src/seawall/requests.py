@@ -159,7 +159,7 @@ class RetryAdapter(HTTPAdapter):
             )
         # The first-attempt path (see Policies.first): what drive() and HttpCall would do for a
         # first attempt answered with one of first.answers; anything else hands over to them.
-        now, before, after, answers, total, limit = first[:6]
+        now, before, after, answers, total, limit, _, _, _, _ = first
         started = now()
         if before is not None:
             before()

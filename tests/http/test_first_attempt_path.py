@@ -250,6 +250,67 @@ def test_httpx_timeouts_beyond_the_total_time_are_capped_on_both_paths(
     assert send(False) == send(True)
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_httpx_timeouts_found_to_fit_are_remembered_by_value(
+    server: Server, paths: list[str], asynchronous: bool
+) -> None:
+    # The transport remembers the last timeouts found within the total time (with a
+    # millisecond to spare), by value: the same four timeouts again are sent as they are;
+    # other values, a dict the caller changed since, or timeouts at the very end of the total
+    # time are checked again, each request on its own.
+    sent: list[dict[str, Any]] = []
+    total = 30.0
+
+    def timeouts(value: float | None) -> dict[str, float | None]:
+        return dict.fromkeys(("connect", "read", "write", "pool"), value)
+
+    mine = timeouts(5.0)
+    edge = total - 0.0005  # within the total time, but not by a millisecond: not remembered
+    sequence = [mine, timeouts(60.0), mine, timeouts(5.0), timeouts(edge), timeouts(None)]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(dict(request.extensions["timeout"]))
+        return httpx.Response(200)
+
+    def expected(value: dict[str, float | None]) -> tuple[list[str], dict[str, float | None]]:
+        fits = all(v is not None and v <= total for v in value.values())
+        capped = pytest.approx(total, abs=1.0)  # the time left, a moment after it started
+        return ([] if fits else ["resume"]), (value if fits else dict.fromkeys(value, capped))
+
+    want = [expected(dict(v)) for v in sequence]
+    want.append((["resume"], {**timeouts(5.0), "read": pytest.approx(total, abs=1.0)}))
+    mock = httpx.MockTransport(answer)
+    got: list[tuple[list[str], dict[str, float | None]]] = []
+    if asynchronous:
+        transport: Any = AsyncRetryTransport(transport=mock, total_timeout=total)
+
+        async def run() -> None:
+            async with httpx.AsyncClient(transport=transport) as c:
+                for value in sequence:
+                    paths.clear()
+                    await c.get(server.url + "/ok", extensions={"timeout": value})
+                    got.append((list(paths), sent[-1]))
+                mine["read"] = 60.0  # changed by the caller after it was found to fit
+                paths.clear()
+                await c.get(server.url + "/ok", extensions={"timeout": mine})
+                got.append((list(paths), sent[-1]))
+
+        import asyncio
+
+        asyncio.run(run())
+    else:
+        with httpx.Client(transport=RetryTransport(transport=mock, total_timeout=total)) as c:
+            for value in sequence:
+                paths.clear()
+                c.get(server.url + "/ok", extensions={"timeout": value})
+                got.append((list(paths), sent[-1]))
+            mine["read"] = 60.0
+            paths.clear()
+            c.get(server.url + "/ok", extensions={"timeout": mine})
+            got.append((list(paths), sent[-1]))
+    assert got == want
+
+
 def test_first_attempt_path_skipped_when_it_does_not_apply(
     server: Server, paths: list[str]
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import email.utils
 import math
@@ -174,11 +175,33 @@ def test_one_budget_key_per_origin(host: str, expected: str) -> None:
         "http://[::1]:80/",
         "http://[::1]:8443/",
         "http://127.0.0.1:54321/",
+        "http://\u4e2d\u56fd.icom.museum/",
     ],
 )
-def test_httpx_url_parts_name_the_same_budget(url: str) -> None:
-    # The httpx transports key a request by (scheme, raw_host, port): the same origin as its
-    # spelled-out netloc.
+@pytest.mark.parametrize("parsed", [True, False], ids=["parsed URL", "URL properties"])
+def test_httpx_url_parts_name_the_same_budget(
+    url: str, parsed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The httpx transports key a request by (scheme, host, port), read off httpx's parsed URL
+    # or (when httpx changes it) through the URL's properties: either way, the budget of its
+    # spelled-out netloc hears the request.
+    import seawall.httpx
+
+    assert seawall.httpx._PARSED_URL  # the installed httpx: the parsed URL is read
+    monkeypatch.setattr(seawall.httpx, "_PARSED_URL", parsed)
     u = httpx.URL(url)
-    spelled = f"{u.scheme}://{u.netloc.decode('ascii')}"
-    assert _http.origin((u.scheme, u.raw_host, u.port)) == _http.origin(spelled)
+    budget = budget_for_host(_http.origin(f"{u.scheme}://{u.netloc.decode('ascii')}"))
+    assert isinstance(budget, seawall.RetryBudget)
+    before = budget.requests
+    mock = httpx.MockTransport(lambda request: httpx.Response(200))
+    with httpx.Client(transport=seawall.httpx.RetryTransport(transport=mock)) as client:
+        assert client.get(url).status_code == 200
+    assert budget.requests == before + 1
+
+    async def send() -> int:
+        transport = seawall.httpx.AsyncRetryTransport(transport=mock)
+        async with httpx.AsyncClient(transport=transport) as client:
+            return (await client.get(url)).status_code
+
+    assert asyncio.run(send()) == 200
+    assert budget.requests == before + 2

@@ -47,6 +47,7 @@ from seawall._core.errors import (
 )
 from seawall._core.public import public
 from seawall._strategies.budget import Budget
+from seawall._strategies.deadline import SCOPES
 from seawall._strategies.deadline import current_deadline as _ambient_deadline
 from seawall._strategies.deadline import deadline_headers as encode_deadline_headers
 from seawall._strategies.retry import RetryPolicy, RetryState
@@ -565,6 +566,21 @@ def route_errors(route: RouteRules | None) -> Callable[[BaseException], bool] | 
 
 _OVERRIDE: contextvars.ContextVar[object] = contextvars.ContextVar("seawall_http_override")
 _NO_OVERRIDE: Final = object()
+
+
+class _Overrides:
+    """Whether an :func:`override` block has ever been entered in this process. Until then
+    the first-attempt path (:meth:`Policies.first`) skips reading the variable, as it skips
+    the ambient deadline until one is set (:data:`~seawall._strategies.deadline.SCOPES`). Set
+    once, never reset."""
+
+    __slots__ = ("used",)
+
+    def __init__(self) -> None:
+        self.used = False
+
+
+OVERRIDES: Final = _Overrides()
 _POLICY_FIELDS: Final = frozenset(f.name for f in dataclasses.fields(RetryPolicy) if f.init) | {
     "retries"
 }
@@ -598,6 +614,7 @@ def override(policy: RetryPolicy | None = None, /, **changes: Any) -> Iterator[N
     else:
         RetryPolicy().replace(**changes)  # validate the values now, not on the first request
         value = changes
+    OVERRIDES.used = True
     token = _OVERRIDE.set(value)
     try:
         yield
@@ -838,8 +855,8 @@ class Policies:
         if (
             firsts is None
             or override is not None
-            or _OVERRIDE.get(None) is not None
-            or _ambient_deadline() is not None
+            or (OVERRIDES.used and _OVERRIDE.get(None) is not None)
+            or (SCOPES.used and _ambient_deadline() is not None)
         ):
             return None
         found = firsts.get(host)
@@ -919,8 +936,8 @@ class FirstAttempt(NamedTuple):
     """What an integration's first-attempt path needs (see :meth:`Policies.first`), built once
     per host and policy: the policy's clock reading, the budget's first-attempt callables, the
     statuses returned as they are, the total time, the buffer limit (these six first: an
-    integration takes them as ``first[:6]``, one step where six attribute reads cost more),
-    the methods that need no ``Idempotency-Key`` when one is due for the others, and what
+    integration unpacks the record in one step, where six attribute reads cost more), the
+    methods that need no ``Idempotency-Key`` when one is due for the others, and what
     :meth:`Policies.resume` hands on."""
 
     now: Callable[[], float]
@@ -950,8 +967,9 @@ _DEFAULT_PORTS = {"http": "80", "https": "443"}
 
 
 #: How an integration names the host of a request: ``"scheme://netloc"``, or ``(scheme, host,
-#: port)`` (``port`` ``None`` for the scheme's default), which is cheaper to read off some URLs.
-HostKey = str | tuple[str, bytes, int | None]
+#: port)`` (``host`` in lower case, IDNA-encoded; ``port`` ``None`` for the scheme's default),
+#: which is cheaper to read off some URLs.
+HostKey = str | tuple[str, str, int | None]
 
 
 def origin(host: HostKey) -> str:
@@ -961,8 +979,7 @@ def origin(host: HostKey) -> str:
     ``https://api`` share one budget.
     """
     if isinstance(host, tuple):
-        scheme_, raw, port_ = host
-        name_ = raw.decode("ascii", "replace")
+        scheme_, name_, port_ = host
         if ":" in name_:
             name_ = f"[{name_}]"  # an IPv6 address
         host = f"{scheme_}://{name_}" if port_ is None else f"{scheme_}://{name_}:{port_}"
