@@ -7,15 +7,17 @@ Each contender sends GET requests that succeed at once, in-process, with no netw
     response (everything above the socket runs: ``HTTPAdapter.send``, ``urlopen``, urllib3's
     ``Retry``): a bare adapter (``max_retries=0``), ``HTTPAdapter(max_retries=Retry(3, ...))``
     and seawall's ``RetryAdapter``;
-  - aiohttp against a real aiohttp server on 127.0.0.1 (the same event loop): a bare session
-    and one with seawall's ``RetryMiddleware``.
+  - aiohttp against a real aiohttp server on 127.0.0.1 (the same event loop): a bare session,
+    one with seawall's ``RetryMiddleware``, and one with a middleware that only passes the
+    request on (what aiohttp's middleware chain costs by itself).
 Every seawall contender uses the defaults (a per-host budget, the 30 s total time); one more
 row per httpx client runs inside ``seawall.deadline(10)``, which adds the deadline headers.
 
-Contenders are interleaved in many short rounds (A B C A B C ...). Each row gives the best
-time per request over the rounds, and its ratio to the bare client as the median of the
-ratios measured within each round (a contender against the bare client timed just before it),
-which a noisy neighbour disturbs least. Garbage collection is off while timing. Run:
+Contenders are interleaved in many short rounds, in an order shuffled for each round (with a
+fixed order, the place in the round alone moved a ratio by 1-2%: a second bare client timed
+right after the first came out at 1.01-1.02x). Each row gives the best time per request over
+the rounds, and its ratio to the bare client as the median of the ratios measured within each
+round, which a noisy neighbour disturbs least. Garbage collection is off while timing. Run:
 `python benchmarks/http_overhead.py` (the peers are pinned in the `dev` extra).
 
 Usage: python benchmarks/http_overhead.py [--rounds 200] [--number 25] [--markdown]
@@ -25,11 +27,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import importlib.metadata
 import io
 import os
 import platform
+import random
 import statistics
 import timeit
 from collections.abc import Awaitable, Callable
@@ -140,13 +144,24 @@ def requests_sync() -> dict[str, Callable[[], object]]:
 Times = dict[str, list[float]]  # seconds per request, one entry per round
 
 
+def orders(contenders: dict[str, Any], rounds: int) -> list[list[str]]:
+    """The order of the contenders in each round: shuffled, the same in every run."""
+    rng = random.Random(rounds)
+    out = []
+    for _ in range(rounds):
+        names = list(contenders)
+        rng.shuffle(names)
+        out.append(names)
+    return out
+
+
 def measure(
     contenders: dict[str, Callable[[], Any]], rounds: int, number: int, run: Callable[..., Any]
 ) -> Times:
     times: Times = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, fn in contenders.items():
-            times[name].append(run(fn, number) / number)
+    for names in orders(contenders, rounds):
+        for name in names:
+            times[name].append(run(contenders[name], number) / number)
     return times
 
 
@@ -181,9 +196,9 @@ async def asynchronous(rounds: int, number: int) -> tuple[Times, Times]:
         times: Times = {name: [] for name in contenders}
         gc.disable()
         try:
-            for _ in range(rounds):
-                for name, fn in contenders.items():
-                    times[name].append(await timed(fn, n) / n)
+            for names in orders(contenders, rounds):
+                for name in names:
+                    times[name].append(await timed(contenders[name], n) / n)
         finally:
             gc.enable()
         return times
@@ -192,17 +207,28 @@ async def asynchronous(rounds: int, number: int) -> tuple[Times, Times]:
 
     runner, url = await _serve()
     try:
-        bare = aiohttp.ClientSession()
-        retrying = aiohttp.ClientSession(middlewares=[seawall.aiohttp.RetryMiddleware()])
+
+        async def passing(
+            request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+        ) -> aiohttp.ClientResponse:
+            return await handler(request)
+
+        sessions = {
+            "bare": aiohttp.ClientSession(),
+            "seawall": aiohttp.ClientSession(middlewares=[seawall.aiohttp.RetryMiddleware()]),
+            "a middleware passing it on": aiohttp.ClientSession(middlewares=[passing]),
+        }
 
         async def get(session: aiohttp.ClientSession) -> bytes:
             async with session.get(url) as response:
                 return await response.read()
 
-        contenders = {"bare": lambda: get(bare), "seawall": lambda: get(retrying)}
+        contenders: dict[str, Callable[[], Awaitable[Any]]] = {
+            name: functools.partial(get, session) for name, session in sessions.items()
+        }
         aiohttp_times = await best_of(contenders, number)
-        await bare.close()
-        await retrying.close()
+        for session in sessions.values():
+            await session.close()
     finally:
         await runner.cleanup()
     return httpx_times, aiohttp_times
@@ -233,8 +259,8 @@ def main() -> None:
     async_httpx, async_aiohttp = asyncio.run(asynchronous(args.rounds, args.number))
     print(machine())
     print(
-        f"{args.rounds} interleaved rounds of {args.number} requests: best us/request, "
-        "median ratio to bare within a round"
+        f"{args.rounds} rounds of {args.number} requests, in a shuffled order: best "
+        "us/request, median ratio to bare within a round"
     )
     for title, times in (
         ("httpx.Client (MockTransport)", sync_httpx),
