@@ -41,6 +41,8 @@ from seawall._policy.http import (
 from seawall._strategies.retry import RetryPolicy
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from typing_extensions import Unpack
 
 __all__ = ["DEFAULT_RETRY_EXCEPTIONS", "PER_HOST", "RetryMiddleware"]
@@ -163,20 +165,35 @@ class RetryMiddleware:
         if before is not None:
             before()
         try:
-            if total is not None and (not _WATCHED or TESTING.instant):
+            if total is None:
+                response = await _receive(request, handler, limit)
+            elif not _WATCHED or TESTING.instant:
                 # (the time left as HttpCall.next_attempt() gives it)
                 left = (started + total) - started
                 response = await within(_receive(request, handler, limit), left, _timed_out)
             else:
-                watchdog = watch = None
-                if total is not None:
-                    # Bounded as within() would bound it, by the loop's watchdog.
-                    left = (started + total) - started
-                    loop = asyncio.get_running_loop()
-                    watchdog = self._watchdog
-                    if watchdog is None or watchdog.loop is not loop or watchdog.total != total:
-                        watchdog = self._watchdog = _Watchdog(loop, total)
-                    watch = watchdog.watch(left)
+                # Bounded as within() would bound it, by the loop's watchdog: what its watch()
+                # and end() do, written out here (a call each less on every request).
+                loop = request.loop
+                watchdog = self._watchdog
+                if (
+                    watchdog is None
+                    or watchdog.loop is not loop
+                    or watchdog.total != total
+                    or watchdog.now is not now
+                ):
+                    watchdog = self._watchdog = _Watchdog(loop, total, now)
+                left = (started + total) - started
+                task = asyncio.current_task(loop)
+                if task is None:
+                    raise RuntimeError("seawall: an aiohttp request outside a task")
+                # (the watchdog's clock is the policy's, read at the start, or its own)
+                at = (started if watchdog.same_clock else watchdog.time()) + left
+                watch = [at, task, task.cancelling(), False]  # type: ignore[attr-defined]
+                queue = watchdog.queue
+                queue.append(watch)
+                if watchdog.armed is None:
+                    watchdog.armed = loop.call_at(at, watchdog.fire)
                 try:
                     response = await handler(request)  # then as _receive()
                     if (
@@ -190,19 +207,17 @@ class RetryMiddleware:
                             response.release()
                             raise
                 except BaseException as exc:
-                    if (
-                        watchdog is not None
-                        and watch is not None
-                        and watchdog.end(watch)
-                        and isinstance(exc, asyncio.CancelledError)
-                    ):
+                    if watchdog.end(watch) and isinstance(exc, asyncio.CancelledError):
                         raise _timed_out(
                             f"seawall: the attempt ran out of time after {left:.3f} s"
                         ) from exc
                     raise
-                else:
-                    if watchdog is not None and watch is not None:
-                        watchdog.end(watch)
+                # watchdog.end(watch), its outcome not needed: the attempt ended in time.
+                watch[1] = None
+                while queue and queue[0][1] is None:
+                    queue.popleft()
+                if watch[3]:
+                    task.uncancel()  # type: ignore[attr-defined]
         except Exception as exc:
             outcome: aiohttp.ClientResponse | Exception | None = exc
         else:
@@ -273,52 +288,46 @@ class _Watchdog:
     one still in flight).
     """
 
-    __slots__ = ("_armed", "_queue", "_time", "loop", "total")
+    __slots__ = ("armed", "loop", "now", "queue", "same_clock", "time", "total")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, total: float) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, total: float, now: Callable[[], float]
+    ) -> None:
         self.loop = loop
         self.total = total
-        # asyncio's own loops read time.monotonic(): called directly, one frame less.
-        self._time = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+        self.now = now
+        # asyncio's own loops read time.monotonic(): called directly, one frame less; and when
+        # the policy reads it too (*now*), its reading at the start of an attempt is used.
+        self.time = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+        self.same_clock = self.time is now
         # [deadline, task (None once the request ended), task.cancelling() on entry, expired]
-        self._queue: collections.deque[list[Any]] = collections.deque()
-        self._armed: asyncio.TimerHandle | None = None
-
-    def watch(self, seconds: float) -> list[Any]:
-        """Bound the current task's attempt to *seconds* (the total time, give or take its
-        last digit: see HttpCall.next_attempt()) from now; the handle for end()."""
-        loop = self.loop
-        task = asyncio.current_task(loop)
-        if task is None:
-            raise RuntimeError("seawall: an aiohttp request outside a task")
-        deadline = self._time() + seconds
-        watch = [deadline, task, task.cancelling(), False]  # type: ignore[attr-defined]
-        self._queue.append(watch)
-        if self._armed is None:
-            self._armed = loop.call_at(deadline, self._fire)
-        return watch
+        self.queue: collections.deque[list[Any]] = collections.deque()
+        # The timer, armed at the earliest deadline in the queue (by the middleware, which
+        # adds each attempt to the queue as it starts), or None.
+        self.armed: asyncio.TimerHandle | None = None
 
     def end(self, watch: list[Any]) -> bool:
         """The attempt ended (call once): whether the watchdog cancelled it and nobody else
         did, as asyncio.timeout() tells (the attempt then timed out)."""
         task = watch[1]
         watch[1] = None
-        queue = self._queue
+        queue = self.queue
         while queue and queue[0][1] is None:
             queue.popleft()
         return bool(watch[3]) and task.uncancel() <= watch[2]
 
-    def _fire(self) -> None:
-        armed = self._armed
-        self._armed = None
+    def fire(self) -> None:
+        """The timer went off: cancel each attempt past its deadline; arm it for the next."""
+        armed = self.armed
+        self.armed = None
         when = armed.when() if armed is not None else self.loop.time()
-        queue = self._queue
+        queue = self.queue
         while queue:
             watch = queue[0]
             if watch[1] is None:
                 queue.popleft()  # ended
             elif watch[0] > when:
-                self._armed = self.loop.call_at(watch[0], self._fire)
+                self.armed = self.loop.call_at(watch[0], self.fire)
                 return
             else:
                 queue.popleft()

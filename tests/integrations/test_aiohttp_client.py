@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -398,7 +399,34 @@ async def test_watchdog_cuts_each_attempt_at_its_own_deadline(server: Scripted) 
     assert all(0.25 <= t < 0.9 for t in took), took
     assert server.attempts == {"slow": 3, "quick": 3}
     watchdog = mw._watchdog
-    assert watchdog is not None and not watchdog._queue
+    assert watchdog is not None and not watchdog.queue
+
+
+async def test_watchdog_reads_the_loop_clock_when_the_policy_has_another(
+    server: Scripted,
+) -> None:
+    # The watchdog takes the policy's reading at the start of an attempt as its own only when
+    # both read the same clock. With a virtual clock (at 0, far behind the loop's), a quick
+    # answer is not cut at once and a slow one is cut after the total time of the loop's.
+    quick = server.script("quick", 200)
+    slow = server.script("slow", "slow")
+    clock = seawall.VirtualClock()
+    mw = sa.RetryMiddleware(
+        seawall.RetryPolicy(clock=clock, max_attempts=1, hooks=()), budget=None, total_timeout=0.3
+    )
+    loop = asyncio.get_running_loop()
+    async with session(mw) as s:
+        async with s.get(quick) as r:
+            assert r.status == 200
+        watchdog = mw._watchdog
+        assert watchdog is not None and not watchdog.same_clock
+        started = loop.time()
+        with pytest.raises(aiohttp.ServerTimeoutError):
+            await s.get(slow)
+        assert 0.25 <= loop.time() - started < 0.9
+    assert server.attempts == {"quick": 1, "slow": 1}
+    # ... and with the system clock, the policy's reading is the watchdog's.
+    assert sa._Watchdog(loop, 0.3, time.monotonic).same_clock
 
 
 async def test_watched_attempt_cancelled_from_outside_is_cancelled(server: Scripted) -> None:
@@ -415,7 +443,7 @@ async def test_watched_attempt_cancelled_from_outside_is_cancelled(server: Scrip
     assert task.cancelled()
     assert server.attempts["slow"] == 1
     watchdog = mw._watchdog
-    assert watchdog is not None and not watchdog._queue
+    assert watchdog is not None and not watchdog.queue
 
 
 async def test_quick_answers_leave_nothing_watched(server: Scripted) -> None:
@@ -432,7 +460,7 @@ async def test_quick_answers_leave_nothing_watched(server: Scripted) -> None:
         for _ in range(10):
             assert await asyncio.gather(*(get(s) for _ in range(5))) == [200] * 5
     watchdog = mw._watchdog
-    assert watchdog is not None and not watchdog._queue
+    assert watchdog is not None and not watchdog.queue
     assert server.attempts["quick"] == 50
 
 
