@@ -23,7 +23,6 @@ import aiohttp.payload
 from seawall._core.clock import TESTING
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
-    FIRST_TRY,
     HISTORY_ATTRIBUTE,
     PER_HOST,
     FirstAttempt,
@@ -33,7 +32,6 @@ from seawall._policy.http import (
     Wire,
     adrive,
     adrive_from,
-    first_try,
     read_within_attempt,
     settle,
     within,
@@ -221,11 +219,11 @@ class RetryMiddleware:
         except Exception as exc:
             outcome: aiohttp.ClientResponse | Exception | None = exc
         else:
-            status = response.status
-            if status in answers:
+            history = answers.get(response.status)
+            if history is not None:
                 if after is not None:
                     settle(after, response.release)
-                setattr(response, HISTORY_ATTRIBUTE, FIRST_TRY.get(status) or first_try(status))
+                setattr(response, HISTORY_ATTRIBUTE, history)
                 return response
             outcome = response
         # Outside the `except`: the retries' own errors are not raised while handling this one.

@@ -19,7 +19,6 @@ from seawall._core.compat import current_time
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
     EXTENSION_KEY,
-    FIRST_TRY,
     HISTORY_KEY,
     PER_HOST,
     FirstAttempt,
@@ -33,7 +32,6 @@ from seawall._policy.http import (
     adrive_from,
     drive,
     drive_from,
-    first_try,
     fits,
     read_within_attempt,
     settle,
@@ -351,11 +349,11 @@ class RetryTransport(_Base, httpx.BaseTransport):
         except Exception as exc:
             outcome: httpx.Response | Exception | None = exc
         else:
-            status = response.status_code
-            if status in answers:
+            history = answers.get(response.status_code)
+            if history is not None:
                 if after is not None:
                     settle(after, response.close)
-                response.extensions[HISTORY_KEY] = FIRST_TRY.get(status) or first_try(status)
+                response.extensions[HISTORY_KEY] = history
                 return response
             outcome = response
         # Outside the `except`: the retries' own errors are not raised while handling this one.
@@ -524,15 +522,15 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
         except Exception as exc:
             outcome: httpx.Response | Exception | None = exc
         else:
-            status = response.status_code
-            if status in answers:
+            history = answers.get(response.status_code)
+            if history is not None:
                 if after is not None:
                     try:
                         after()
                     except BaseException:
                         await response.aclose()
                         raise
-                response.extensions[HISTORY_KEY] = FIRST_TRY.get(status) or first_try(status)
+                response.extensions[HISTORY_KEY] = history
                 return response
             outcome = response
         try:

@@ -18,7 +18,6 @@ from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
-    FIRST_TRY,
     HISTORY_ATTRIBUTE,
     OPTION_NAMES,
     PER_HOST,
@@ -30,7 +29,6 @@ from seawall._policy.http import (
     capped,
     drive,
     drive_from,
-    first_try,
     read_within_attempt,
     retryable_error,
     settle,
@@ -176,11 +174,11 @@ class RetryAdapter(HTTPAdapter):
         except Exception as exc:
             outcome: requests.Response | Exception | None = exc
         else:
-            status = response.status_code
-            if status in answers:
+            history = answers.get(response.status_code)
+            if history is not None:
                 if after is not None:
                     settle(after, response.close)
-                setattr(response, HISTORY_ATTRIBUTE, FIRST_TRY.get(status) or first_try(status))
+                setattr(response, HISTORY_ATTRIBUTE, history)
                 return response
             outcome = response
         # Outside the `except`: the retries' own errors are not raised while handling this one.

@@ -306,6 +306,11 @@ class HttpRules:
     #: response with one of them needs nothing read but its status (see
     #: :meth:`HttpCall.on_response`, whose first branch takes them and the rarer rest).
     answers: frozenset[int] = dataclasses.field(init=False, repr=False, compare=False)
+    #: The history of a first attempt answered with each of *answers* (``first_try(status)``),
+    #: by status: the first-attempt path (:class:`FirstAttempt`) looks its answer up once.
+    first_histories: Mapping[int, History] = dataclasses.field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -320,6 +325,7 @@ class HttpRules:
                 raise ValueError(f"retry_statuses must hold HTTP statuses (100-599), got {s!r}")
         set_(self, "retry_statuses", frozenset(self.retry_statuses))
         set_(self, "answers", _ANSWERS.difference(self.retry_statuses))
+        set_(self, "first_histories", {status: first_try(status) for status in self.answers})
         if isinstance(self.idempotent_methods, (str, bytes)) or not isinstance(
             self.idempotent_methods, Collection
         ):
@@ -838,10 +844,11 @@ class Policies:
 
         The integration then reads the clock (``now``), calls ``before`` (the budget's
         deposit, if any), sends the request as the caller built it, and returns a response
-        whose status is in ``answers`` after calling ``after`` (if any), with the history
-        ``first_try(status)``: all that :meth:`start`, :func:`drive` and :class:`HttpCall` do
-        for such an answer. Any other outcome (an error, another status), or a request that
-        cannot go as it is, goes on through :meth:`resume` (nothing is done twice).
+        whose status has a history in ``answers`` after calling ``after`` (if any), with that
+        history (``first_try(status)``): all that :meth:`start`, :func:`drive` and
+        :class:`HttpCall` do for such an answer. Any other outcome (an error, another
+        status), or a request that cannot go as it is, goes on through :meth:`resume`
+        (nothing is done twice).
 
         ``None`` unless the policy's first attempt needs no :class:`RetryState` (see
         :func:`stateless_first`) and the policy has no ``retry_if_result``; no override
@@ -876,7 +883,7 @@ class Policies:
             policy._now,
             policy._before,
             policy._after,
-            rules.answers,
+            rules.first_histories,
             rules.total_timeout,
             rules.buffer_limit,
             frozenset(rules.idempotent_methods) if rules.idempotency_key else None,
@@ -935,7 +942,7 @@ def _keyed(rules: HttpRules, method: str, headers: MutableMapping[str, str]) -> 
 class FirstAttempt(NamedTuple):
     """What an integration's first-attempt path needs (see :meth:`Policies.first`), built once
     per host and policy: the policy's clock reading, the budget's first-attempt callables, the
-    statuses returned as they are, the total time, the buffer limit (these six first: an
+    history of each status returned as it is, the total time, the buffer limit (these six first: an
     integration unpacks the record in one step, where six attribute reads cost more), the
     methods that need no ``Idempotency-Key`` when one is due for the others, and what
     :meth:`Policies.resume` hands on."""
@@ -943,7 +950,7 @@ class FirstAttempt(NamedTuple):
     now: Callable[[], float]
     before: Callable[[], None] | None
     after: Callable[[], None] | None
-    answers: frozenset[int]
+    answers: Mapping[int, History]
     total: float | None
     buffer_limit: int
     keyed: frozenset[str] | None
