@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import requests
+import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
@@ -113,6 +114,9 @@ class RetryAdapter(HTTPAdapter):
             raise TypeError("max_retries is not accepted: the policy decides retries")
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in OPTION_NAMES}
         self._policies = Policies(policy, options, _WIRE, DEFAULT_RETRY_EXCEPTIONS)
+        # The caller's timeout and the total time last seen by the first-attempt path, and the
+        # urllib3 Timeout it sent for them (see _first_timeouts). Replaced whole.
+        self._sent: tuple[tuple[Any, float], urllib3.Timeout] = ((_UNSEEN, math.nan), _NO_LIMIT)
         super().__init__(max_retries=0, **kwargs)
 
     @property
@@ -161,10 +165,14 @@ class RetryAdapter(HTTPAdapter):
         started = now()
         if before is not None:
             before()
-        connect, read = _split_timeout(timeout)
         try:
-            left = (math.inf if total is None else started + total) - now()
-            timeouts: Any = (capped(connect, left), capped(read, left))  # see attempt() below
+            if total is None:
+                connect, read = _split_timeout(timeout)
+                timeouts: Any = (connect, read)  # as attempt() below sends them, uncapped
+            else:
+                seen, timeouts = self._sent
+                if seen != (timeout, total):
+                    timeouts = self._first_timeouts(timeout, total)
             response: requests.Response = super().send(
                 request, stream=stream, timeout=timeouts, verify=verify, cert=cert, proxies=proxies
             )
@@ -244,6 +252,22 @@ class RetryAdapter(HTTPAdapter):
         if outcome is None:
             return drive(call, attempt, _close)
         return drive_from(call, outcome, attempt, _close)
+
+    def _first_timeouts(self, timeout: Any, total: float) -> urllib3.Timeout:
+        """The timeouts a first attempt goes with: the caller's *timeout*, each capped by the
+        *total* time, which is the time left at the attempt's start (as HttpCall gives it to
+        attempt()). A urllib3 Timeout, which requests sends on as it is, where it would build
+        and check one from a pair on every request; kept for the next request with the same
+        timeout and total (unless *timeout* is an object that may change)."""
+        connect, read = _split_timeout(timeout)
+        sent = urllib3.Timeout(connect=capped(connect, total), read=capped(read, total))
+        if timeout is None or type(timeout) in (float, int, tuple):
+            self._sent = ((timeout, total), sent)
+        return sent
+
+
+_UNSEEN: Final = object()
+_NO_LIMIT: Final = urllib3.Timeout(connect=None, read=None)
 
 
 def _small(response: requests.Response, limit: int) -> bool:

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 import requests
+import requests.adapters
+import urllib3
 from seawall_test_server import Server
 
 import seawall
@@ -215,3 +217,55 @@ def test_an_outer_policy_never_resends_a_post_the_adapter_refused_to_retry(
     with session(clock) as s, pytest.raises(requests.RequestException):
         outer.call(s.post, server.url + "/stall/3", data=b"pay 10", timeout=0.2)
     assert server.count("POST", "/stall/3") == 1
+
+
+class _Spy(requests.adapters.HTTPAdapter):
+    """What RetryAdapter hands to requests' HTTPAdapter.send for each attempt."""
+
+    sent: list[tuple[float | None, float | None]]
+
+    def send(self, request: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        timeout = kwargs["timeout"]
+        if isinstance(timeout, urllib3.Timeout):
+            timeout = (timeout.connect_timeout, timeout.read_timeout)
+        self.sent.append(timeout)
+        return super().send(request, **kwargs)
+
+
+class _SpiedAdapter(RetryAdapter, _Spy):
+    pass
+
+
+@pytest.mark.parametrize("forced", [False, True], ids=["first-attempt path", "HttpCall"])
+def test_first_attempt_timeouts_are_the_callers_capped_by_the_total_time(
+    server: Server, forced: bool
+) -> None:
+    # Whichever path a first attempt takes, it goes with the caller's timeouts, each capped by
+    # the total time (no limit at all becomes the total time). The first-attempt path keeps
+    # what it sent for a timeout and total; a urllib3 Timeout the caller changes in between
+    # is read again.
+    adapter = _SpiedAdapter(seawall.RetryPolicy(hooks=()), total_timeout=20.0)
+    adapter.sent = []
+    mine = urllib3.Timeout(connect=3.0, read=50.0)
+    with requests.Session() as s:
+        s.mount("http://", adapter)
+        timeouts: list[Any] = [None, None, 5, 50.0, (2.0, None), (2.0, 8.0), mine, mine]
+        for i, timeout in enumerate(timeouts):
+            if i == len(timeouts) - 1:
+                mine._read = 4.0  # changed by the caller since it was last sent
+            if forced:
+                with seawall.http.override():
+                    s.get(server.url + "/ok", timeout=timeout)
+            else:
+                s.get(server.url + "/ok", timeout=timeout)
+    near = pytest.approx(20.0, abs=1.0)  # the time left at the start of the attempt
+    assert adapter.sent == [
+        (near, near),
+        (near, near),
+        (5.0, 5.0),
+        (near, near),
+        (2.0, near),
+        (2.0, 8.0),
+        (3.0, near),
+        (3.0, 4.0),
+    ]
