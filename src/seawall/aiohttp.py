@@ -174,19 +174,13 @@ class RetryMiddleware:
                 # and end() do, written out here (a call each less on every request).
                 loop = request.loop
                 watchdog = self._watchdog
-                if (
-                    watchdog is None
-                    or watchdog.loop is not loop
-                    or watchdog.total != total
-                    or watchdog.now is not now
-                ):
+                if watchdog is None or watchdog.key != (loop, total, now):
                     watchdog = self._watchdog = _Watchdog(loop, total, now)
-                left = (started + total) - started
                 task = asyncio.current_task(loop)
                 if task is None:
                     raise RuntimeError("seawall: an aiohttp request outside a task")
                 # (the watchdog's clock is the policy's, read at the start, or its own)
-                at = (started if watchdog.same_clock else watchdog.time()) + left
+                at = (started if watchdog.same_clock else watchdog.time()) + total
                 watch = [at, task, task.cancelling(), False]  # type: ignore[attr-defined]
                 queue = watchdog.queue
                 queue.append(watch)
@@ -207,7 +201,7 @@ class RetryMiddleware:
                 except BaseException as exc:
                     if watchdog.end(watch) and isinstance(exc, asyncio.CancelledError):
                         raise _timed_out(
-                            f"seawall: the attempt ran out of time after {left:.3f} s"
+                            f"seawall: the attempt ran out of time after {total:.3f} s"
                         ) from exc
                     raise
                 # watchdog.end(watch), its outcome not needed: the attempt ended in time.
@@ -286,14 +280,15 @@ class _Watchdog:
     one still in flight).
     """
 
-    __slots__ = ("armed", "loop", "now", "queue", "same_clock", "time", "total")
+    __slots__ = ("armed", "key", "loop", "queue", "same_clock", "time")
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, total: float, now: Callable[[], float]
     ) -> None:
         self.loop = loop
-        self.total = total
-        self.now = now
+        # What the watchdog serves: the attempts on *loop*, each allowed *total* from its
+        # start by the policy's clock *now* (another total or clock: another watchdog).
+        self.key = (loop, total, now)
         # asyncio's own loops read time.monotonic(): called directly, one frame less; and when
         # the policy reads it too (*now*), its reading at the start of an attempt is used.
         self.time = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
