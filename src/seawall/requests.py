@@ -116,7 +116,8 @@ class RetryAdapter(HTTPAdapter):
         self._policies = Policies(policy, options, _WIRE, DEFAULT_RETRY_EXCEPTIONS)
         # The caller's timeout and the total time last seen by the first-attempt path, and the
         # urllib3 Timeout it sent for them (see _first_timeouts). Replaced whole.
-        self._sent: tuple[tuple[Any, float], urllib3.Timeout] = ((_UNSEEN, math.nan), _NO_LIMIT)
+        # (requests' annotations do not name a urllib3 Timeout, which it accepts: Any.)
+        self._sent: tuple[tuple[Any, float | None], Any] = ((_UNSEEN, None), None)
         super().__init__(max_retries=0, **kwargs)
 
     @property
@@ -166,13 +167,9 @@ class RetryAdapter(HTTPAdapter):
         if before is not None:
             before()
         try:
-            if total is None:
-                connect, read = _split_timeout(timeout)
-                timeouts: Any = (connect, read)  # as attempt() below sends them, uncapped
-            else:
-                seen, timeouts = self._sent
-                if seen != (timeout, total):
-                    timeouts = self._first_timeouts(timeout, total)
+            seen, timeouts = self._sent
+            if seen != (timeout, total):
+                timeouts = self._first_timeouts(timeout, total)
             response: requests.Response = super().send(
                 request, stream=stream, timeout=timeouts, verify=verify, cert=cert, proxies=proxies
             )
@@ -253,21 +250,22 @@ class RetryAdapter(HTTPAdapter):
             return drive(call, attempt, _close)
         return drive_from(call, outcome, attempt, _close)
 
-    def _first_timeouts(self, timeout: Any, total: float) -> urllib3.Timeout:
+    def _first_timeouts(self, timeout: Any, total: float | None) -> urllib3.Timeout:
         """The timeouts a first attempt goes with: the caller's *timeout*, each capped by the
-        *total* time, which is the time left at the attempt's start (as HttpCall gives it to
-        attempt()). A urllib3 Timeout, which requests sends on as it is, where it would build
-        and check one from a pair on every request; kept for the next request with the same
-        timeout and total (unless *timeout* is an object that may change)."""
+        *total* time (``None``: no limit), which is the time left at the attempt's start (as
+        HttpCall gives it to attempt()). A urllib3 Timeout, which requests sends on as it is,
+        where it would build and check one from a pair on every request; kept for the next
+        request with the same timeout and total (unless *timeout* is an object that may
+        change)."""
         connect, read = _split_timeout(timeout)
-        sent = urllib3.Timeout(connect=capped(connect, total), read=capped(read, total))
+        left = math.inf if total is None else total
+        sent = urllib3.Timeout(connect=capped(connect, left), read=capped(read, left))
         if timeout is None or type(timeout) in (float, int, tuple):
             self._sent = ((timeout, total), sent)
         return sent
 
 
-_UNSEEN: Final = object()
-_NO_LIMIT: Final = urllib3.Timeout(connect=None, read=None)
+_UNSEEN: Final = object()  # no timeout seen yet (see RetryAdapter._sent)
 
 
 def _small(response: requests.Response, limit: int) -> bool:

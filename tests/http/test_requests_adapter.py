@@ -15,6 +15,7 @@ import urllib3
 from seawall_test_server import Server
 
 import seawall
+from seawall._core import validate
 from seawall._strategies.deadline import decode_grpc_timeout
 from seawall.requests import RetryAdapter
 
@@ -269,3 +270,21 @@ def test_first_attempt_timeouts_are_the_callers_capped_by_the_total_time(
         (3.0, near),
         (3.0, 4.0),
     ]
+
+
+@pytest.mark.parametrize("forced", [False, True], ids=["first-attempt path", "HttpCall"])
+def test_first_attempt_timeouts_without_a_total_time(server: Server, forced: bool) -> None:
+    # With total_timeout=None, the caller's timeouts go as they are, beyond the longest wait
+    # seawall accepts cut to it, on either path.
+    adapter = _SpiedAdapter(seawall.RetryPolicy(hooks=()), total_timeout=None)
+    adapter.sent = []
+    with requests.Session() as s:
+        s.mount("http://", adapter)
+        for timeout in (None, 5, (2.0, None), 1e12):
+            if forced:
+                with seawall.http.override():
+                    s.get(server.url + "/ok", timeout=timeout)
+            else:
+                s.get(server.url + "/ok", timeout=timeout)
+    longest = validate.MAX_SECONDS
+    assert adapter.sent == [(None, None), (5.0, 5.0), (2.0, None), (longest, longest)]
