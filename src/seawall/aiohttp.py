@@ -170,8 +170,9 @@ class RetryMiddleware:
                 left = (started + total) - started
                 response = await within(_receive(request, handler, limit), left, _timed_out)
             else:
-                # Bounded as within() would bound it, by the loop's watchdog: what its watch()
-                # and end() do, written out here (a call each less on every request).
+                # Bounded as within() would bound it, by the loop's watchdog: the attempt joins
+                # its queue here, and a successful one leaves it here too (what end() does for
+                # the others), a call each less on every request.
                 loop = request.loop
                 watchdog = self._watchdog
                 if watchdog is None or watchdog.key != (loop, total, now):
