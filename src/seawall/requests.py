@@ -19,7 +19,6 @@ from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
-    HISTORY_ATTRIBUTE,
     OPTION_NAMES,
     PER_HOST,
     FirstAttempt,
@@ -183,7 +182,8 @@ class RetryAdapter(HTTPAdapter):
             if history is not None:
                 if after is not None:
                     settle(after, response.close)
-                setattr(response, HISTORY_ATTRIBUTE, history)
+                # (HISTORY_ATTRIBUTE, stored as an attribute: no setattr() call)
+                response.seawall_history = history  # type: ignore[attr-defined]
                 return response
             outcome = response
         # Outside the `except`: the retries' own errors are not raised while handling this one.

@@ -869,7 +869,7 @@ class Policies:
         found = firsts.get(host)
         if found is None:
             found = self._first_for(live, firsts, host)
-        keyed = found.keyed
+        keyed = found[6]
         if keyed is not None and method not in keyed:
             return None  # an Idempotency-Key is due (see start())
         return found
@@ -879,7 +879,7 @@ class Policies:
         """The first-attempt record of *host* under *live*, built and kept."""
         cache, rules = live.cache, live.rules
         policy = cache._single or cache.for_host(host)
-        found = FirstAttempt(
+        found: FirstAttempt = (
             policy._now,
             policy._before,
             policy._after,
@@ -910,17 +910,10 @@ class Policies:
         :class:`HttpCall` that :meth:`start` would have built then. Drive it with
         :func:`drive_from` (the first attempt's outcome in hand) or, when nothing was sent
         yet, :func:`drive`."""
-        method, has_key = _keyed(first.rules, method, headers)
+        policy, rules, retry_on = first[7:]
+        method, has_key = _keyed(rules, method, headers)
         return HttpCall(
-            first.policy,
-            first.rules,
-            method,
-            has_key,
-            replayable,
-            self.wire,
-            first.retry_on,
-            None,
-            first=started,
+            policy, rules, method, has_key, replayable, self.wire, retry_on, None, first=started
         )
 
 
@@ -939,24 +932,26 @@ def _keyed(rules: HttpRules, method: str, headers: MutableMapping[str, str]) -> 
     return method, IDEMPOTENCY_KEY_HEADER in headers
 
 
-class FirstAttempt(NamedTuple):
-    """What an integration's first-attempt path needs (see :meth:`Policies.first`), built once
-    per host and policy: the policy's clock reading, the budget's first-attempt callables, the
-    history of each status returned as it is, the total time, the buffer limit (these six first: an
-    integration unpacks the record in one step, where six attribute reads cost more), the
-    methods that need no ``Idempotency-Key`` when one is due for the others, and what
-    :meth:`Policies.resume` hands on."""
-
-    now: Callable[[], float]
-    before: Callable[[], None] | None
-    after: Callable[[], None] | None
-    answers: Mapping[int, History]
-    total: float | None
-    buffer_limit: int
-    keyed: frozenset[str] | None
-    policy: RetryPolicy
-    rules: HttpRules
-    retry_on: RetryOnErrors
+#: What an integration's first-attempt path needs (see :meth:`Policies.first`), built once per
+#: host and policy: ``(now, before, after, answers, total, buffer_limit, keyed, policy, rules,
+#: retry_on)``. The policy's clock reading, the budget's first-attempt callables, the history of
+#: each status returned as it is, the total time, the buffer limit (these six first: an
+#: integration unpacks the record in one step, where six attribute reads cost more), the
+#: methods that need no ``Idempotency-Key`` when one is due for the others, and what
+#: :meth:`Policies.resume` hands on. A plain tuple: Python unpacks a tuple subclass (a
+#: ``NamedTuple``) through an iterator, at twice the cost.
+FirstAttempt = tuple[
+    "Callable[[], float]",
+    "Callable[[], None] | None",
+    "Callable[[], None] | None",
+    "Mapping[int, History]",
+    "float | None",
+    int,
+    "frozenset[str] | None",
+    "RetryPolicy",
+    "HttpRules",
+    "RetryOnErrors",
+]
 
 
 def exception_classes(retry_on: object) -> tuple[type[Exception], ...]:
@@ -973,10 +968,10 @@ def exception_classes(retry_on: object) -> tuple[type[Exception], ...]:
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
 
 
-#: How an integration names the host of a request: ``"scheme://netloc"``, or ``(scheme, host,
-#: port)`` (``host`` in lower case, IDNA-encoded; ``port`` ``None`` for the scheme's default),
-#: which is cheaper to read off some URLs.
-HostKey = str | tuple[str, str, int | None]
+#: How an integration names the host of a request: ``"scheme://netloc"``, ``(scheme, netloc)``,
+#: or ``(scheme, host, port)`` (``host`` in lower case, IDNA-encoded; ``port`` ``None`` for the
+#: scheme's default), whichever is cheaper to read off its URLs.
+HostKey = str | tuple[str, str] | tuple[str, str, int | None]
 
 
 def origin(host: HostKey) -> str:
@@ -986,6 +981,8 @@ def origin(host: HostKey) -> str:
     ``https://api`` share one budget.
     """
     if isinstance(host, tuple):
+        if len(host) == 2:
+            return origin(f"{host[0]}://{host[1]}")
         scheme_, name_, port_ = host
         if ":" in name_:
             name_ = f"[{name_}]"  # an IPv6 address
