@@ -12,20 +12,21 @@ Install with ``pip install seawall[aiohttp]`` (aiohttp 3.12 or later: client mid
 from __future__ import annotations
 
 import asyncio
-import collections
 import sys
 import time
+import types
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import aiohttp.payload
+import yarl
 
 from seawall._core.clock import TESTING
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
-    HISTORY_ATTRIBUTE,
     PER_HOST,
     FirstAttempt,
+    HostKey,
     HttpCall,
     HttpOptions,
     Policies,
@@ -63,6 +64,51 @@ _NEVER_RETRIED: tuple[type[Exception], ...] = (
 )
 
 Handler = Any  # aiohttp.ClientHandlerType: ClientRequest -> Awaitable[ClientResponse]
+
+
+def _url_slots_work() -> bool:
+    """Whether the per-host key can be read off yarl's URL fields ``_scheme`` and ``_netloc``,
+    which hold what the properties ``URL.scheme`` and ``URL.raw_authority`` give, without
+    their two calls (each fills the URL's cache on the first read: a new URL every request).
+    Checked once, on URLs of every shape; when yarl changes those fields, the properties are
+    read instead."""
+    samples = (
+        "http://api.test/x",
+        "HTTPS://User:pw@API.Test:8443/x?q#f",
+        "https://api.test:443/",
+        "http://[::1]:8080/",
+        "http://\u4e2d\u56fd.icom.museum/",
+        "http://127.0.0.1:80",
+    )
+    try:
+        for text in samples:
+            url = yarl.URL(text)
+            if (url._scheme, url._netloc) != (url.scheme, url.raw_authority):
+                return False
+    except Exception:  # any change of yarl's internals: the public way
+        return False
+    return True
+
+
+#: Whether the per-host key is read off ``URL._scheme`` and ``URL._netloc`` (see
+#: _url_slots_work).
+_URL_SLOTS = _url_slots_work()
+
+
+def _task_getter() -> Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None]:
+    """``asyncio.current_task``, or, where it is written in Python (up to 3.11), what it reads
+    when given the loop: the loop's entry in ``asyncio.tasks._current_tasks`` (one frame less
+    on every request). From 3.12 ``current_task`` is C, and called as it is."""
+    current = asyncio.current_task
+    tasks = getattr(asyncio.tasks, "_current_tasks", None)
+    code = getattr(current, "__code__", None)
+    reads_tasks = isinstance(code, types.CodeType) and "_current_tasks" in code.co_names
+    if reads_tasks and isinstance(tasks, dict):
+        return tasks.get
+    return current
+
+
+_current_task = _task_getter()
 
 
 # aiohttp names the status ``status``.
@@ -152,7 +198,8 @@ class RetryMiddleware:
         self, request: aiohttp.ClientRequest, handler: Handler
     ) -> aiohttp.ClientResponse:
         url = request.url
-        host = f"{url.scheme}://{url.raw_authority}"  # the budget's key: origin()
+        # The budget's key (see origin()): the scheme and the encoded authority.
+        host = (url._scheme, url._netloc) if _URL_SLOTS else (url.scheme, url.raw_authority)
         first = self._policies.first(request.method, host)
         if first is None:
             return await self._retrying(request, handler, host, None, 0.0, None)
@@ -171,46 +218,55 @@ class RetryMiddleware:
                 response = await within(_receive(request, handler, limit), left, _timed_out)
             else:
                 # Bounded as within() would bound it, by the loop's watchdog: the attempt joins
-                # its queue here, and a successful one leaves it here too (what end() does for
-                # the others), a call each less on every request.
+                # it here, and a successful one leaves it here too (what end() does for the
+                # others), a call each less on every request.
                 loop = request.loop
                 watchdog = self._watchdog
-                if watchdog is None or watchdog.key != (loop, total, now):
+                if (
+                    watchdog is None
+                    or watchdog.loop is not loop
+                    or watchdog.total != total
+                    or watchdog.now is not now
+                ):
                     watchdog = self._watchdog = _Watchdog(loop, total, now)
-                task = asyncio.current_task(loop)
+                task = _current_task(loop)
                 if task is None:
                     raise RuntimeError("seawall: an aiohttp request outside a task")
-                # (the watchdog's clock is the policy's, read at the start, or its own)
-                at = (started if watchdog.same_clock else watchdog.time()) + total
-                watch = [at, task, task.cancelling(), False]  # type: ignore[attr-defined]
-                queue = watchdog.queue
-                queue.append(watch)
-                if watchdog.armed is None:
-                    watchdog.armed = loop.call_at(at, watchdog.fire)
-                try:
-                    response = await handler(request)  # then as _receive()
-                    if (
-                        limit
-                        and not response.content.is_eof()
-                        and read_within_attempt(response.headers.get("content-length"), limit)
-                    ):
-                        try:
-                            await response.read()
-                        except BaseException:
-                            response.release()
-                            raise
-                except BaseException as exc:
-                    if watchdog.end(watch) and isinstance(exc, asyncio.CancelledError):
-                        raise _timed_out(
-                            f"seawall: the attempt ran out of time after {total:.3f} s"
-                        ) from exc
-                    raise
-                # watchdog.end(watch), its outcome not needed: the attempt ended in time.
-                watch[1] = None
-                while queue and queue[0][1] is None:
-                    queue.popleft()
-                if watch[3]:
-                    task.uncancel()  # type: ignore[attr-defined]
+                inflight = watchdog.inflight
+                if task in inflight or task.cancelling():  # type: ignore[attr-defined]
+                    # Within another attempt of the same task (a request made by a later
+                    # middleware), or in a task with a cancellation pending: its own timer.
+                    left = (started + total) - started
+                    response = await within(_receive(request, handler, limit), left, _timed_out)
+                else:
+                    # (the watchdog's clock is the policy's, read at the start, or its own)
+                    at = (started if watchdog.same_clock else watchdog.time()) + total
+                    inflight[task] = at
+                    if watchdog.armed is None:
+                        watchdog.armed = loop.call_at(at, watchdog.fire)
+                    try:
+                        response = await handler(request)  # then as _receive()
+                        if (
+                            limit
+                            and not response.content.is_eof()
+                            and read_within_attempt(response.headers.get("content-length"), limit)
+                        ):
+                            try:
+                                await response.read()
+                            except BaseException:
+                                response.release()
+                                raise
+                    except BaseException as exc:
+                        if watchdog.end(task) and isinstance(exc, asyncio.CancelledError):
+                            raise _timed_out(
+                                f"seawall: the attempt ran out of time after {total:.3f} s"
+                            ) from exc
+                        raise
+                    # watchdog.end(task), its outcome not needed: the attempt ended in time.
+                    try:
+                        del inflight[task]
+                    except KeyError:  # cancelled by the watchdog, yet it ended in time
+                        task.uncancel()  # type: ignore[attr-defined]
         except Exception as exc:
             outcome: aiohttp.ClientResponse | Exception | None = exc
         else:
@@ -218,7 +274,8 @@ class RetryMiddleware:
             if history is not None:
                 if after is not None:
                     settle(after, response.release)
-                setattr(response, HISTORY_ATTRIBUTE, history)
+                # (HISTORY_ATTRIBUTE, stored as an attribute: no setattr() call)
+                response.seawall_history = history  # type: ignore[attr-defined]
                 return response
             outcome = response
         # Outside the `except`: the retries' own errors are not raised while handling this one.
@@ -231,7 +288,7 @@ class RetryMiddleware:
         self,
         request: aiohttp.ClientRequest,
         handler: Handler,
-        host: str,
+        host: HostKey,
         first: FirstAttempt | None,
         started: float,
         outcome: aiohttp.ClientResponse | Exception | None,
@@ -272,61 +329,60 @@ class _Watchdog:
     """One timer for the first attempts in flight on one event loop, each allowed *total*.
 
     asyncio.timeout() arms a loop timer per request and cancels it when the request ends. Here
-    each request joins a queue as it starts; all being allowed the same time, their deadlines
-    are in the order of the queue, and one timer, armed at the earliest, serves them all: when
-    it fires, each request still running at its deadline is cancelled, as asyncio.timeout()
-    does (the request turns the cancellation into a timeout, see ``end``), and the timer
-    is armed again at the next deadline. A request that ends leaves the queue from its head,
-    so that the queue holds no more than the requests in flight (and those that ended after
-    one still in flight).
+    each request's task is entered, with its deadline, as the request starts, and removed as it
+    ends; all being allowed the same time, the deadlines are in the order of entry (a dict
+    keeps it), and one timer, armed at the earliest, serves them all: when it fires, each
+    request still running at its deadline is removed and its task cancelled, as
+    asyncio.timeout() does (the request turns the cancellation into a timeout, see ``end``),
+    and the timer is armed again at the next deadline. A task is entered once at a time, and
+    only with no cancellation pending (the middleware gives the others a timer of their own),
+    so that a task missing at the end is one the watchdog cancelled.
     """
 
-    __slots__ = ("armed", "key", "loop", "queue", "same_clock", "time")
+    __slots__ = ("armed", "inflight", "loop", "now", "same_clock", "time", "total")
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, total: float, now: Callable[[], float]
     ) -> None:
-        self.loop = loop
         # What the watchdog serves: the attempts on *loop*, each allowed *total* from its
         # start by the policy's clock *now* (another total or clock: another watchdog).
-        self.key = (loop, total, now)
+        self.loop = loop
+        self.total = total
+        self.now = now
         # asyncio's own loops read time.monotonic(): called directly, one frame less; and when
         # the policy reads it too (*now*), its reading at the start of an attempt is used.
         self.time = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
         self.same_clock = self.time is now
-        # [deadline, task (None once the request ended), task.cancelling() on entry, expired]
-        self.queue: collections.deque[list[Any]] = collections.deque()
-        # The timer, armed at the earliest deadline in the queue (by the middleware, which
-        # adds each attempt to the queue as it starts), or None.
+        # The task of each attempt in flight, and its deadline, in the order they started.
+        self.inflight: dict[asyncio.Task[Any], float] = {}
+        # The timer, armed at the earliest deadline (by the middleware, which enters each
+        # attempt as it starts), or None.
         self.armed: asyncio.TimerHandle | None = None
 
-    def end(self, watch: list[Any]) -> bool:
-        """The attempt ended (call once): whether the watchdog cancelled it and nobody else
-        did, as asyncio.timeout() tells (the attempt then timed out)."""
-        task = watch[1]
-        watch[1] = None
-        queue = self.queue
-        while queue and queue[0][1] is None:
-            queue.popleft()
-        return bool(watch[3]) and task.uncancel() <= watch[2]
+    def end(self, task: asyncio.Task[Any]) -> bool:
+        """The attempt of *task* ended (call once): whether the watchdog cancelled it and
+        nobody else did, as asyncio.timeout() tells (the attempt then timed out)."""
+        try:
+            del self.inflight[task]
+        except KeyError:  # cancelled by the watchdog, which removed it
+            return task.uncancel() <= 0  # type: ignore[attr-defined,no-any-return]
+        return False
 
     def fire(self) -> None:
         """The timer went off: cancel each attempt past its deadline; arm it for the next."""
         armed = self.armed
         self.armed = None
         when = armed.when() if armed is not None else self.loop.time()
-        queue = self.queue
-        while queue:
-            watch = queue[0]
-            if watch[1] is None:
-                queue.popleft()  # ended
-            elif watch[0] > when:
-                self.armed = self.loop.call_at(watch[0], self.fire)
-                return
-            else:
-                queue.popleft()
-                watch[3] = True
-                watch[1].cancel()
+        inflight = self.inflight
+        expired = []
+        for task, at in inflight.items():
+            if at > when:
+                self.armed = self.loop.call_at(at, self.fire)
+                break
+            expired.append(task)
+        for task in expired:
+            del inflight[task]
+            task.cancel()
 
 
 async def _receive(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
+import sys
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -399,7 +401,7 @@ async def test_watchdog_cuts_each_attempt_at_its_own_deadline(server: Scripted) 
     assert all(0.25 <= t < 0.9 for t in took), took
     assert server.attempts == {"slow": 3, "quick": 3}
     watchdog = mw._watchdog
-    assert watchdog is not None and not watchdog.queue
+    assert watchdog is not None and not watchdog.inflight
 
 
 async def test_watchdog_reads_the_loop_clock_when_the_policy_has_another(
@@ -443,7 +445,7 @@ async def test_watched_attempt_cancelled_from_outside_is_cancelled(server: Scrip
     assert task.cancelled()
     assert server.attempts["slow"] == 1
     watchdog = mw._watchdog
-    assert watchdog is not None and not watchdog.queue
+    assert watchdog is not None and not watchdog.inflight
 
 
 async def test_quick_answers_leave_nothing_watched(server: Scripted) -> None:
@@ -460,7 +462,7 @@ async def test_quick_answers_leave_nothing_watched(server: Scripted) -> None:
         for _ in range(10):
             assert await asyncio.gather(*(get(s) for _ in range(5))) == [200] * 5
     watchdog = mw._watchdog
-    assert watchdog is not None and not watchdog.queue
+    assert watchdog is not None and not watchdog.inflight
     assert server.attempts["quick"] == 50
 
 
@@ -485,3 +487,116 @@ async def test_no_total_time_no_watchdog(server: Scripted) -> None:
         assert [a.status for a in r.seawall_history] == [503, 200]  # type: ignore[attr-defined]
     assert mw._watchdog is None
     assert server.attempts["p"] == 2
+
+
+async def test_request_within_an_attempt_of_the_same_task(server: Scripted) -> None:
+    # A later middleware that sends a request of its own (through the same seawall
+    # middleware, in the same task) while the outer attempt is watched: the inner request has
+    # its own timer and answers; the outer one stays watched and is cut at its own deadline.
+    quick = server.script("quick", 200)
+    slow = server.script("slow", "slow")
+    mw = sa.RetryMiddleware(seawall.RetryPolicy(max_attempts=1, hooks=()), total_timeout=0.3)
+    seen: list[Any] = []
+
+    async def fetch_first(request: aiohttp.ClientRequest, handler: Any) -> Any:
+        async with s.get(quick, middlewares=[mw]) as r:
+            seen.append((r.status, list(watchdog().inflight)))
+        return await handler(request)
+
+    def watchdog() -> Any:
+        assert mw._watchdog is not None
+        return mw._watchdog
+
+    loop = asyncio.get_running_loop()
+    async with aiohttp.ClientSession(middlewares=[mw, fetch_first]) as s:
+        started = loop.time()
+        with pytest.raises(aiohttp.ServerTimeoutError):
+            await s.get(slow)
+        took = loop.time() - started
+    assert seen == [(200, [asyncio.current_task()])]  # the outer attempt, still watched
+    assert 0.25 <= took < 0.9
+    assert not watchdog().inflight
+    assert server.attempts == {"quick": 1, "slow": 1}
+
+
+async def test_task_with_a_pending_cancellation_keeps_its_own_timer(server: Scripted) -> None:
+    # A task that swallowed a cancellation (cancelling() > 0) and then sends a request: the
+    # attempt is bounded by its own timer, which still turns its expiry into a timeout.
+    slow = server.script("slow", "slow")
+    mw = sa.RetryMiddleware(seawall.RetryPolicy(max_attempts=1, hooks=()), total_timeout=0.3)
+    loop = asyncio.get_running_loop()
+
+    async def swallow_then_send(s: aiohttp.ClientSession) -> float:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(1)
+        assert task.cancelling() == 1
+        started = loop.time()
+        with pytest.raises(aiohttp.ServerTimeoutError):
+            await s.get(slow)
+        return loop.time() - started
+
+    async with session(mw) as s:
+        took = await asyncio.ensure_future(swallow_then_send(s))
+    assert 0.25 <= took < 0.9
+    assert mw._watchdog is not None and not mw._watchdog.inflight
+    assert server.attempts["slow"] == 1
+
+
+@pytest.mark.parametrize("slots", [True, False], ids=["URL fields", "URL properties"])
+async def test_url_fields_name_the_same_budget(
+    server: Scripted, slots: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The middleware keys a request by (scheme, encoded authority), read off yarl's URL
+    # fields or (when yarl changes them) through its properties: either way the budget of the
+    # spelled-out origin hears the request, whatever the spelling.
+    assert sa._URL_SLOTS  # the installed yarl: the fields are read
+    monkeypatch.setattr(sa, "_URL_SLOTS", slots)
+    url = server.script(f"k{slots}", 200, 200, 200)
+    port = url.split(":")[2].split("/")[0]
+    budget = budget_for_host(f"http://127.0.0.1:{port}")
+    assert isinstance(budget, seawall.RetryBudget)
+    before = budget.requests
+    spellings = [url, url.replace("http://", "HTTP://"), url.replace("http://", "http://u:p@")]
+    async with session(sa.RetryMiddleware(policy())) as s:
+        for spelled in spellings:
+            async with s.get(spelled) as r:
+                assert r.status == 200
+    assert budget.requests == before + 3
+
+
+def test_yarl_or_asyncio_changes_fall_back_to_the_public_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Checked at import: a yarl whose URL fields are gone (or disagree with its properties)
+    # sends the key through the properties; an asyncio whose current_task is not the Python
+    # lookup of _current_tasks is called as it is.
+    assert sa._url_slots_work()
+
+    class Moved:
+        def __init__(self, text: str) -> None:
+            self.scheme, self.raw_authority = "http", "api.test"
+
+    monkeypatch.setattr(sa.yarl, "URL", Moved)
+    assert not sa._url_slots_work()
+    Moved._scheme, Moved._netloc = "http", "other.test"  # type: ignore[attr-defined]
+    assert not sa._url_slots_work()
+
+    if sys.version_info < (3, 12):  # current_task in Python: the lookup it makes
+        assert sa._task_getter() == asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]
+    else:
+        assert sa._task_getter() is asyncio.current_task
+    monkeypatch.setattr(asyncio, "current_task", len)  # a C function: called as it is
+    assert sa._task_getter() is len
+
+
+async def test_the_current_task_as_asyncio_tells_it() -> None:
+    loop = asyncio.get_running_loop()
+    assert sa._current_task(loop) is asyncio.current_task()
+    other = asyncio.new_event_loop()
+    try:
+        assert sa._current_task(other) is None  # no task running there
+    finally:
+        other.close()
