@@ -37,6 +37,11 @@ def reset_process_state() -> None:
     assert not _http._HOST_BUDGETS and _deadline._COUNTERS.accepted == 0
     # The ambient deadline of the main thread's context (a scope a test entered and never left).
     _deadline._DEADLINE.set(None)
+    # No override block nor deadline scope used yet, as in a fresh process: the HTTP
+    # integrations look their first-attempt record up themselves (see Policies.first) until a
+    # test enters one.
+    _http.OVERRIDES.used = False
+    _deadline.SCOPES.used = False
     # The simulator: the built-in scenarios only, and no collect_metrics() block open.
     _sim_registry.SCENARIOS.clear()
     _sim_registry.SCENARIOS.update(_BUILT_IN_SCENARIOS)

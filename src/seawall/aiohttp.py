@@ -24,6 +24,7 @@ import yarl
 from seawall._core.clock import TESTING
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
+    OVERRIDES,
     PER_HOST,
     FirstAttempt,
     HostKey,
@@ -37,6 +38,7 @@ from seawall._policy.http import (
     settle,
     within,
 )
+from seawall._strategies.deadline import SCOPES
 from seawall._strategies.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -200,9 +202,17 @@ class RetryMiddleware:
         url = request.url
         # The budget's key (see origin()): the scheme and the encoded authority.
         host = (url._scheme, url._netloc) if _URL_SLOTS else (url.scheme, url.raw_authority)
-        first = self._policies.first(request.method, host)
-        if first is None:
-            return await self._retrying(request, handler, host, None, 0.0, None)
+        ready = self._policies.ready
+        if (  # the record first() would return, looked up here (see Policies.first)
+            ready is None
+            or OVERRIDES.used
+            or SCOPES.used
+            or (first := ready.get(host)) is None
+            or first[6] is not None
+        ):
+            first = self._policies.first(request.method, host)
+            if first is None:
+                return await self._retrying(request, handler, host, None, 0.0, None)
         # The first-attempt path (see Policies.first): what adrive() and HttpCall would do for
         # a first attempt answered with one of first.answers; anything else hands over to them.
         now, before, after, answers, total, limit, _, _, _, _ = first

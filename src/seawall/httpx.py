@@ -20,6 +20,7 @@ from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
     EXTENSION_KEY,
     HISTORY_KEY,
+    OVERRIDES,
     PER_HOST,
     FirstAttempt,
     History,
@@ -38,6 +39,7 @@ from seawall._policy.http import (
     within,
 )
 from seawall._strategies.budget import RetryBudget
+from seawall._strategies.deadline import SCOPES
 from seawall._strategies.hedge import Hedge
 from seawall._strategies.retry import RetryPolicy
 
@@ -320,9 +322,19 @@ class RetryTransport(_Base, httpx.BaseTransport):
         else:
             host = (url.scheme, url.raw_host.decode("ascii"), url.port)
         extensions = request.extensions
-        first = self._policies.first(request.method, host, extensions.get(EXTENSION_KEY))
-        if first is None:
-            return self._retrying(request, self._start(request, host), None)
+        override = extensions.get(EXTENSION_KEY)
+        ready = self._policies.ready
+        if (  # the record first() would return, looked up here (see Policies.first)
+            ready is None
+            or override is not None
+            or OVERRIDES.used
+            or SCOPES.used
+            or (first := ready.get(host)) is None
+            or first[6] is not None
+        ):
+            first = self._policies.first(request.method, host, override)
+            if first is None:
+                return self._retrying(request, self._start(request, host), None)
         # The first-attempt path (see Policies.first): what drive() and HttpCall would do for a
         # first attempt answered with one of first.answers, and nothing more. Anything else
         # hands over to them, with what was done so far.
@@ -493,14 +505,22 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
             host: HostKey = (parsed.scheme, parsed.host, parsed.port)
         else:
             host = (url.scheme, url.raw_host.decode("ascii"), url.port)
-        extensions = request.extensions
-        first = (
-            self._policies.first(request.method, host, extensions.get(EXTENSION_KEY))
-            if self._hedge is None or not self._hedged(request)
-            else None
-        )
-        if first is None:
+        if self._hedge is not None and self._hedged(request):
             return await self._retrying(request, self._start(request, host), None)
+        extensions = request.extensions
+        override = extensions.get(EXTENSION_KEY)
+        ready = self._policies.ready
+        if (  # the record first() would return, looked up here (see Policies.first)
+            ready is None
+            or override is not None
+            or OVERRIDES.used
+            or SCOPES.used
+            or (first := ready.get(host)) is None
+            or first[6] is not None
+        ):
+            first = self._policies.first(request.method, host, override)
+            if first is None:
+                return await self._retrying(request, self._start(request, host), None)
         # The first-attempt path, as in RetryTransport.handle_request: without a deadline of
         # the caller's, the attempt is bounded by httpx's timeouts (within the total time),
         # without a timer, and its body is not bounded (see _bound_body).
@@ -517,7 +537,11 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
                 return await self._retrying(request, self._resume(request, first, started), None)
         try:
             response = await self._transport.handle_async_request(request)
-            if limit and _small(response, limit):
+            if (
+                limit
+                and not isinstance(response.stream, httpx.ByteStream)  # (_small's first test)
+                and _small(response, limit)
+            ):
                 await _abuffer(response)
         except Exception as exc:
             outcome: httpx.Response | Exception | None = exc

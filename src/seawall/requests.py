@@ -20,6 +20,7 @@ from urllib3.exceptions import MaxRetryError, NewConnectionError
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
     OPTION_NAMES,
+    OVERRIDES,
     PER_HOST,
     FirstAttempt,
     HttpCall,
@@ -33,6 +34,7 @@ from seawall._policy.http import (
     retryable_error,
     settle,
 )
+from seawall._strategies.deadline import SCOPES
 from seawall._strategies.retry import RetryPolicy
 
 __all__ = ["DEFAULT_RETRY_EXCEPTIONS", "PER_HOST", "RetryAdapter"]
@@ -154,11 +156,19 @@ class RetryAdapter(HTTPAdapter):
         scheme, _, rest = (request.url or "").partition("://")
         host = f"{scheme}://{rest.split('/', 1)[0].rsplit('@', 1)[-1]}"
         method = request.method or "GET"
-        first = self._policies.first(method, host)
-        if first is None:
-            return self._retrying(
-                request, host, None, 0.0, None, stream, timeout, verify, cert, proxies
-            )
+        ready = self._policies.ready
+        if (  # the record first() would return, looked up here (see Policies.first)
+            ready is None
+            or OVERRIDES.used
+            or SCOPES.used
+            or (first := ready.get(host)) is None
+            or first[6] is not None
+        ):
+            first = self._policies.first(method, host)
+            if first is None:
+                return self._retrying(
+                    request, host, None, 0.0, None, stream, timeout, verify, cert, proxies
+                )
         # The first-attempt path (see Policies.first): what drive() and HttpCall would do for a
         # first attempt answered with one of first.answers; anything else hands over to them.
         now, before, after, answers, total, limit, _, _, _, _ = first

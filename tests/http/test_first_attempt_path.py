@@ -333,3 +333,68 @@ def test_first_attempt_path_skipped_when_it_does_not_apply(
     assert taken(RetryTransport(idempotency_key=True), method="POST", content=b"x") == ["start"]
     # ... and a POST without a key to add takes the first-attempt path.
     assert taken(RetryTransport(), method="POST", content=b"x") == []
+
+
+@pytest.fixture
+def firsts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The hosts Policies.first was called for."""
+    called: list[str] = []
+    first = rules.Policies.first
+
+    def counted(self: Any, method: str, host: Any, *args: Any) -> Any:
+        called.append(host)
+        return first(self, method, host, *args)
+
+    monkeypatch.setattr(rules.Policies, "first", counted)
+    return called
+
+
+def test_integrations_look_the_record_up_themselves_until_it_does_not_apply(
+    server: Server, firsts: list[Any]
+) -> None:
+    # While nothing else applies, an integration reads the record Policies.first would return
+    # from Policies.ready (the first request of a host builds it through first()). A handle
+    # to follow, an Idempotency-Key due, a per-request override, an override block or an
+    # ambient deadline used once in the process: first() is called each time.
+    url = server.url + "/ok"
+
+    def calls(transport: RetryTransport, method: str = "GET", **kwargs: Any) -> int:
+        with httpx.Client(transport=transport, timeout=5.0) as c:
+            for _ in range(3):
+                assert c.request(method, url, content=b"x", **kwargs).status_code == 200
+        count = len(firsts)
+        firsts.clear()
+        return count
+
+    def adapter_calls(adapter: RetryAdapter) -> int:
+        with requests.Session() as s:
+            s.mount("http://", adapter)
+            for _ in range(3):
+                assert s.get(url, timeout=5).status_code == 200
+        count = len(firsts)
+        firsts.clear()
+        return count
+
+    assert not rules.OVERRIDES.used and not rules.SCOPES.used  # a fresh process (conftest)
+    transport = RetryTransport()
+    assert calls(transport) == 1  # built once, then looked up
+    host = firsts_host(url)
+    assert transport._policies.ready == {host: transport._policies.first("GET", host)}
+    firsts.clear()
+    assert adapter_calls(RetryAdapter()) == 1
+    assert calls(RetryTransport(idempotency_key=True), "POST") == 3  # keyed: first() decides
+    registry = seawall.config.PolicyRegistry(
+        {"routes": {"api": {"retry_policy": {"num_retries": 1}}}}, hooks=()
+    )
+    assert calls(RetryTransport.from_route(registry, "api")) == 3  # a handle: no ready records
+    assert calls(RetryTransport(), extensions={"seawall": {"retries": 1}}) == 3
+    with seawall.http.override():
+        pass
+    assert rules.OVERRIDES.used
+    assert calls(RetryTransport()) == 3
+    assert adapter_calls(RetryAdapter()) == 3
+
+
+def firsts_host(url: str) -> Any:
+    u = httpx.URL(url)
+    return (u.scheme, u.host, u.port)

@@ -600,3 +600,34 @@ async def test_the_current_task_as_asyncio_tells_it() -> None:
         assert sa._current_task(other) is None  # no task running there
     finally:
         other.close()
+
+
+async def test_record_looked_up_by_the_middleware_until_it_does_not_apply(
+    server: Scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As the httpx transports do (tests/http/test_first_attempt_path.py): the first request of
+    # a host builds its record through Policies.first, the next ones read it from
+    # Policies.ready; once an override block was used in the process, first() decides each.
+    from seawall._policy import http as rules
+
+    called: list[Any] = []
+    first = rules.Policies.first
+
+    def counted(self: Any, method: str, host: Any, *args: Any) -> Any:
+        called.append(host)
+        return first(self, method, host, *args)
+
+    monkeypatch.setattr(rules.Policies, "first", counted)
+    url = server.script("r", *([200] * 6))
+    async with session(sa.RetryMiddleware(policy())) as s:
+        for _ in range(3):
+            async with s.get(url) as r:
+                assert r.status == 200
+        assert len(called) == 1
+        with seawall.http.override():
+            pass
+        for _ in range(3):
+            async with s.get(url) as r:
+                assert r.status == 200
+    assert len(called) == 4
+    assert server.attempts["r"] == 6

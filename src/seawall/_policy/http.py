@@ -673,6 +673,7 @@ class Policies:
         "_rules",
         "_state",
         "_statuses",
+        "ready",
         "wire",
     )
 
@@ -712,6 +713,9 @@ class Policies:
             self._state = self._build(policy, None)
         else:
             self._state = self._build(handle.policy, handle.route)
+        #: The first-attempt records by host (see :meth:`first`) when no handle is followed (a
+        #: reload would replace them), else ``None``.
+        self.ready = self._state.firsts if handle is None else None
 
     def _build(self, policy: RetryPolicy, route: RouteRules | None) -> _Live:
         statuses = self._statuses
@@ -854,6 +858,12 @@ class Policies:
         :func:`stateless_first`) and the policy has no ``retry_if_result``; no override
         applies (the request's *override*, an :func:`override` block); no ambient deadline
         is set; and no ``Idempotency-Key`` is due.
+
+        An integration may skip the call when it would only look the record up: while
+        :attr:`ready` is a dict, no override block nor ambient deadline has been used in the
+        process (``OVERRIDES.used``, ``SCOPES.used``), the request has no *override*, and
+        ``ready`` holds a record for *host* whose ``keyed`` (its field 6) is ``None``, that
+        record is what this returns.
         """
         if self._handle is not None:
             self.current()
