@@ -10,8 +10,11 @@ Each contender sends GET requests that succeed at once, in-process, with no netw
   - aiohttp against a real aiohttp server on 127.0.0.1 (the same event loop): a bare session,
     one with seawall's ``RetryMiddleware``, and one with a middleware that only passes the
     request on (what aiohttp's middleware chain costs by itself).
-Every seawall contender uses the defaults (a per-host budget, the 30 s total time); one more
-row per httpx client runs inside ``seawall.deadline(10)``, which adds the deadline headers.
+Every seawall contender uses the defaults (a per-host budget, the 30 s total time). Last, once
+the others are measured, one more table per httpx client times a bare client, seawall, and
+seawall inside ``seawall.deadline(10)`` (which adds the deadline headers): once a deadline
+has been used in a process, each later request looks for an ambient deadline, so these
+tables show that state, and the first ones a process that has never used one.
 
 Contenders are interleaved in many short rounds, in an order shuffled for each round (with a
 fixed order, the place in the round alone moved a ratio by 1-2%: a second bare client timed
@@ -82,28 +85,47 @@ def httpx_clients(client: Any, transport: Any) -> dict[str, Any]:
 
 def httpx_sync() -> dict[str, Callable[[], object]]:
     clients = httpx_clients(httpx.Client, RetryTransport)
-    out: dict[str, Callable[[], object]] = {n: (lambda c=c: c.get(URL)) for n, c in clients.items()}
+    return {n: (lambda c=c: c.get(URL)) for n, c in clients.items()}
+
+
+def httpx_sync_deadline() -> dict[str, Callable[[], object]]:
+    """Bare, seawall, and seawall inside ``seawall.deadline(10)`` (see AFTER_A_DEADLINE)."""
+    clients = httpx_clients(httpx.Client, RetryTransport)
 
     def with_deadline() -> object:
         with seawall.deadline(10.0):
             return clients["seawall"].get(URL)
 
-    out["seawall, in a deadline"] = with_deadline
-    return out
+    return {
+        "bare": lambda: clients["bare"].get(URL),
+        "seawall": lambda: clients["seawall"].get(URL),
+        "seawall, in a deadline": with_deadline,
+    }
 
 
 def httpx_async() -> dict[str, Callable[[], Awaitable[object]]]:
     clients = httpx_clients(httpx.AsyncClient, AsyncRetryTransport)
-    out: dict[str, Callable[[], Awaitable[object]]] = {
-        n: (lambda c=c: c.get(URL)) for n, c in clients.items()
-    }
+    return {n: (lambda c=c: c.get(URL)) for n, c in clients.items()}
+
+
+def httpx_async_deadline() -> dict[str, Callable[[], Awaitable[object]]]:
+    clients = httpx_clients(httpx.AsyncClient, AsyncRetryTransport)
 
     async def with_deadline() -> object:
         async with seawall.deadline(10.0):
             return await clients["seawall"].get(URL)
 
-    out["seawall, in a deadline"] = with_deadline
-    return out
+    return {
+        "bare": lambda: clients["bare"].get(URL),
+        "seawall": lambda: clients["seawall"].get(URL),
+        "seawall, in a deadline": with_deadline,
+    }
+
+
+#: The title suffix of the tables measured once ``seawall.deadline`` has been used in the
+#: process: they run last, since from then on the integrations' first-attempt path also looks
+#: for an ambient deadline (see Policies.first), in every later request.
+AFTER_A_DEADLINE = ", once a deadline was used"
 
 
 class _PreparedPool(urllib3.connectionpool.HTTPConnectionPool):
@@ -183,7 +205,7 @@ async def _serve() -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{port}/orders/7"
 
 
-async def asynchronous(rounds: int, number: int) -> tuple[Times, Times]:
+async def asynchronous(rounds: int, number: int) -> tuple[Times, Times, Times]:
     loop = asyncio.get_running_loop()
 
     async def timed(fn: Callable[[], Awaitable[object]], n: int) -> float:
@@ -231,7 +253,7 @@ async def asynchronous(rounds: int, number: int) -> tuple[Times, Times]:
             await session.close()
     finally:
         await runner.cleanup()
-    return httpx_times, aiohttp_times
+    return httpx_times, aiohttp_times, await best_of(httpx_async_deadline(), number)
 
 
 def table(title: str, times: Times, markdown: bool) -> str:
@@ -256,7 +278,9 @@ def main() -> None:
     args = parser.parse_args()
     sync_httpx = measure(httpx_sync(), args.rounds, args.number, run_sync)
     sync_requests = measure(requests_sync(), args.rounds, args.number, run_sync)
-    async_httpx, async_aiohttp = asyncio.run(asynchronous(args.rounds, args.number))
+    # The deadline rows last (AFTER_A_DEADLINE): async, then sync.
+    async_httpx, async_aiohttp, async_deadline = asyncio.run(asynchronous(args.rounds, args.number))
+    sync_deadline = measure(httpx_sync_deadline(), args.rounds, args.number, run_sync)
     print(machine())
     print(
         f"{args.rounds} rounds of {args.number} requests, in a shuffled order: best "
@@ -267,6 +291,8 @@ def main() -> None:
         ("httpx.AsyncClient (MockTransport)", async_httpx),
         ("requests.Session (prepared urllib3 response)", sync_requests),
         ("aiohttp.ClientSession (aiohttp server on 127.0.0.1)", async_aiohttp),
+        ("httpx.Client (MockTransport)" + AFTER_A_DEADLINE, sync_deadline),
+        ("httpx.AsyncClient (MockTransport)" + AFTER_A_DEADLINE, async_deadline),
     ):
         print()
         print(table(title, times, args.markdown))
