@@ -10,6 +10,7 @@ file resets all of them around every test; test files do not reset them themselv
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -61,3 +62,18 @@ def _fresh_process_state() -> Iterator[None]:
     reset_process_state()
     yield
     reset_process_state()
+
+
+@pytest.fixture
+def first_calls(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The hosts ``Policies.first`` is called for, in order (the HTTP integrations read a
+    host's first-attempt record themselves while nothing else applies)."""
+    called: list[object] = []
+    first = _http.Policies.first
+
+    def counted(self: _http.Policies, method: str, host: Any, *args: Any) -> Any:
+        called.append(host)
+        return first(self, method, host, *args)
+
+    monkeypatch.setattr(_http.Policies, "first", counted)
+    return called

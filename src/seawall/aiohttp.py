@@ -24,6 +24,7 @@ import yarl
 from seawall._core.clock import TESTING
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
+    HOST_KEY_SAMPLES,
     OVERRIDES,
     PER_HOST,
     FirstAttempt,
@@ -74,16 +75,8 @@ def _url_slots_work() -> bool:
     their two calls (each fills the URL's cache on the first read: a new URL every request).
     Checked once, on URLs of every shape; when yarl changes those fields, the properties are
     read instead."""
-    samples = (
-        "http://api.test/x",
-        "HTTPS://User:pw@API.Test:8443/x?q#f",
-        "https://api.test:443/",
-        "http://[::1]:8080/",
-        "http://\u4e2d\u56fd.icom.museum/",
-        "http://127.0.0.1:80",
-    )
     try:
-        for text in samples:
+        for text in HOST_KEY_SAMPLES:
             url = yarl.URL(text)
             if (url._scheme, url._netloc) != (url.scheme, url.raw_authority):
                 return False

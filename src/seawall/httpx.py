@@ -20,6 +20,7 @@ from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
     EXTENSION_KEY,
     HISTORY_KEY,
+    HOST_KEY_SAMPLES,
     OVERRIDES,
     PER_HOST,
     FirstAttempt,
@@ -80,16 +81,8 @@ def _parsed_url_works() -> bool:
     ``URL.scheme``, ``URL.raw_host`` (decoded) and ``URL.port`` give, without their three
     calls (about 1% of a bare request). Checked once, on URLs of every shape; when httpx
     changes that attribute, the properties are read instead."""
-    samples = (
-        "http://api.test/x",
-        "HTTPS://User:pw@API.Test:8443/x?q#f",
-        "https://api.test:443/",
-        "http://[::1]:8080/",
-        "http://\u4e2d\u56fd.icom.museum/",
-        "http://127.0.0.1:80",
-    )
     try:
-        for text in samples:
+        for text in HOST_KEY_SAMPLES:
             url = httpx.URL(text)
             parsed = url._uri_reference
             if (parsed.scheme, parsed.host, parsed.port) != (

@@ -335,22 +335,8 @@ def test_first_attempt_path_skipped_when_it_does_not_apply(
     assert taken(RetryTransport(), method="POST", content=b"x") == []
 
 
-@pytest.fixture
-def firsts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The hosts Policies.first was called for."""
-    called: list[str] = []
-    first = rules.Policies.first
-
-    def counted(self: Any, method: str, host: Any, *args: Any) -> Any:
-        called.append(host)
-        return first(self, method, host, *args)
-
-    monkeypatch.setattr(rules.Policies, "first", counted)
-    return called
-
-
 def test_integrations_look_the_record_up_themselves_until_it_does_not_apply(
-    server: Server, firsts: list[Any]
+    server: Server, first_calls: list[Any]
 ) -> None:
     # While nothing else applies, an integration reads the record Policies.first would return
     # from Policies.ready (the first request of a host builds it through first()). A handle
@@ -362,8 +348,8 @@ def test_integrations_look_the_record_up_themselves_until_it_does_not_apply(
         with httpx.Client(transport=transport, timeout=5.0) as c:
             for _ in range(3):
                 assert c.request(method, url, content=b"x", **kwargs).status_code == 200
-        count = len(firsts)
-        firsts.clear()
+        count = len(first_calls)
+        first_calls.clear()
         return count
 
     def adapter_calls(adapter: RetryAdapter) -> int:
@@ -371,8 +357,8 @@ def test_integrations_look_the_record_up_themselves_until_it_does_not_apply(
             s.mount("http://", adapter)
             for _ in range(3):
                 assert s.get(url, timeout=5).status_code == 200
-        count = len(firsts)
-        firsts.clear()
+        count = len(first_calls)
+        first_calls.clear()
         return count
 
     assert not rules.OVERRIDES.used and not rules.SCOPES.used  # a fresh process (conftest)
@@ -380,7 +366,7 @@ def test_integrations_look_the_record_up_themselves_until_it_does_not_apply(
     assert calls(transport) == 1  # built once, then looked up
     host = firsts_host(url)
     assert transport._policies.ready == {host: transport._policies.first("GET", host)}
-    firsts.clear()
+    first_calls.clear()
     assert adapter_calls(RetryAdapter()) == 1
     assert calls(RetryTransport(idempotency_key=True), "POST") == 3  # keyed: first() decides
     registry = seawall.config.PolicyRegistry(

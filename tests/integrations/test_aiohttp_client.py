@@ -603,21 +603,12 @@ async def test_the_current_task_as_asyncio_tells_it() -> None:
 
 
 async def test_record_looked_up_by_the_middleware_until_it_does_not_apply(
-    server: Scripted, monkeypatch: pytest.MonkeyPatch
+    server: Scripted, first_calls: list[Any]
 ) -> None:
     # As the httpx transports do (tests/http/test_first_attempt_path.py): the first request of
     # a host builds its record through Policies.first, the next ones read it from
     # Policies.ready; once an override block was used in the process, first() decides each.
-    from seawall._policy import http as rules
-
-    called: list[Any] = []
-    first = rules.Policies.first
-
-    def counted(self: Any, method: str, host: Any, *args: Any) -> Any:
-        called.append(host)
-        return first(self, method, host, *args)
-
-    monkeypatch.setattr(rules.Policies, "first", counted)
+    called = first_calls
     url = server.script("r", *([200] * 6))
     async with session(sa.RetryMiddleware(policy())) as s:
         for _ in range(3):

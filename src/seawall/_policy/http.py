@@ -977,6 +977,18 @@ def exception_classes(retry_on: object) -> tuple[type[Exception], ...]:
 
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
 
+#: URLs of every shape (user info, upper case, default and other ports, IPv6, IDNA), on which
+#: an integration that reads a client library's URL internals checks, at import, that they give
+#: what its public properties give.
+HOST_KEY_SAMPLES: Final = (
+    "http://api.test/x",
+    "HTTPS://User:pw@API.Test:8443/x?q#f",
+    "https://api.test:443/",
+    "http://[::1]:8080/",
+    "http://\u4e2d\u56fd.icom.museum/",
+    "http://127.0.0.1:80",
+)
+
 
 #: How an integration names the host of a request: ``"scheme://netloc"``, ``(scheme, netloc)``,
 #: or ``(scheme, host, port)`` (``host`` in lower case, IDNA-encoded; ``port`` ``None`` for the
