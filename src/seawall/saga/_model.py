@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import hashlib
 import inspect
+import json
 import math
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,8 +30,13 @@ __all__ = [
     "StepRecord",
     "WorkerLost",
     "check_json",
+    "fingerprint",
     "utc",
 ]
+
+
+#: The longest status text read from a store (a longer one is refused as unreadable).
+_MAX_STATUS: Final = 64
 
 
 class Status(str, enum.Enum):
@@ -51,13 +58,30 @@ class Status(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    @classmethod
+    def _missing_(cls, value: object) -> Status | None:
+        # A status a newer seawall wrote: shown as it is (list, runs(), counts()), never
+        # rewritten; a run holding one is parked, not run (``known`` is False).
+        if not isinstance(value, str) or not value or len(value) > _MAX_STATUS:
+            return None
+        member = str.__new__(cls, value)
+        member._name_ = value
+        member._value_ = value
+        return member
+
     @property
     def final(self) -> bool:
         """Whether a run in this status is over (nothing will run for it again by itself)."""
         return self in _FINAL
 
+    @property
+    def known(self) -> bool:
+        """Whether this seawall knows the status (``False`` for one a newer version wrote)."""
+        return self.value in _KNOWN
+
 
 _FINAL: Final = frozenset({Status.SUCCEEDED, Status.COMPENSATED, Status.FAILED})
+_KNOWN: Final = frozenset(s.value for s in Status)
 
 #: What a step does when its policy gives up: compensate the finished steps (the default),
 #: stop the run as FAILED without compensating, or park it (NEEDS_ATTENTION) for a person.
@@ -203,10 +227,20 @@ class Saga:
     Args:
         name: how runs name their saga in the log (``orch.start(name, input)``).
         steps: at least one :class:`Step`, with distinct names.
+        version: the definition's version (an int from 1). Give a changed step list a new
+            version and register both with the orchestrator: a run continues on the definition
+            it started under (see :attr:`fingerprint`).
+
+    Attributes:
+        fingerprint: a digest of the name, the version and the step names in order: what a
+            run records as the definition it started under. The store refuses a second,
+            different step list under the same name and version.
     """
 
     name: str
     steps: Sequence[Step]
+    version: int = 1
+    fingerprint: str = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or not self.name.isprintable():
@@ -224,6 +258,30 @@ class Saga:
                 raise ValueError(f"saga {self.name!r}: duplicate step name {step.name!r}")
             seen.add(step.name)
         object.__setattr__(self, "steps", steps)
+        if (
+            isinstance(self.version, bool)
+            or not isinstance(self.version, int)
+            or not 1 <= self.version <= _MAX_VERSION
+        ):
+            raise ValueError(
+                f"version must be an int from 1 to {_MAX_VERSION}, got {self.version!r}"
+            )
+        object.__setattr__(self, "fingerprint", fingerprint(self.name, self.version, self.names))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The step names, in order."""
+        return tuple(step.name for step in self.steps)
+
+
+_MAX_VERSION: Final = 2**31 - 1
+
+
+def fingerprint(name: str, version: int, names: Sequence[str]) -> str:
+    """The digest a run records of the definition it started under: the saga's name, version
+    and step names in order (16 hex digits of SHA-256)."""
+    text = json.dumps([name, version, list(names)], separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

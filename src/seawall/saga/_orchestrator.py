@@ -56,7 +56,7 @@ from seawall.saga._model import (
     check_json,
     utc,
 )
-from seawall.saga._store import Loaded, RunRow, StepRow, Store, open_store
+from seawall.saga._store import HistoryRow, Loaded, RunRow, StepRow, Store, open_store
 from seawall.testing import VirtualEventLoop
 
 __all__ = ["Hook", "Orchestrator", "apply_operation", "logging_hook", "to_run"]
@@ -156,11 +156,14 @@ class _Pending:
 
 
 class _Work:
-    __slots__ = ("events", "loaded", "lost", "pending", "saga", "token")
+    __slots__ = ("events", "loaded", "lost", "pending", "problem", "saga", "token")
 
-    def __init__(self, loaded: Loaded, saga: Saga) -> None:
+    def __init__(self, loaded: Loaded, saga: Saga | None, problem: str | None = None) -> None:
         self.loaded = loaded
-        self.saga = saga
+        #: The definition the run started under; ``None`` when it is not registered here
+        #: (``problem`` says why): the run parks, and no function runs for it.
+        self.saga: Saga = saga  # type: ignore[assignment]
+        self.problem = problem
         self.token = loaded.run.token
         self.pending: _Pending | None = None
         self.lost = False
@@ -188,6 +191,9 @@ def apply_operation(loaded: Loaded, operation: str, now: float) -> None:
     status = run.status
     if status in (S.SUCCEEDED.value, S.COMPENSATED.value, S.FAILED.value):
         raise ValueError(f"run {run.run_id!r} is {status}: {operation} does not apply to it")
+    unknown = unknown_status(loaded)
+    if unknown is not None:
+        raise ValueError(f"{unknown}: {operation} is left to the seawall that wrote it")
 
     def note(**detail: Any) -> None:
         loaded.history.append(
@@ -271,6 +277,61 @@ def apply_operation(loaded: Loaded, operation: str, now: float) -> None:
     run.updated_at = now
 
 
+_STEP_STATUSES: Final = frozenset(
+    {
+        S.PENDING.value,
+        S.RUNNING.value,
+        S.RETRYING.value,
+        S.SUCCEEDED.value,
+        S.FAILED.value,
+        S.COMPENSATING.value,
+        S.COMPENSATED.value,
+    }
+)
+_RUN_STATUSES: Final = _ACTIVE | _SETTLED
+
+
+def unknown_status(loaded: Loaded) -> str | None:
+    """Why this version must not act on the run: a run or step status it does not know (a newer
+    seawall wrote it), else ``None``."""
+    run = loaded.run
+    if run.status not in _RUN_STATUSES:
+        return f"run {run.run_id!r} has the status {run.status!r}, unknown to this seawall"
+    for row in loaded.steps:
+        if row.status not in _STEP_STATUSES:
+            return (
+                f"step {row.name!r} of run {run.run_id!r} has the status {row.status!r}, "
+                "unknown to this seawall"
+            )
+    return None
+
+
+def changed_reason(run: RunRow, names: Sequence[str], versions: dict[int, Saga]) -> str:
+    """Why a run cannot go on here: what changed between the definition it started under (its
+    step rows' *names*) and the newest one registered, in words a person can act on."""
+    started = f"version {run.version}" if isinstance(run.version, int) else "its first version"
+    if not versions:  # pragma: no cover - runs are claimed for registered sagas only
+        return f"saga {run.saga!r} is not registered in this worker"
+    newest = versions[max(versions)]
+    new = list(newest.names)
+    changes = []
+    for i, name in enumerate(names):
+        if name not in new:
+            changes.append(f"step {name!r} is gone")
+        elif new.index(name) != i:
+            changes.append(f"step {name!r} is now at position {new.index(name) + 1}")
+    changes += [f"step {name!r} is new" for name in new if name not in names]
+    if not changes:
+        changes.append(f"version {newest.version} has the same steps")
+    shown = "; ".join(changes[:3]) + ("; ..." if len(changes) > 3 else "")
+    registered = ", ".join(str(v) for v in sorted(versions))
+    return (
+        f"saga {run.saga!r} changed under run {run.run_id!r}: {shown} (the run started under "
+        f"{started}; this worker has version {registered}). Register the definition it started "
+        "under beside the new one to let it finish, or cancel it"
+    )
+
+
 def _without_holds(text: str | None) -> str | None:
     """The retry state with its budget holds cleared: an operator's retry does not ask the
     budget first (the holds are the core's, in the snapshot; the first schema kept them beside
@@ -289,10 +350,11 @@ def _without_holds(text: str | None) -> str | None:
     return text
 
 
-def operate(store: Store, run_id: str, operation: str, now: float) -> str:
+def operate(store: Store, run_id: str, operation: str, now: float | None = None) -> str:
     """Apply *operation* to *run_id* in *store*: at once when no worker holds the run, else as
     a request its worker applies after the attempt it is running. Returns ``"applied"`` or
-    ``"requested"``.
+    ``"requested"``. Times are the store's (*now* is not used: kept for callers of the first
+    version).
 
     Raises:
         KeyError: no such run.
@@ -301,6 +363,7 @@ def operate(store: Store, run_id: str, operation: str, now: float) -> str:
     if operation not in OPERATIONS:
         raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
     with store.transaction():
+        now = store.now()  # the store's clock judges the lease, not the caller's
         loaded = store.lock(run_id)
         if loaded is None:
             raise KeyError(f"no run {run_id!r} in {store.redacted()}")
@@ -411,7 +474,7 @@ class _Heartbeat:
             try:
                 if self._store is None:
                     self._store = orch._store.clone()
-                self._store.renew(leases, orch._wall() + orch.lease)
+                self._store.renew(leases, orch.lease)
             except Exception:  # the next tick tries again; the lease may lapse meanwhile
                 logger.exception("seawall saga: renewing leases failed")
                 if self._store is not None:
@@ -435,10 +498,19 @@ class Orchestrator:
             ``"postgresql://user@host/db"`` (extra ``postgres``; many workers, many machines).
             The library creates and migrates its tables, and refuses a store of a newer schema.
         sagas: the sagas this process runs (runs of other sagas in the store are left alone).
-        lease: seconds a claimed run stays claimed by its worker, on the orchestrator's clock
+            Several versions of one saga may be given (``Saga(..., version=2)``): a run goes on
+            with the definition it started under, and new runs start with the highest
+            version. A run whose definition is not given parks as NEEDS_ATTENTION with a
+            reason; no function ever runs for another step's row.
+        lease: seconds a claimed run stays claimed by its worker, on the store's clock
             (renewed while an attempt runs); after a crash, the run waits this long at most.
-        clock: the system clock (default; the log holds ``time.time()``), or a
-            :class:`~seawall.VirtualClock` whose ``now()`` is read as seconds since the epoch.
+        clock: the worker's clock, for its waits and each attempt's time limit: the system
+            clock (default), or a :class:`~seawall.VirtualClock` whose ``now()`` is read as
+            seconds since the epoch.
+        store_clock: the clock on which leases and due times are judged. By default the
+            store's own: PostgreSQL's ``clock_timestamp()``; for SQLite (one machine)
+            ``time.time()``; with a virtual *clock*, that clock. Give one only to simulate
+            workers whose clocks disagree.
         batch: runs claimed together: their log writes share commits.
         hooks: callables receiving a :class:`~seawall.saga.SagaEvent` after each attempt and
             run status change is in the log; ``None`` means the logging hook.
@@ -446,8 +518,9 @@ class Orchestrator:
         worker_id: how leases name this worker (default: host, pid and a random suffix).
 
     Raises:
-        TypeError, ValueError: a parameter is invalid, the store's scheme is unknown, or two
-            sagas share a name.
+        TypeError, ValueError: a parameter is invalid, the store's scheme is unknown, two sagas
+            share a name and version, or the store holds another step list under a name and
+            version given here.
         SchemaVersionError: the store was written by a newer seawall.
     """
 
@@ -458,6 +531,7 @@ class Orchestrator:
         *,
         lease: float = 30.0,
         clock: Clock | None = None,
+        store_clock: Clock | None = None,
         batch: int = 32,
         hooks: Sequence[Hook] | None = None,
         poll: float = 1.0,
@@ -465,18 +539,22 @@ class Orchestrator:
     ) -> None:
         if isinstance(sagas, Saga) or not isinstance(sagas, Iterable):
             raise TypeError(f"sagas must be a sequence of saga.Saga, got {sagas!r}")
-        known: dict[str, Saga] = {}
+        versions: dict[str, dict[int, Saga]] = {}
         for s in sagas:
             if not isinstance(s, Saga):
                 raise TypeError(f"sagas must be saga.Saga objects, got {s!r}")
-            if s.name in known:
-                raise ValueError(f"sagas: two sagas are named {s.name!r}")
-            known[s.name] = s
+            if s.version in versions.setdefault(s.name, {}):
+                raise ValueError(f"sagas: two sagas are named {s.name!r} with version {s.version}")
+            versions[s.name][s.version] = s
+        # New runs start with the highest version of each saga.
+        known = {name: by[max(by)] for name, by in versions.items()}
         self.lease = _validate.seconds("lease", lease, zero=False, finite=True)
         self.poll = _validate.seconds("poll", poll, zero=False, finite=True)
         self.batch = _validate.count("batch", batch, minimum=1)
         if clock is not None and not isinstance(clock, Clock):
             raise TypeError(f"clock must implement seawall.Clock, got {clock!r}")
+        if store_clock is not None and not isinstance(store_clock, Clock):
+            raise TypeError(f"store_clock must implement seawall.Clock, got {store_clock!r}")
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self._wall: Callable[[], float] = (
             time.time if type(self.clock) is SystemClock else self.clock.now
@@ -495,9 +573,21 @@ class Orchestrator:
         elif not isinstance(worker_id, str) or not worker_id:
             raise TypeError(f"worker_id must be a non-empty str or None, got {worker_id!r}")
         self.worker_id = worker_id
+        #: The newest version of each saga, by name (what :meth:`start` starts).
         self.sagas: dict[str, Saga] = known
+        self._versions = versions
         self._saga_names = tuple(known)
-        self._store = open_store(url)
+        if store_clock is None and isinstance(self.clock, VirtualClock):
+            store_clock = self.clock
+        self._store = open_store(url, None if store_clock is None else store_clock.now)
+        try:
+            with self._store.transaction():
+                for by in versions.values():
+                    for s in by.values():
+                        self._store.register(s.name, s.version, s.fingerprint, s.names)
+        except BaseException:
+            self._store.close()
+            raise
         self._heartbeat = _Heartbeat(self)
         self._loop: asyncio.AbstractEventLoop | None = None
         # Decisions and attempts run in a context of the orchestrator's own: a durable run does
@@ -576,7 +666,7 @@ class Orchestrator:
             or len(run_ids) != len(inputs)
         ):
             raise ValueError("run_ids must be None or a sequence as long as inputs")
-        now = self._wall()
+        now = self._store.now()
         items: list[Loaded] = []
         for k, value in enumerate(inputs):
             what = "input" if len(inputs) == 1 else f"inputs[{k}]"
@@ -599,7 +689,7 @@ class Orchestrator:
                     )
         self._emit(
             [
-                SagaEvent("run", name, run_id, None, None, 0, None, None, None, S.RUNNING, 0.0)
+                SagaEvent("run", saga.name, run_id, None, None, 0, None, None, None, S.RUNNING, 0.0)
                 for run_id, existing in zip(ids, found, strict=True)
                 if existing is None
             ]
@@ -616,7 +706,23 @@ class Orchestrator:
                 f"run_id must be 1 to {_MAX_RUN_ID} printable characters, got {run_id!r}"
             )
         name = saga.name
-        run = RunRow((run_id, name, S.RUNNING.value, text, None, now, now, now, None, 0, None))
+        run = RunRow(
+            (
+                run_id,
+                name,
+                S.RUNNING.value,
+                text,
+                None,
+                now,
+                now,
+                now,
+                None,
+                0,
+                None,
+                saga.version,
+                saga.fingerprint,
+            )
+        )
         steps = [
             StepRow(
                 (
@@ -641,7 +747,17 @@ class Orchestrator:
         ]
         loaded = Loaded(run, steps)
         loaded.history.append(
-            (run_id, now, None, None, "started", None, None, None, _dumps({"saga": name}))
+            (
+                run_id,
+                now,
+                None,
+                None,
+                "started",
+                None,
+                None,
+                None,
+                _dumps({"saga": name, "version": saga.version, "fingerprint": saga.fingerprint}),
+            )
         )
         return loaded
 
@@ -688,7 +804,7 @@ class Orchestrator:
         return self._operate(run_id, "cancel")
 
     def _operate(self, run_id: str, operation: str) -> Run:
-        operate(self._store, run_id, operation, self._wall())
+        operate(self._store, run_id, operation)
         return self.get(run_id)
 
     # -- running ------------------------------------------------------------------------------
@@ -719,15 +835,16 @@ class Orchestrator:
             if loaded is None:
                 raise KeyError(f"no run {run_id!r} in {self._store.redacted()}")
             run = loaded.run
-            if run.status in _SETTLED:
-                return to_run(loaded)
+            if run.status in _SETTLED or run.status not in _ACTIVE:
+                return to_run(loaded)  # over, or in a status only a newer seawall runs
             if run.saga not in self.sagas:
                 raise ValueError(f"run {run_id!r} is of saga {run.saga!r}, unknown here")
             claimed, _ = self._round(run_id)
             if claimed:
                 continue
-            due = run.due_at if run.due_at is not None else self._wall() + self.poll
-            wait = due - self._wall()
+            now = self._store.now()
+            due = run.due_at if run.due_at is not None else now + self.poll
+            wait = due - now
             if type(self.clock) is SystemClock:
                 wait = min(wait, self.poll)  # another process may change the run meanwhile
             if wait > 0:
@@ -763,7 +880,7 @@ class Orchestrator:
                 )
                 self._reconnect()
                 due = None
-            wait = self.poll if due is None else min(self.poll, due - self._wall())
+            wait = self.poll if due is None else min(self.poll, due - self._store_now())
             # Due but not claimed: other workers hold those rows for a moment.
             wait = max(wait, MIN_IDLE)
             if stop is not None and type(self.clock) is SystemClock:
@@ -786,6 +903,37 @@ class Orchestrator:
     def _next_due(self) -> float | None:
         return self._store.next_due(self._saga_names)
 
+    def _store_now(self) -> float:
+        try:
+            return self._store.now()
+        except Exception as exc:
+            if not self._store.unavailable(exc):
+                raise
+            return self._wall()  # only to size an idle wait while the store is away
+
+    def _definition(self, loaded: Loaded) -> tuple[Saga | None, str | None]:
+        """The definition *loaded* started under, or ``None`` and why it is not here."""
+        run = loaded.run
+        versions = self._versions.get(run.saga, {})
+        names = [row.name for row in loaded.steps]
+        if run.fingerprint is not None:
+            saga = versions.get(run.version) if isinstance(run.version, int) else None
+            if (
+                saga is not None
+                and saga.fingerprint == run.fingerprint
+                and list(saga.names) == names
+            ):
+                return saga, None
+        else:
+            # A run of the first schema recorded no definition: the newest version with the
+            # same step names is the one it started under (and is recorded now).
+            for version in sorted(versions, reverse=True):
+                saga = versions[version]
+                if list(saga.names) == names:
+                    run.version, run.fingerprint = saga.version, saga.fingerprint
+                    return saga, None
+        return None, changed_reason(run, names, versions)
+
     # -- one round: claim, then run and record until every claimed run is released ------------
 
     def _round(self, run_id: str | None) -> tuple[int, int]:
@@ -794,10 +942,14 @@ class Orchestrator:
     def _claim_and_run(self, run_id: str | None) -> tuple[int, int]:
         store = self._store
         works: list[_Work] = []
-        now = self._wall()
         with store.transaction():
+            now = store.now()
             for loaded in store.claim(now, 1 if run_id else self.batch, self._saga_names, run_id):
-                work = _Work(loaded, self.sagas[loaded.run.saga])
+                problem = unknown_status(loaded)
+                saga = None
+                if problem is None:
+                    saga, problem = self._definition(loaded)
+                work = _Work(loaded, saga, problem)
                 loaded.run.token = work.token + 1
                 loaded.run.lease_owner = self.worker_id
                 self._advance_safely(work, now)
@@ -815,11 +967,12 @@ class Orchestrator:
             finally:
                 self._heartbeat.release()
             ran += len(pending)
-            now = self._wall()
             with store.transaction():
+                now = store.now()
                 asked = store.requested([w.loaded.run.run_id for w in pending])
                 for w, outcome in zip(pending, outcomes, strict=True):
                     w.loaded.run.requested = asked.get(w.loaded.run.run_id)
+                    done = w.pending
                     try:
                         self._record(w, outcome, now)
                     except Exception as exc:
@@ -827,6 +980,8 @@ class Orchestrator:
                     else:
                         self._advance_safely(w, now)
                     self._save(w)
+                    if w.lost and done is not None:
+                        store.append_history([self._fenced(w, done, outcome, now)])
             self._emit([e for w in pending for e in w.events])
             for w in pending:
                 w.events = []
@@ -854,8 +1009,33 @@ class Orchestrator:
                 return
             # A request that arrived between the check and the write: the attempt just planned
             # stays in the history, and the operation applies on top (_advance applies it).
-            self._advance(w, self._wall())
+            self._advance(w, self._store.now())
         raise RuntimeError(f"run {run.run_id!r}: could not save")  # pragma: no cover
+
+    def _fenced(
+        self, w: _Work, done: _Pending, outcome: tuple[bool, Any, float], now: float
+    ) -> HistoryRow:
+        """The history line of an attempt whose outcome is not recorded: its worker's lease
+        was taken (fencing); the log still says what it did."""
+        ok, value, duration = outcome
+        error = None if ok else error_summary(value)
+        return (
+            w.loaded.run.run_id,
+            now,
+            done.ctx.step,
+            done.phase,
+            "fenced",
+            done.ctx.attempt,
+            None,
+            error,
+            _dumps(
+                {
+                    "worker": self.worker_id,
+                    "outcome": "success" if ok else "failure",
+                    "duration": round(duration, 6),
+                }
+            ),
+        )
 
     # -- deciding what runs next ---------------------------------------------------------------
 
@@ -884,6 +1064,16 @@ class Orchestrator:
         open transaction, and ``w.pending`` is set), or leave a wait in the log, or finish."""
         loaded, run = w.loaded, w.loaded.run
         w.pending = None
+        if w.problem is not None:
+            # No function runs for this run here: it waits for a person (or for a worker that
+            # has its definition, after an operator's retry), and its step rows stay as they are.
+            for row in loaded.steps:
+                row.dirty = False
+            if run.status not in _ACTIVE:  # pragma: no cover - claims take active runs only
+                self._release(w, None, now)
+                return
+            self._finish(w, S.NEEDS_ATTENTION, now, w.problem)
+            return
         if run.requested:
             with contextlib.suppress(ValueError):
                 apply_operation(loaded, run.requested, now)
@@ -931,6 +1121,8 @@ class Orchestrator:
         loaded, run = w.loaded, w.loaded.run
         row = loaded.steps[index]
         step = w.saga.steps[index]
+        if step.name != row.name:  # pragma: no cover - the definition was matched by its names
+            raise RuntimeError(f"step {step.name!r} does not match the row of step {row.name!r}")
         policy = step.retry_policy
         comp = phase == "compensation"
         if row.running:
@@ -1403,7 +1595,9 @@ class Orchestrator:
                 if p.deadline == math.inf:
                     value = p.fn(p.ctx)
                 else:
-                    at = Deadline(clock.now() + (p.deadline - started), clock)
+                    # The time left when the attempt began (on the store's clock), from now on
+                    # this worker's clock: the two clocks may disagree, their intervals do not.
+                    at = Deadline(clock.now() + (p.deadline - p.started), clock)
                     with deadline(at=at):
                         value = p.fn(p.ctx)
                 if inspect.isawaitable(value):
@@ -1428,7 +1622,7 @@ class Orchestrator:
                 if p.deadline == math.inf:
                     value = await p.fn(p.ctx)
                 else:
-                    at = Deadline(clock.now() + (p.deadline - started), clock)
+                    at = Deadline(clock.now() + (p.deadline - p.started), clock)
                     async with deadline(at=at):
                         value = await p.fn(p.ctx)
         except Exception as exc:

@@ -13,23 +13,34 @@ lease expires; final and parked runs have none.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import threading
+import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
-from seawall.saga._model import SchemaVersionError
+from seawall.saga._model import SchemaVersionError, Status
+
+#: The run statuses a worker of this version claims and runs.
+ACTIVE_STATUSES: Final = (
+    Status.RUNNING.value,
+    Status.RETRYING.value,
+    Status.COMPENSATING.value,
+)
 
 __all__ = ["SCHEMA_VERSION", "HistoryRow", "Loaded", "RunRow", "StepRow", "Store", "open_store"]
 
 #: The version of the tables this seawall writes; a store of a newer version is refused.
-SCHEMA_VERSION: Final = 1
+#: Version 2 adds the definition a run started under (``saga_version``, ``fingerprint``) and
+#: the table of registered definitions.
+SCHEMA_VERSION: Final = 2
 
 RUN_COLUMNS: Final = (
     "run_id, saga, status, input, reason, created_at, updated_at, due_at, lease_owner, "
-    "lease_token, requested"
+    "lease_token, requested, saga_version, fingerprint"
 )
 STEP_COLUMNS: Final = (
     "run_id, position, name, status, running, attempt_count, compensation_attempt_count, "
@@ -45,6 +56,7 @@ class RunRow:
     __slots__ = (
         "created_at",
         "due_at",
+        "fingerprint",
         "input",
         "lease_owner",
         "reason",
@@ -54,6 +66,7 @@ class RunRow:
         "status",
         "token",
         "updated_at",
+        "version",
     )
 
     def __init__(self, row: Sequence[Any]) -> None:
@@ -69,6 +82,8 @@ class RunRow:
             self.lease_owner,
             self.token,
             self.requested,
+            self.version,
+            self.fingerprint,
         ) = row
 
 
@@ -154,7 +169,7 @@ class Loaded:
 
 _UPDATE_RUN: Final = (
     "UPDATE seawall_saga_runs SET status = ?, reason = ?, updated_at = ?, due_at = ?, "
-    "lease_owner = ?, lease_token = ?, requested = NULL "
+    "lease_owner = ?, lease_token = ?, requested = NULL, saga_version = ?, fingerprint = ? "
     "WHERE run_id = ? AND lease_token = ? AND COALESCE(requested, '') = ?"
 )
 _UPDATE_STEP: Final = (
@@ -179,10 +194,12 @@ class Store:
     #: Appended to the claim query: PostgreSQL skips rows other workers hold locked.
     lock_clause: str = ""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, clock: Callable[[], float] | None = None) -> None:
         self.url = url
         #: Transactions committed through this store (for benchmarks: commits per run).
         self.commits = 0
+        self._given_clock = clock
+        self._clock: Callable[[], float] = time.time if clock is None else clock
 
     # -- the dialect --------------------------------------------------------------------------
 
@@ -208,8 +225,8 @@ class Store:
         return isinstance(exc, sqlite3.OperationalError)
 
     def clone(self) -> Store:
-        """Another connection to the same store (for another thread)."""
-        return open_store(self.url)
+        """Another connection to the same store (for another thread), on the same clock."""
+        return open_store(self.url, clock=self._given_clock)
 
     # -- the log ------------------------------------------------------------------------------
 
@@ -219,7 +236,7 @@ class Store:
         run = loaded.run
         cur = self.execute(
             f"INSERT INTO seawall_saga_runs ({RUN_COLUMNS}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
             (
                 run.run_id,
                 run.saga,
@@ -232,6 +249,8 @@ class Store:
                 run.lease_owner,
                 run.token,
                 run.requested,
+                run.version,
+                run.fingerprint,
             ),
         )
         if cur.rowcount != 1:
@@ -277,16 +296,19 @@ class Store:
         if not sagas:
             return []
         marks = ", ".join("?" * len(sagas))
+        # Only the statuses this version runs: a run in a status a newer version wrote is left
+        # as it is (never claimed, never rewritten), and shown by list, runs() and counts().
+        active = f"status IN ({', '.join(repr(s) for s in ACTIVE_STATUSES)})"
         if run_id is None:
             rows = self.execute(
-                f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs WHERE due_at <= ? "
+                f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs WHERE due_at <= ? AND {active} "
                 f"AND saga IN ({marks}) ORDER BY due_at LIMIT ?{self.lock_clause}",
                 (now, *sagas, limit),
             ).fetchall()
         else:
             rows = self.execute(
                 f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs WHERE run_id = ? AND due_at <= ? "
-                f"AND saga IN ({marks}){self.lock_clause}",
+                f"AND {active} AND saga IN ({marks}){self.lock_clause}",
                 (run_id, now, *sagas),
             ).fetchall()
         return self._with_steps(rows)
@@ -327,6 +349,8 @@ class Store:
                 run.due_at,
                 run.lease_owner,
                 run.token,
+                run.version,
+                run.fingerprint,
                 run.run_id,
                 token,
                 run.requested or "",
@@ -378,13 +402,72 @@ class Store:
             "UPDATE seawall_saga_runs SET requested = ? WHERE run_id = ?", (operation, run_id)
         )
 
-    def renew(self, leases: Sequence[tuple[str, int]], due_at: float) -> None:
-        """Extend the leases held (run id, token) to *due_at*."""
+    def renew(self, leases: Sequence[tuple[str, int]], lease: float) -> None:
+        """Extend the leases held (run id, token) to *lease* seconds from now on the store's
+        clock."""
         with self.transaction():
+            due_at = self.now() + lease
             self.executemany(
                 "UPDATE seawall_saga_runs SET due_at = ? WHERE run_id = ? AND lease_token = ?",
                 [(due_at, run_id, token) for run_id, token in leases],
             )
+
+    def append_history(self, rows: Sequence[HistoryRow]) -> None:
+        """Inside a transaction: append history lines whatever the lease (a fenced worker's
+        account of what it did)."""
+        self.executemany(_INSERT_HISTORY, rows)
+
+    def register(self, saga: str, version: int, fingerprint: str, names: Sequence[str]) -> None:
+        """Inside a transaction: record the definition (*saga*, *version*) with its step
+        *names*, or check it against the one recorded.
+
+        Raises:
+            ValueError: the store holds another step list under this name and version.
+        """
+        rows = self.execute(
+            "SELECT fingerprint, steps FROM seawall_saga_definitions "
+            "WHERE saga = ? AND version = ?",
+            (saga, version),
+        ).fetchall()
+        if not rows:
+            self.execute(
+                "INSERT INTO seawall_saga_definitions (saga, version, fingerprint, steps, "
+                "registered_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (saga, version) DO NOTHING",
+                (saga, version, fingerprint, json.dumps(list(names)), self.now()),
+            )
+            return
+        if rows[0][0] == fingerprint:
+            return
+        try:
+            known = json.loads(rows[0][1])
+        except (TypeError, ValueError):
+            known = "?"
+        raise ValueError(
+            f"saga {saga!r} version {version} is registered in {self.redacted()} with the steps "
+            f"{known!r}, and this definition has {list(names)!r}: a changed saga needs a new "
+            f"version (saga.Saga({saga!r}, steps, version={version + 1})); register the old "
+            "one beside it until its runs have finished"
+        )
+
+    def definitions(self, saga: str) -> dict[int, list[str]]:
+        """The step names of every registered version of *saga*."""
+        rows = self.execute(
+            "SELECT version, steps FROM seawall_saga_definitions WHERE saga = ?", (saga,)
+        ).fetchall()
+        found: dict[int, list[str]] = {}
+        for version, steps in rows:
+            with contextlib.suppress(TypeError, ValueError):
+                names = json.loads(steps)
+                if isinstance(names, list):
+                    found[int(version)] = [str(n) for n in names]
+        return found
+
+    # -- the store's clock ----------------------------------------------------------------------
+
+    def now(self) -> float:
+        """The store's time, in seconds since the epoch: every lease and due time is judged on
+        it, never on a worker's clock (see :func:`open_store`'s *clock*)."""
+        return self._clock()
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -441,7 +524,8 @@ class Store:
     # -- the schema ---------------------------------------------------------------------------
 
     def ddl(self) -> list[str]:
-        """The statements that create schema version 1 (types in this dialect)."""
+        """The statements that create the schema of :data:`SCHEMA_VERSION` (types in this
+        dialect)."""
         real, serial, big = self.types()
         return [
             "CREATE TABLE IF NOT EXISTS seawall_saga_schema (version INTEGER NOT NULL)",
@@ -456,7 +540,9 @@ class Store:
                 due_at {real},
                 lease_owner TEXT,
                 lease_token {big} NOT NULL DEFAULT 0,
-                requested TEXT)""",
+                requested TEXT,
+                saga_version INTEGER,
+                fingerprint TEXT)""",
             "CREATE INDEX IF NOT EXISTS seawall_saga_runs_due ON seawall_saga_runs (due_at) "
             "WHERE due_at IS NOT NULL",
             "CREATE INDEX IF NOT EXISTS seawall_saga_runs_updated ON seawall_saga_runs "
@@ -491,6 +577,20 @@ class Store:
                 detail TEXT)""",
             "CREATE INDEX IF NOT EXISTS seawall_saga_history_run ON seawall_saga_history "
             "(run_id, id)",
+            *self.ddl_definitions(),
+        ]
+
+    def ddl_definitions(self) -> list[str]:
+        """The table of registered definitions (schema version 2)."""
+        real = self.types()[0]
+        return [
+            f"""CREATE TABLE IF NOT EXISTS seawall_saga_definitions (
+                saga TEXT NOT NULL,
+                version INTEGER NOT NULL,
+                fingerprint TEXT NOT NULL,
+                steps TEXT NOT NULL,
+                registered_at {real} NOT NULL,
+                PRIMARY KEY (saga, version))"""
         ]
 
     def types(self) -> tuple[str, str, str]:
@@ -523,9 +623,16 @@ class Store:
                 )
             if version == SCHEMA_VERSION:
                 return
-            # Version 1 is the first: every later version appends its own statements here.
-            for statement in self.ddl():
-                self.execute(statement)
+            if version == 0:
+                for statement in self.ddl():
+                    self.execute(statement)
+            if version == 1:
+                # Runs of version 1 have no definition recorded: workers match them by their
+                # step names (see the orchestrator), and record it then.
+                self.execute("ALTER TABLE seawall_saga_runs ADD COLUMN saga_version INTEGER")
+                self.execute("ALTER TABLE seawall_saga_runs ADD COLUMN fingerprint TEXT")
+                for statement in self.ddl_definitions():
+                    self.execute(statement)
             self.execute("DELETE FROM seawall_saga_schema")
             self.execute("INSERT INTO seawall_saga_schema (version) VALUES (?)", (SCHEMA_VERSION,))
 
@@ -548,8 +655,8 @@ class SQLiteStore(Store):
     finished step could run again). Writers take the lock at ``BEGIN IMMEDIATE`` and wait up to
     ``busy_timeout`` for each other; readers never wait."""
 
-    def __init__(self, url: str, path: str) -> None:
-        super().__init__(url)
+    def __init__(self, url: str, path: str, clock: Callable[[], float] | None = None) -> None:
+        super().__init__(url, clock)
         self.path = path
         directory = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(directory):
@@ -595,9 +702,14 @@ class SQLiteStore(Store):
         self._conn.close()
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, clock: Callable[[], float] | None = None) -> Store:
     """The store for *url*: ``sqlite:///relative.db``, ``sqlite:////absolute/path.db``, or
     ``postgresql://user@host:port/dbname`` (extra ``postgres``).
+
+    *clock* is the store's time (seconds since the epoch) on which leases and due times are
+    judged. By default: PostgreSQL's ``clock_timestamp()``, one clock for every worker on every
+    machine; for SQLite, ``time.time()``: a SQLite file is shared only by the processes of one
+    machine, which read one system clock. A virtual clock is given in tests and simulations.
 
     Raises:
         TypeError: *url* is not a str.
@@ -618,11 +730,11 @@ def open_store(url: str) -> Store:
             raise ValueError(
                 f"url: the saga store must be a file that every worker opens, got {url!r}"
             )
-        return SQLiteStore(url, path)
+        return SQLiteStore(url, path, clock)
     if scheme in ("postgresql", "postgres"):
         from seawall.saga._postgres import PostgresStore
 
-        return PostgresStore(url)
+        return PostgresStore(url, clock)
     raise ValueError(
         f"url: unknown store scheme {scheme!r} in {url!r}; use sqlite:/// or postgresql://"
     )
