@@ -400,3 +400,40 @@ def test_a_fenced_worker_leaves_its_outcome_in_the_history(sqlite_url: str) -> N
     assert dict(fenced[0].detail)["outcome"] == "success"
     assert run.steps[0].result == 2  # the recorded outcome is the new holder's
     assert json.loads(json.dumps(dict(fenced[0].detail)))["outcome"] == "success"
+
+
+# -- a crash charges only the attempts that began ----------------------------------------------
+
+
+class Crash(BaseException):
+    """The worker process dies here (escapes the orchestrator, as a kill would end it)."""
+
+
+def test_a_crash_charges_each_run_only_the_attempt_that_began(sqlite_url: str) -> None:
+    clock = seawall.VirtualClock(start=START)
+    began: dict[str, int] = {}
+    crash = {"armed": True}
+
+    def step(ctx: saga.StepContext) -> str:
+        began[ctx.run_id] = began.get(ctx.run_id, 0) + 1
+        if crash["armed"] and ctx.input["k"] == 2:
+            crash["armed"] = False
+            raise Crash
+        return "ok"
+
+    pol = seawall.RetryPolicy(max_attempts=2, backoff=seawall.Backoff.constant(0.0), hooks=())
+    flow = saga.Saga("batch", [saga.Step("only", step, policy=pol)])
+    first = saga.Orchestrator(sqlite_url, [flow], lease=30.0, clock=clock, batch=8, hooks=())
+    ids = first.start_many("batch", [{"k": k} for k in range(8)])
+    with pytest.raises(Crash):
+        first.run_due()
+    first.close()  # the process is gone; its leases lapse
+    clock.advance(31.0)
+    with saga.Orchestrator(sqlite_url, [flow], lease=30.0, clock=clock, hooks=()) as second:
+        second.run_due()
+        runs = [second.get(r) for r in ids]
+    # Every claimed attempt began before the crash (they run at once), so each charge is one
+    # that began; none of the runs gave up on attempts that never started.
+    for run in runs:
+        assert run.status is saga.Status.SUCCEEDED
+        assert run.steps[0].attempt_count == began[run.run_id]

@@ -155,8 +155,12 @@ class _Pending:
     is_async: bool
 
 
+#: An attempt's outcome: (succeeded, its value or exception, seconds it took).
+Outcome = tuple[bool, Any, float]
+
+
 class _Work:
-    __slots__ = ("events", "loaded", "lost", "pending", "problem", "saga", "token")
+    __slots__ = ("events", "loaded", "lost", "outcome", "pending", "problem", "saga", "token")
 
     def __init__(self, loaded: Loaded, saga: Saga | None, problem: str | None = None) -> None:
         self.loaded = loaded
@@ -166,6 +170,7 @@ class _Work:
         self.problem = problem
         self.token = loaded.run.token
         self.pending: _Pending | None = None
+        self.outcome: Outcome | None = None
         self.lost = False
         self.events: list[SagaEvent] = []
 
@@ -590,6 +595,9 @@ class Orchestrator:
             raise
         self._heartbeat = _Heartbeat(self)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._aloop: asyncio.AbstractEventLoop | None = None
+        self._aloop_thread: threading.Thread | None = None
         # Decisions and attempts run in a context of the orchestrator's own: a durable run does
         # not inherit the ambient deadline or one_attempt() of whoever called run_due().
         self._context = contextvars.Context()
@@ -611,6 +619,13 @@ class Orchestrator:
         self._heartbeat.close()
         if self._loop is not None:
             self._loop.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        if self._aloop is not None and self._aloop_thread is not None:
+            self._aloop.call_soon_threadsafe(self._aloop.stop)
+            self._aloop_thread.join(5.0)
+            if not self._aloop.is_running():
+                self._aloop.close()
         self._store.close()
 
     def __enter__(self) -> Orchestrator:
@@ -960,33 +975,120 @@ class Orchestrator:
             w.events = []
         ran = 0
         pending = [w for w in works if w.pending is not None and not w.lost]
-        while pending:
-            self._heartbeat.hold({w.loaded.run.run_id: w.loaded.run.token for w in pending})
-            try:
-                outcomes = self._execute([w.pending for w in pending])  # type: ignore[misc]
-            finally:
-                self._heartbeat.release()
-            ran += len(pending)
-            with store.transaction():
-                now = store.now()
-                asked = store.requested([w.loaded.run.run_id for w in pending])
-                for w, outcome in zip(pending, outcomes, strict=True):
-                    w.loaded.run.requested = asked.get(w.loaded.run.run_id)
-                    done = w.pending
-                    try:
-                        self._record(w, outcome, now)
-                    except Exception as exc:
-                        self._unreadable(w, exc, now)
-                    else:
-                        self._advance_safely(w, now)
-                    self._save(w)
-                    if w.lost and done is not None:
-                        store.append_history([self._fenced(w, done, outcome, now)])
-            self._emit([e for w in pending for e in w.events])
-            for w in pending:
-                w.events = []
-            pending = [w for w in pending if w.pending is not None and not w.lost]
+        running: dict[concurrent.futures.Future[Outcome], _Work] = {}
+        try:
+            while pending or running:
+                self._start(pending, running)
+                pending = self._finished(running)
+                ran += len(pending)
+                self._record_all(pending)
+                pending = [w for w in pending if w.pending is not None and not w.lost]
+        finally:
+            self._heartbeat.release()
         return len(works), ran
+
+    def _start(
+        self, works: list[_Work], running: dict[concurrent.futures.Future[Outcome], _Work]
+    ) -> None:
+        """Start the attempts the log says began, all at once: each began when its start was
+        committed, so a crash charges each run only the attempt it interrupted, and none
+        waits behind another's (threads for ``def`` steps, tasks for ``async def`` ones)."""
+        if not works:
+            return
+        if len(works) == 1 and not running and not works[0].pending.is_async:  # type: ignore[union-attr]
+            # One attempt: run it here, as a plain call.
+            w = works[0]
+            self._heartbeat.hold({w.loaded.run.run_id: w.loaded.run.token})
+            future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+            future.set_result(self._call(works[0].pending))  # type: ignore[arg-type]
+            running[future] = works[0]
+            return
+        virtual = isinstance(self.clock, VirtualClock)
+        later: list[_Work] = []
+        for w in works:
+            p = w.pending
+            assert p is not None
+            if p.is_async and virtual:
+                later.append(w)  # on the virtual event loop, below
+                continue
+            if p.is_async:
+                future = asyncio.run_coroutine_threadsafe(self._acall(p), self._event_loop())
+            else:
+                future = self._threads().submit(contextvars.copy_context().run, self._call, p)
+            running[future] = w
+        self._heartbeat.hold({w.loaded.run.run_id: w.loaded.run.token for w in running.values()})
+        if later:
+            # Virtual time: the async attempts run together on this thread's virtual loop,
+            # while the sync ones run in their threads.
+            outcomes = self._run_async([self._acall(w.pending) for w in later])  # type: ignore[arg-type]
+            for w, outcome in zip(later, outcomes, strict=True):
+                future = concurrent.futures.Future()
+                future.set_result(outcome)
+                running[future] = w
+
+    def _finished(self, running: dict[concurrent.futures.Future[Outcome], _Work]) -> list[_Work]:
+        """Wait for attempts to end: on the system clock, for the first ones (their outcomes
+        are committed while the others run: group commit, and no finished attempt waits for
+        a slow one to be recorded); on virtual time, for all (in a fixed order)."""
+        if isinstance(self.clock, VirtualClock):
+            done = set(running)
+            concurrent.futures.wait(done)
+        else:
+            done, _ = concurrent.futures.wait(
+                running, return_when=concurrent.futures.FIRST_COMPLETED
+            )
+        finished = [w for f, w in running.items() if f in done]
+        outcomes = [f.result() for f in running if f in done]  # a crash propagates from here
+        for f in done:
+            del running[f]
+        for w, outcome in zip(finished, outcomes, strict=True):
+            w.outcome = outcome
+        return finished
+
+    def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                self.batch, thread_name_prefix="seawall-saga-step"
+            )
+        return self._pool
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop of this orchestrator's async attempts, in a thread of its own."""
+        if self._aloop is None:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(
+                target=loop.run_forever, name="seawall-saga-loop", daemon=True
+            )
+            thread.start()
+            self._aloop, self._aloop_thread = loop, thread
+        return self._aloop
+
+    def _record_all(self, pending: list[_Work]) -> None:
+        """Record the outcomes of *pending* (``w.outcome``) and start what follows, in one
+        transaction."""
+        if not pending:
+            return
+        store = self._store
+        with store.transaction():
+            now = store.now()
+            asked = store.requested([w.loaded.run.run_id for w in pending])
+            for w in pending:
+                outcome = w.outcome
+                assert outcome is not None
+                w.loaded.run.requested = asked.get(w.loaded.run.run_id)
+                done = w.pending
+                try:
+                    self._record(w, outcome, now)
+                except Exception as exc:
+                    self._unreadable(w, exc, now)
+                else:
+                    self._advance_safely(w, now)
+                self._save(w)
+                if w.lost and done is not None:
+                    store.append_history([self._fenced(w, done, outcome, now)])
+        self._emit([e for w in pending for e in w.events])
+        for w in pending:
+            w.events = []
 
     def _save(self, w: _Work) -> None:
         """Write the run (in the open transaction); apply an operator's request first if one
@@ -1571,21 +1673,6 @@ class Orchestrator:
                     logger.exception("seawall saga hook %r failed on a %s event", hook, event.kind)
 
     # -- running attempts ------------------------------------------------------------------------
-
-    def _execute(self, pending: list[_Pending]) -> list[tuple[bool, Any, float]]:
-        """Run the attempts: synchronous ones in turn, asynchronous ones together."""
-        outcomes: list[tuple[bool, Any, float]] = [(False, None, 0.0)] * len(pending)
-        later = []
-        for k, p in enumerate(pending):
-            if p.is_async:
-                later.append(k)
-            else:
-                outcomes[k] = self._call(p)
-        if later:
-            results = self._run_async([self._acall(pending[k]) for k in later])
-            for k, outcome in zip(later, results, strict=True):
-                outcomes[k] = outcome
-        return outcomes
 
     def _call(self, p: _Pending) -> tuple[bool, Any, float]:
         clock, wall = self.clock, self._wall
