@@ -104,6 +104,14 @@ def build(scenario: str, sidelog: str, marker: str) -> tuple[saga.Saga, float]:
 
         return saga.Saga("mixed", [step("a", flaky), step("b", flaky), step("c", flaky)]), 5.0
 
+    if scenario == "gil":
+        # The step holds the GIL for seconds (a loop in C), longer than the 1 s lease: the
+        # worker's threads are starved meanwhile, its lease keeper process is not.
+        def hog(ctx: saga.StepContext) -> None:
+            sum(range(10**8))
+
+        return saga.Saga("gil", [step("hog", hog)]), 1.0
+
     raise SystemExit(f"unknown scenario {scenario!r}")
 
 

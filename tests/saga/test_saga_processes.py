@@ -223,3 +223,26 @@ def test_a_worker_survives_a_postgresql_restart(tmp_path: pathlib.Path) -> None:
             assert attempts == [1, 2]
     finally:
         cluster.stop()
+
+
+@pytest.mark.slow
+def test_a_step_holding_the_gil_past_its_lease_runs_in_one_worker(
+    sqlite_url: str, tmp_path: pathlib.Path
+) -> None:
+    # Two workers with a 1 s lease; the step holds the GIL for seconds, which starves every
+    # thread of its worker (the lease thread too). The keeper process renews the lease: the
+    # other worker, polling all along, never runs the step a second time.
+    sidelog = tmp_path / "side.log"
+    with saga.Orchestrator(sqlite_url, [definition("gil", tmp_path)], hooks=()) as orch:
+        workers = [spawn(sqlite_url, sidelog, "gil", 1) for _ in range(2)]
+        wait_for(lambda: len(list(tmp_path.glob("side.log.ready.*"))) == 2, 60.0, "the workers")
+        orch.start("gil", {}, run_id="r0")
+        for worker in workers:
+            finish(worker)
+        log = lines(sidelog)
+        begun = [e for e in log if e["event"] == "begin"]
+        assert len(begun) == 1, begun
+        run = orch.get("r0")
+        assert run.status is saga.Status.SUCCEEDED
+        assert run.step("hog").attempt_count == 1
+        assert [h.event for h in orch.history("r0")].count("lost") == 0

@@ -25,6 +25,8 @@ import logging
 import math
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -446,19 +448,33 @@ def to_history(rows: Iterable[Sequence[Any]]) -> tuple[HistoryEntry, ...]:
 
 
 class _Heartbeat:
-    """Renews the leases of the runs whose attempts are running, every third of the lease."""
+    """Renews the leases of the runs whose attempts are running, every third of the lease.
 
-    def __init__(self, orch: Orchestrator) -> None:
+    A thread renews them; on the system clock a process of its own (:mod:`._keeper`) does too,
+    which a step holding the GIL cannot starve: while the worker is alive, its leases hold. On
+    virtual time (tests, simulations) the thread alone.
+    """
+
+    def __init__(self, orch: Orchestrator, use_process: bool) -> None:
         self._orch = orch
         self._held: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._store: Store | None = None
+        self._use_process = use_process
+        self._process: subprocess.Popen[bytes] | None = None
 
     def hold(self, leases: dict[str, int]) -> None:
         with self._lock:
+            if leases == self._held:
+                return
             self._held = dict(leases)
+            if self._use_process:
+                self._tell(leases)
+            # The thread renews too: from the first moment (the keeper takes a moment to
+            # start), and should the keeper fail; a renewal is conditional on the lease's
+            # token, so two renewals of one lease are harmless.
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, name="seawall-saga-lease", daemon=True
@@ -466,8 +482,30 @@ class _Heartbeat:
                 self._thread.start()
 
     def release(self) -> None:
-        with self._lock:
-            self._held = {}
+        self.hold({})
+
+    def _tell(self, leases: dict[str, int]) -> bool:
+        """Send the keeper process the leases to renew; ``False`` if it cannot run (the
+        thread alone renews them then)."""
+        try:
+            if self._process is None or self._process.poll() is not None:
+                self._process = subprocess.Popen(  # this interpreter, a module of its own
+                    [sys.executable, "-m", "seawall.saga._keeper"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                )
+                self._write({"url": self._orch._store.url, "lease": self._orch.lease})
+            self._write({"hold": [[run_id, token] for run_id, token in leases.items()]})
+        except OSError:
+            logger.warning("seawall saga: the lease keeper process could not run")
+            self._use_process = False
+            return False
+        return True
+
+    def _write(self, message: dict[str, Any]) -> None:
+        assert self._process is not None and self._process.stdin is not None
+        self._process.stdin.write(json.dumps(message).encode() + b"\n")
+        self._process.stdin.flush()
 
     def _loop(self) -> None:
         orch = self._orch
@@ -493,6 +531,16 @@ class _Heartbeat:
             self._thread.join(5.0)
         if self._store is not None:
             self._store.close()
+        process = self._process
+        if process is not None:
+            with contextlib.suppress(OSError):
+                assert process.stdin is not None
+                process.stdin.close()  # the keeper exits at the end of its input
+            try:
+                process.wait(5.0)
+            except subprocess.TimeoutExpired:  # pragma: no cover - a keeper stuck in a call
+                process.kill()
+                process.wait()
 
 
 class Orchestrator:
@@ -593,7 +641,10 @@ class Orchestrator:
         except BaseException:
             self._store.close()
             raise
-        self._heartbeat = _Heartbeat(self)
+        # A keeper process renews the leases on the system clock, with the store's own clock.
+        self._heartbeat = _Heartbeat(
+            self, use_process=type(self.clock) is SystemClock and store_clock is None
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None

@@ -1,0 +1,86 @@
+"""The lease keeper: a small process of its own that renews a worker's leases.
+
+A thread in the worker cannot be trusted with the renewal: a step that holds the GIL (a long
+computation in C, a regular expression on a huge text) starves every other thread of the
+process for as long as it runs, the lease lapses, and a second worker runs the same step at
+the same time. A process is not starved: it renews the leases it was last told of, every
+third of the lease, for as long as its worker is alive, and it exits when the pipe from its
+worker closes (the worker exited, or was killed: the kernel closes the pipe then).
+
+The protocol on its standard input, one JSON object a line: first ``{"url": ..., "lease":
+seconds}``, then ``{"hold": [[run_id, token], ...]}`` each time the set of held leases changes.
+Leases are extended on the store's clock (:meth:`Store.renew`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+import threading
+from typing import Any
+
+from seawall.saga._store import Store, open_store
+
+__all__ = ["main"]
+
+logger = logging.getLogger("seawall.saga")
+
+
+class _Held:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.leases: list[tuple[str, int]] = []
+        self.gone = threading.Event()
+
+
+def _read(held: _Held) -> None:
+    """Take each new set of leases from the worker, until its end of the pipe closes."""
+    try:
+        for line in sys.stdin:
+            try:
+                data: Any = json.loads(line)
+                leases = [(str(r), int(t)) for r, t in data["hold"]]
+            except (ValueError, KeyError, TypeError):
+                continue  # a line this keeper cannot read changes nothing
+            with held.lock:
+                held.leases = leases
+    finally:
+        held.gone.set()
+
+
+def main() -> int:
+    """Run the keeper (``python -m seawall.saga._keeper``); returns the exit status."""
+    logging.basicConfig(format="seawall saga lease keeper: %(message)s")
+    try:
+        first = json.loads(sys.stdin.readline())
+        url, lease = str(first["url"]), float(first["lease"])
+    except (ValueError, KeyError, TypeError):
+        return 2
+    held = _Held()
+    reader = threading.Thread(target=_read, args=(held,), daemon=True)
+    reader.start()
+    store: Store | None = None
+    while not held.gone.wait(lease / 3.0):
+        with held.lock:
+            leases = list(held.leases)
+        if not leases:
+            continue
+        try:
+            if store is None:
+                store = open_store(url)
+            store.renew(leases, lease)
+        except Exception as exc:  # the next tick tries again; the lease may lapse meanwhile
+            logger.warning("renewing leases failed: %s", exc)
+            if store is not None:
+                with contextlib.suppress(Exception):  # closing a broken connection
+                    store.close()
+                store = None
+    if store is not None:
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - started as a process by the orchestrator
+    sys.exit(main())
