@@ -123,8 +123,18 @@ def main() -> int:
     random.seed(os.getpid())
     stop = threading.Event()
     batch = 8 if scenario == "mixed" else 32  # small batches: every worker gets a share
+    # The kill inside a step checks that nothing else ran twice: no other attempt may be in
+    # flight when the blocked one is killed (with more, their unrecorded outcomes would be
+    # repeated, as at-least-once allows; benchmarks/saga_kills.py counts those).
+    concurrency = 1 if scenario == "crash_in_step" else 4
     with saga.Orchestrator(
-        url, [definition], lease=lease, poll=0.02, batch=batch, hooks=()
+        url,
+        [definition],
+        lease=lease,
+        poll=0.02,
+        batch=batch,
+        concurrency=concurrency,
+        hooks=(),
     ) as orch:
         watcher = saga.Orchestrator(url, [definition], hooks=())
         with open(f"{sidelog}.ready.{os.getpid()}", "w"):

@@ -8,8 +8,9 @@ third of the lease, for as long as its worker is alive, and it exits when the pi
 worker closes (the worker exited, or was killed: the kernel closes the pipe then).
 
 The protocol on its standard input, one JSON object a line: first ``{"url": ..., "lease":
-seconds}``, then ``{"hold": [[run_id, token], ...]}`` each time the set of held leases changes.
-Leases are extended on the store's clock (:meth:`Store.renew`).
+seconds}``, then ``{"hold": [[run_id, token], ...]}`` each time the set of held leases changes
+(renewed at once, then every third of the lease). It answers ``ready`` on its standard output
+once it has opened the store. Leases are extended on the store's clock (:meth:`Store.renew`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ class _Held:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.leases: list[tuple[str, int]] = []
-        self.gone = threading.Event()
+        self.gone = False
+        #: Set when the leases changed (renew them at once) or the worker is gone.
+        self.wake = threading.Event()
 
 
 def _read(held: _Held) -> None:
@@ -46,8 +49,10 @@ def _read(held: _Held) -> None:
                 continue  # a line this keeper cannot read changes nothing
             with held.lock:
                 held.leases = leases
+            held.wake.set()
     finally:
-        held.gone.set()
+        held.gone = True
+        held.wake.set()
 
 
 def main() -> int:
@@ -59,10 +64,20 @@ def main() -> int:
     except (ValueError, KeyError, TypeError):
         return 2
     held = _Held()
+    store: Store | None = None
+    try:
+        store = open_store(url)
+    except Exception as exc:  # the first renewal tries again
+        logger.warning("cannot open the store: %s", exc)
+    sys.stdout.write("ready\n")  # the worker waits for this before its first attempt
+    sys.stdout.flush()
     reader = threading.Thread(target=_read, args=(held,), daemon=True)
     reader.start()
-    store: Store | None = None
-    while not held.gone.wait(lease / 3.0):
+    while True:
+        held.wake.wait(lease / 3.0)
+        held.wake.clear()
+        if held.gone:
+            break
         with held.lock:
             leases = list(held.leases)
         if not leases:

@@ -15,6 +15,7 @@ retry states run on that same timeline, so their deadlines and retry times need 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import contextvars
@@ -484,6 +485,12 @@ class _Heartbeat:
     def release(self) -> None:
         self.hold({})
 
+    def prepare(self) -> None:
+        """Start the keeper process before leases are taken (it takes a moment to start)."""
+        if self._use_process and self._process is None:
+            with self._lock:
+                self._tell(self._held)
+
     def _tell(self, leases: dict[str, int]) -> bool:
         """Send the keeper process the leases to renew; ``False`` if it cannot run (the
         thread alone renews them then)."""
@@ -492,9 +499,16 @@ class _Heartbeat:
                 self._process = subprocess.Popen(  # this interpreter, a module of its own
                     [sys.executable, "-m", "seawall.saga._keeper"],
                     stdin=subprocess.PIPE,
-                    stdout=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
                 )
                 self._write({"url": self._orch._store.url, "lease": self._orch.lease})
+                # Wait until it can renew: the attempt about to start may hold the GIL from
+                # its first instant, and leave no thread of this process a chance.
+                assert self._process.stdout is not None
+                if self._process.stdout.readline() != b"ready\n":
+                    self._process.wait()
+                    self._process.stdout.close()
+                    raise OSError("the lease keeper exited")
             self._write({"hold": [[run_id, token] for run_id, token in leases.items()]})
         except OSError:
             logger.warning("seawall saga: the lease keeper process could not run")
@@ -541,6 +555,8 @@ class _Heartbeat:
             except subprocess.TimeoutExpired:  # pragma: no cover - a keeper stuck in a call
                 process.kill()
                 process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
 
 
 class Orchestrator:
@@ -564,7 +580,11 @@ class Orchestrator:
             store's own: PostgreSQL's ``clock_timestamp()``; for SQLite (one machine)
             ``time.time()``; with a virtual *clock*, that clock. Give one only to simulate
             workers whose clocks disagree.
-        batch: runs claimed together: their log writes share commits.
+        batch: runs claimed together, in one commit.
+        concurrency: attempts run at once (threads for ``def`` steps, tasks for ``async def``
+            ones). Their outcomes share commits, each with the start of the next attempt; an
+            attempt counts once its start is committed, so a crash charges, and may repeat the
+            side effects of, at most this many.
         hooks: callables receiving a :class:`~seawall.saga.SagaEvent` after each attempt and
             run status change is in the log; ``None`` means the logging hook.
         poll: longest idle wait of :meth:`work` between looks at the store (seconds).
@@ -586,6 +606,7 @@ class Orchestrator:
         clock: Clock | None = None,
         store_clock: Clock | None = None,
         batch: int = 32,
+        concurrency: int = 4,
         hooks: Sequence[Hook] | None = None,
         poll: float = 1.0,
         worker_id: str | None = None,
@@ -604,6 +625,7 @@ class Orchestrator:
         self.lease = _validate.seconds("lease", lease, zero=False, finite=True)
         self.poll = _validate.seconds("poll", poll, zero=False, finite=True)
         self.batch = _validate.count("batch", batch, minimum=1)
+        self.concurrency = _validate.count("concurrency", concurrency, minimum=1)
         if clock is not None and not isinstance(clock, Clock):
             raise TypeError(f"clock must implement seawall.Clock, got {clock!r}")
         if store_clock is not None and not isinstance(store_clock, Clock):
@@ -1007,9 +1029,14 @@ class Orchestrator:
 
     def _claim_and_run(self, run_id: str | None) -> tuple[int, int]:
         store = self._store
+        self._heartbeat.prepare()
         works: list[_Work] = []
+        # Claimed runs beyond `concurrency` wait here, leased but not begun: each one's attempt
+        # begins (and counts) in the commit that records another's outcome, when a slot frees.
+        queued: collections.deque[_Work] = collections.deque()
         with store.transaction():
             now = store.now()
+            busy = 0
             for loaded in store.claim(now, 1 if run_id else self.batch, self._saga_names, run_id):
                 problem = unknown_status(loaded)
                 saga = None
@@ -1018,7 +1045,12 @@ class Orchestrator:
                 work = _Work(loaded, saga, problem)
                 loaded.run.token = work.token + 1
                 loaded.run.lease_owner = self.worker_id
-                self._advance_safely(work, now)
+                if busy < self.concurrency:
+                    self._advance_safely(work, now)
+                    busy += work.pending is not None
+                else:
+                    loaded.run.due_at = now + self.lease
+                    queued.append(work)
                 self._save(work)
                 works.append(work)
         self._emit([e for w in works for e in w.events])
@@ -1028,25 +1060,29 @@ class Orchestrator:
         pending = [w for w in works if w.pending is not None and not w.lost]
         running: dict[concurrent.futures.Future[Outcome], _Work] = {}
         try:
-            while pending or running:
-                self._start(pending, running)
-                pending = self._finished(running)
-                ran += len(pending)
-                self._record_all(pending)
-                pending = [w for w in pending if w.pending is not None and not w.lost]
+            while pending or running or queued:
+                self._start(pending, running, queued)
+                finished = self._finished(running) if running else []
+                ran += len(finished)
+                pending = self._record_all(finished, queued, self.concurrency - len(running))
         finally:
             self._heartbeat.release()
         return len(works), ran
 
     def _start(
-        self, works: list[_Work], running: dict[concurrent.futures.Future[Outcome], _Work]
+        self,
+        works: list[_Work],
+        running: dict[concurrent.futures.Future[Outcome], _Work],
+        queued: collections.deque[_Work],
     ) -> None:
         """Start the attempts the log says began, all at once: each began when its start was
         committed, so a crash charges each run only the attempt it interrupted, and none
         waits behind another's (threads for ``def`` steps, tasks for ``async def`` ones)."""
         if not works:
             return
-        if len(works) == 1 and not running and not works[0].pending.is_async:  # type: ignore[union-attr]
+        if (
+            len(works) == 1 and not running and not queued and not works[0].pending.is_async  # type: ignore[union-attr]
+        ):
             # One attempt: run it here, as a plain call.
             w = works[0]
             self._heartbeat.hold({w.loaded.run.run_id: w.loaded.run.token})
@@ -1067,7 +1103,9 @@ class Orchestrator:
             else:
                 future = self._threads().submit(contextvars.copy_context().run, self._call, p)
             running[future] = w
-        self._heartbeat.hold({w.loaded.run.run_id: w.loaded.run.token for w in running.values()})
+        self._heartbeat.hold(
+            {w.loaded.run.run_id: w.loaded.run.token for w in (*running.values(), *queued)}
+        )
         if later:
             # Virtual time: the async attempts run together on this thread's virtual loop,
             # while the sync ones run in their threads.
@@ -1099,7 +1137,7 @@ class Orchestrator:
     def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(
-                self.batch, thread_name_prefix="seawall-saga-step"
+                self.concurrency, thread_name_prefix="seawall-saga-step"
             )
         return self._pool
 
@@ -1114,12 +1152,16 @@ class Orchestrator:
             self._aloop, self._aloop_thread = loop, thread
         return self._aloop
 
-    def _record_all(self, pending: list[_Work]) -> None:
-        """Record the outcomes of *pending* (``w.outcome``) and start what follows, in one
-        transaction."""
-        if not pending:
-            return
+    def _record_all(
+        self, pending: list[_Work], queued: collections.deque[_Work], free: int
+    ) -> list[_Work]:
+        """Record the outcomes of *pending* (``w.outcome``) and begin what follows, in one
+        transaction: their runs' next attempts, then queued runs' while fewer than *free*
+        attempts began. Returns the works whose attempts began."""
+        if not pending and not (queued and free > 0):
+            return []
         store = self._store
+        begun: list[_Work] = []
         with store.transaction():
             now = store.now()
             asked = store.requested([w.loaded.run.run_id for w in pending])
@@ -1137,9 +1179,23 @@ class Orchestrator:
                 self._save(w)
                 if w.lost and done is not None:
                     store.append_history([self._fenced(w, done, outcome, now)])
+            begun = [w for w in pending if w.pending is not None and not w.lost]
+            while queued and len(begun) < free:
+                w = queued.popleft()
+                if w.lost:  # pragma: no cover - a queued run is written only at its claim
+                    continue
+                w.loaded.run.requested = store.requested([w.loaded.run.run_id]).get(
+                    w.loaded.run.run_id
+                )
+                self._advance_safely(w, now)
+                self._save(w)
+                pending.append(w)
+                if w.pending is not None and not w.lost:
+                    begun.append(w)
         self._emit([e for w in pending for e in w.events])
         for w in pending:
             w.events = []
+        return begun
 
     def _save(self, w: _Work) -> None:
         """Write the run (in the open transaction); apply an operator's request first if one
