@@ -246,3 +246,58 @@ def test_a_step_holding_the_gil_past_its_lease_runs_in_one_worker(
         assert run.status is saga.Status.SUCCEEDED
         assert run.step("hog").attempt_count == 1
         assert [h.event for h in orch.history("r0")].count("lost") == 0
+
+
+@pytest.mark.slow
+def test_workers_killed_again_and_again_lose_nothing(
+    store_url: str, tmp_path: pathlib.Path
+) -> None:
+    # A worker is SIGKILLed at a seeded random moment, six times, then a last one finishes.
+    # Nothing is lost, every run ends as its steps did, each run's attempts are charged only
+    # for attempts that began (at most `concurrency` a kill began without running), and a kill
+    # repeats at most `concurrency` side effects (attempts that finished, not yet recorded).
+    import random
+
+    runs, kills, concurrency = 120, 6, 4
+    rng = random.Random(7)
+    sidelog = tmp_path / "side.log"
+    sidelog.touch()
+    with saga.Orchestrator(store_url, [definition("mixed", tmp_path)], hooks=()) as orch:
+        orch.start_many(
+            "mixed", [{"i": i} for i in range(runs)], [f"k{i:03d}" for i in range(runs)]
+        )
+        for k in range(kills):
+            proc = spawn(store_url, sidelog, "mixed", runs)
+            wait_for(
+                lambda n=k + 1: len(list(tmp_path.glob("side.log.ready.*"))) == n,
+                60.0,
+                "a worker",
+            )
+            time.sleep(rng.uniform(0.05, 0.3))
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=10)
+        finish(spawn(store_url, sidelog, "mixed", runs))
+        log = lines(sidelog)
+        found = orch.runs(limit=runs + 10)
+        assert len(found) == runs
+        began = collections.Counter(
+            (e["run"], e["step"], e["phase"]) for e in log if e["event"] == "begin"
+        )
+        done = collections.Counter(
+            (e["run"], e["step"], e["phase"]) for e in log if e["event"] == "ok"
+        )
+        unbegun = 0
+        for run in found:
+            assert run.status in (saga.Status.SUCCEEDED, saga.Status.COMPENSATED), run
+            for step in run.steps:
+                unbegun += max(0, step.attempt_count - began[(run.run_id, step.name, "action")])
+                if step.status is saga.Status.SUCCEEDED:
+                    assert done[(run.run_id, step.name, "action")] >= 1, (run.run_id, step)
+        assert unbegun <= kills * concurrency
+        repeated = sum(n - 1 for n in done.values() if n > 1)
+        assert repeated <= kills * concurrency, repeated
+        keys: dict[Any, set[str]] = collections.defaultdict(set)
+        for e in log:
+            keys[(e["run"], e["step"], e["phase"])].add(e["key"])
+            assert e["key"].startswith(f"{e['run']}:{e['step']}")  # its own row's key
+        assert all(len(k) == 1 for k in keys.values())
