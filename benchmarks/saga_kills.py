@@ -14,7 +14,7 @@ batching widens the window of each attempt. Every round's figures are shown, and
 lost, every run SUCCEEDED; the attempts charged whose function never began are counted (a kill
 between the commit of an attempt's start and the step's thread entering it).
 
-    python benchmarks/saga_kills.py            # --rounds 3 --kills 12 --runs 300
+    python benchmarks/saga_kills.py            # --rounds 3 --kills 12 --runs 600
 """
 
 from __future__ import annotations
@@ -90,10 +90,11 @@ def one_round(batch: int, kills: int, runs: int, seed: int) -> dict[str, Any]:
     with saga.Orchestrator(url, [flow], hooks=()) as orch:
         orch.start_many("k", [{"i": i} for i in range(runs)], [f"r{i}" for i in range(runs)])
     for _ in range(kills):
-        proc, ready = spawn(url, sidelog, batch, runs)
-        while not ready.exists():
-            time.sleep(0.005)
-        time.sleep(rng.uniform(0.05, 0.4))
+        proc, _ = spawn(url, sidelog, batch, runs)
+        size = sidelog.stat().st_size
+        while sidelog.stat().st_size == size and proc.poll() is None:
+            time.sleep(0.002)  # until this worker's first side effect
+        time.sleep(rng.uniform(0.1, 1.0))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         time.sleep(0.5)  # the lease lapses
@@ -128,7 +129,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--kills", type=int, default=12)
-    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--runs", type=int, default=600)
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
     print(

@@ -69,8 +69,11 @@ def main() -> int:
         store = open_store(url)
     except Exception as exc:  # the first renewal tries again
         logger.warning("cannot open the store: %s", exc)
-    sys.stdout.write("ready\n")  # the worker waits for this before its first attempt
-    sys.stdout.flush()
+    try:
+        sys.stdout.write("ready\n")  # the worker waits for this before its first attempt
+        sys.stdout.flush()
+    except OSError:  # the worker is gone already
+        return 0
     reader = threading.Thread(target=_read, args=(held,), daemon=True)
     reader.start()
     while True:
