@@ -19,6 +19,9 @@ from seawall.web._app import create_app
 
 __all__ = ["create_app", "serve"]
 
+SHUTDOWN_SECONDS = 2
+MAX_CONNECTIONS = 200
+
 
 def serve(
     host: str = "127.0.0.1",
@@ -53,7 +56,16 @@ def serve(
     # refused.
     sock.listen(128)
     (ready or _announce)(url)
-    config = uvicorn.Config(create_app(), log_level="warning", lifespan="off")
+    config = uvicorn.Config(
+        create_app(),
+        log_level="warning",
+        lifespan="off",
+        # SIGTERM or Ctrl-C: requests still open after this many seconds are cancelled (their
+        # experiments' processes stopped), so the process exits promptly.
+        timeout_graceful_shutdown=SHUTDOWN_SECONDS,
+        # Connections beyond this are answered 503 at once.
+        limit_concurrency=MAX_CONNECTIONS,
+    )
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
