@@ -8,7 +8,7 @@ and a saga run's log. Every number comes from seawall itself through JSON endpoi
 draws them, and every asset ships inside the package, so it works offline.
 
 Needs the ``web`` extra (Starlette and Uvicorn) and, for the experiments, ``sim``:
-``pip install 'seawall[web,sim]'``.
+``pip install -e '.[web,sim]'`` in a checkout.
 """
 
 from __future__ import annotations
