@@ -4,7 +4,8 @@
 Example:
     ``aiohttp.ClientSession(middlewares=[seawall.aiohttp.RetryMiddleware(policy)])``
 
-Install with ``pip install seawall[aiohttp]`` (aiohttp 3.12 or later: client middlewares). See
+Install the ``aiohttp`` extra (``pip install -e '.[aiohttp]'`` in a checkout; aiohttp 3.12 or
+later: client middlewares). See
 ``docs/aiohttp.md``. The server side (deadline intake, load shedding) is
 :mod:`seawall.server.aiohttp`.
 """

@@ -5,8 +5,8 @@ shedding.
 Example:
     ``grpc.intercept_channel(grpc.insecure_channel(target), seawall.grpc.RetryInterceptor())``
 
-Install with ``pip install seawall[grpc]``. See ``docs/grpc.md`` for what is retried and how it
-compares with grpcio's own retry policy.
+Install the ``grpc`` extra (``pip install -e '.[grpc]'`` in a checkout). See ``docs/grpc.md``
+for what is retried and how it compares with grpcio's own retry policy.
 """
 
 from __future__ import annotations

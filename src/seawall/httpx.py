@@ -3,7 +3,8 @@
 Example:
     ``httpx.Client(transport=seawall.httpx.RetryTransport(policy=seawall.RetryPolicy()))``
 
-Install with ``pip install seawall[httpx]``. See ``docs/http.md`` for what is retried and why.
+Install the ``httpx`` extra (``pip install -e '.[httpx]'`` in a checkout). See ``docs/http.md``
+for what is retried and why.
 """
 
 from __future__ import annotations

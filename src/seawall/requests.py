@@ -3,7 +3,8 @@
 Example:
     ``session.mount("https://", seawall.requests.RetryAdapter(policy=seawall.RetryPolicy()))``
 
-Install with ``pip install seawall[requests]``. See ``docs/http.md`` for what is retried and why.
+Install the ``requests`` extra (``pip install -e '.[requests]'`` in a checkout). See
+``docs/http.md`` for what is retried and why.
 """
 
 from __future__ import annotations

@@ -67,10 +67,51 @@ def test_without_jitter_every_client_retries_at_the_same_instants() -> None:
     series = {s["jitter"]: s for s in data["series"]}
     assert list(series) == ["none", "full", "equal", "decorrelated"]
     for s in series.values():
-        assert s["retries"] == 300 * 3 == sum(s["counts"])
+        assert s["retries"] == 300 * 3 == sum(s["counts"]) + s["overflow"]
     assert series["none"]["peak"] == 300
     assert sorted(c for c in series["none"]["counts"] if c) == [300, 300, 300]
     assert series["full"]["peak"] < 300
+
+
+def test_the_storm_views_compare_like_with_like() -> None:
+    data = _views.storm_histogram(jitter="all")  # the page's defaults: 1,000 clients
+    series = {s["jitter"]: s for s in data["series"]}
+    # The bins end at the last retry without jitter: decorrelated jitter's long tail no longer
+    # widens every bin (to 86 ms, where full jitter's first bin held 1,053 retries, more than
+    # the spike without jitter).
+    assert data["end"] == series["none"]["last"]
+    assert data["bin_width"] == pytest.approx(data["end"] / data["params"]["bins"])
+    assert data["bin_width"] <= data["params"]["base"] / 2
+    # Without jitter the whole fleet lands in one bin: the highest of every view.
+    assert series["none"]["peak"] == 1000
+    for kind in ("full", "equal", "decorrelated"):
+        assert series[kind]["peak"] < series["none"]["peak"] / 1.5, (kind, series[kind]["peak"])
+    # Full and equal jitter never retry later than no jitter; decorrelated's tail is counted
+    # apart, not dropped.
+    assert series["full"]["overflow"] == series["equal"]["overflow"] == 0
+    assert series["decorrelated"]["overflow"] > 0
+    assert series["decorrelated"]["last"] > data["end"]
+    for s in series.values():
+        assert sum(s["counts"]) + s["overflow"] == s["retries"] == 4000
+
+
+def test_the_saga_history_is_the_table_the_cli_prints() -> None:
+    from seawall.saga._demo import demo
+
+    data = _adapter.saga_log(seed=3)
+    printed = demo(3)[0]
+    history = data["history"]
+    text = next(text for title, text in printed if title == history["title"])
+    lines = text.splitlines()
+    assert lines[0].split() == history["columns"]
+    # Each row, its cells joined as the CLI pads them, is the printed line.
+    assert len(lines) - 1 == len(history["rows"]) > 5
+    for line, row in zip(lines[1:], history["rows"], strict=True):
+        assert line.split() == " ".join(row).split()
+    # The history comes once, as a table; the other tables stay as printed.
+    assert [t["title"] for t in data["tables"]] == [
+        title for title, _ in printed if title != history["title"]
+    ]
 
 
 def test_the_multiplier_changes_when_clients_retry() -> None:

@@ -235,3 +235,80 @@ def test_an_experiment_and_the_saga_log_render(
     )
     chromium.find_element(By.ID, "experiments").screenshot(str(artefacts / "experiment-hedge.png"))
     assert console_errors(chromium) == []
+
+
+def bar_heights(driver: Any, jitter: str) -> list[float]:
+    heights = driver.execute_script(
+        "return [...document.querySelectorAll("
+        f"'#storm-charts figure[data-jitter={jitter}] rect')].map(r => +r.getAttribute('height'))"
+    )
+    return [float(h) for h in heights]
+
+
+def test_all_three_jitters_are_drawn_like_with_like(
+    chromium: Any, page_url: str, artefacts: pathlib.Path
+) -> None:
+    open_page(chromium, page_url)
+    set_field(chromium, "storm-form", "jitter", "all")
+    data = api(page_url + "api/storm?jitter=all")
+    series = {s["jitter"]: s for s in data["series"]}
+    wait_for(
+        chromium,
+        lambda d: histogram(d, "decorrelated") == series["decorrelated"]["counts"],
+        "the three jitters were never drawn",
+    )
+    chromium.set_window_size(1280, 900)
+    try:
+        chromium.execute_script("document.getElementById('storm').scrollIntoView()")
+        chromium.save_screenshot(str(artefacts / "storm-all.png"))
+        # The same bins and the same scale for every kind: the spike without jitter is the
+        # tallest bar on the page, and each jittered view's tallest is far below it.
+        spike = max(bar_heights(chromium, "none"))
+        for kind in ("full", "equal", "decorrelated"):
+            assert max(bar_heights(chromium, kind)) < spike / 1.5, kind
+        # Decorrelated jitter's tail beyond the bins is counted beside them, not drawn.
+        note = chromium.execute_script(
+            "const t = document.querySelector("
+            "'#storm-charts figure[data-jitter=decorrelated] text.overflow');"
+            "return t && [t.dataset.count, t.textContent];"
+        )
+        assert note is not None
+        assert int(note[0]) == series["decorrelated"]["overflow"] > 0
+        assert "later" in note[1]
+    finally:
+        chromium.set_window_size(1200, 900)
+
+
+def test_the_saga_log_fits_a_1280_pixel_window(
+    chromium: Any, page_url: str, artefacts: pathlib.Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    chromium.set_window_size(1280, 900)
+    try:
+        open_page(chromium, page_url)
+        chromium.find_element(By.ID, "saga-run").click()
+        wait_for(
+            chromium,
+            lambda d: d.find_elements(By.CSS_SELECTOR, "#saga-output table.history tbody tr"),
+            "the saga's history never appeared",
+        )
+        widths = chromium.execute_script(
+            "return [...document.querySelectorAll('#saga-output pre, #saga-output .table-wrap')]"
+            ".map(e => [e.scrollWidth, e.clientWidth])"
+        )
+        assert len(widths) == 3
+        # Nothing of the log is cut off: no block is wider than the space it is shown in.
+        assert all(scroll <= client for scroll, client in widths), widths
+        history = api(page_url + "api/saga")["history"]
+        shown = chromium.execute_script(
+            "return [...document.querySelectorAll('#saga-output table.history tbody tr')]"
+            ".map(tr => [...tr.cells].map(td => td.textContent))"
+        )
+        assert shown == history["rows"]
+        chromium.execute_script(
+            "document.querySelector('#saga-output table.history').scrollIntoView()"
+        )
+        chromium.save_screenshot(str(artefacts / "saga-1280.png"))
+    finally:
+        chromium.set_window_size(1200, 900)

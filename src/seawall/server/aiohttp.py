@@ -1,9 +1,9 @@
 """Load shedding and deadline intake for aiohttp web applications.
 
 ``web.Application(middlewares=[seawall.server.aiohttp.LoadShedder(max_concurrency=32)])``.
-Install with ``pip install seawall[aiohttp]``. The admission decisions (limit, newest-first
-queue, priorities, queue waits) are those of the ASGI :class:`seawall.server.LoadShedder`: both
-drive one admission core. See ``docs/server.md``.
+Install the ``aiohttp`` extra (``pip install -e '.[aiohttp]'`` in a checkout). The admission
+decisions (limit, newest-first queue, priorities, queue waits) are those of the ASGI
+:class:`seawall.server.LoadShedder`: both drive one admission core. See ``docs/server.md``.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def dask_map(
     *workers* single-threaded worker processes started (and stopped) for the call.
 
     Raises:
-        ValueError: Dask is not installed (``pip install 'seawall[dask]'``).
+        ValueError: Dask is not installed (the ``dask`` extra).
     """
     try:
         from distributed import Client, LocalCluster, as_completed

@@ -8,7 +8,7 @@ and a saga run's log. Every number comes from seawall itself through JSON endpoi
 draws them, and every asset ships inside the package, so it works offline.
 
 Needs the ``web`` extra (Starlette and Uvicorn) and, for the experiments, ``sim``:
-``pip install 'seawall[web,sim]'``.
+``pip install -e '.[web,sim]'`` in a checkout.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from collections.abc import Callable
 from seawall.web._app import create_app
 
 __all__ = ["create_app", "serve"]
+
+SHUTDOWN_SECONDS = 2
+MAX_CONNECTIONS = 200
 
 
 def serve(
@@ -53,7 +56,16 @@ def serve(
     # refused.
     sock.listen(128)
     (ready or _announce)(url)
-    config = uvicorn.Config(create_app(), log_level="warning", lifespan="off")
+    config = uvicorn.Config(
+        create_app(),
+        log_level="warning",
+        lifespan="off",
+        # SIGTERM or Ctrl-C: requests still open after this many seconds are cancelled (their
+        # experiments' processes stopped), so the process exits promptly.
+        timeout_graceful_shutdown=SHUTDOWN_SECONDS,
+        # Connections beyond this are answered 503 at once.
+        limit_concurrency=MAX_CONNECTIONS,
+    )
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:

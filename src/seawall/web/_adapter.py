@@ -240,13 +240,54 @@ def run_experiment(name: str, seed: int = 0) -> dict[str, Any]:
         return _cached(name, seed)
 
 
+HISTORY_COLUMNS = ["at", "event", "step", "phase", "attempt", "delay", "error", "detail"]
+
+
+def _history_rows(history: list[dict[str, Any]]) -> list[list[str]]:
+    """The run's history as ``seawall saga show`` prints it, one row per entry."""
+
+    def shown(value: Any) -> str:
+        return "-" if value is None or value == "" else str(value)
+
+    return [
+        [
+            shown(h.get("at")),
+            shown(h.get("event")),
+            shown(h.get("step")),
+            shown(h.get("phase")),
+            shown(h.get("attempt")),
+            "-" if h.get("delay") is None else f"{h['delay']:.3f}",
+            shown(h.get("error")),
+            shown(", ".join(f"{k}={v}" for k, v in (h.get("detail") or {}).items())),
+        ]
+        for h in history
+    ]
+
+
 def saga_log(seed: int = 0) -> dict[str, Any]:
-    """Run the saga demo of ``seawall demo``: its log tables and the run as JSON."""
+    """Run the saga demo of ``seawall demo``: its log tables and the run as JSON.
+
+    The run's history, the widest of the tables, comes as ``history`` (``columns`` and
+    ``rows``), for the page to lay out as a table whose long cells wrap, rather than as text.
+    """
     from seawall.saga._demo import demo
 
     tables, run = demo(seed)
+    run = jsonable(run)
+    texts = []
+    history_title = "history"
+    for title, text in tables:
+        if text.split()[: len(HISTORY_COLUMNS)] == HISTORY_COLUMNS:
+            history_title = title
+        else:
+            texts.append({"title": title, "text": text})
     return {
         "seed": seed,
-        "tables": [{"title": title, "text": text} for title, text in tables],
-        "run": jsonable(run),
+        "tables": texts,
+        "history": {
+            "title": history_title,
+            "columns": HISTORY_COLUMNS,
+            "rows": _history_rows(run.get("history", [])),
+        },
+        "run": run,
     }

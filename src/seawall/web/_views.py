@@ -180,10 +180,16 @@ def storm_histogram(
         bins: histogram bins over the time of the last retry.
         seed: the seed.
 
+    Every kind is counted in the same bins, so that their heights compare like with like: the
+    bins cover the time until the last retry without jitter (full and equal jitter never retry
+    later than that), and the retries after it (decorrelated jitter's long tail) are counted
+    apart, as ``overflow``, instead of widening every bin to the tail's end.
+
     Returns:
-        The parameters, ``bin_width`` and, per jitter kind (``"none"`` first), the retry
-        count per bin (``counts``), the most retries in one bin (``peak``) and the number of
-        retries (``retries``).
+        The parameters, ``bin_width``, ``end`` (where the bins end) and, per jitter kind
+        (``"none"`` first), the retry count per bin (``counts``), the most retries in one bin
+        (``peak``), the retries after ``end`` (``overflow``), the last retry's time (``last``)
+        and the number of retries (``retries``).
     """
     clients = _bounded("clients", clients, 1, MAX_CLIENTS)
     max_attempts = _bounded("max_attempts", max_attempts, 1, MAX_ATTEMPTS)
@@ -212,15 +218,28 @@ def storm_histogram(
             hooks=(),
         )
         times[kind] = _retry_times(policy, clients)
-    end = max((max(t, default=0.0) for t in times.values()), default=0.0)
+    # Without jitter every client retries at the same instants: the last of them ends the bins.
+    end = max(times["none"], default=0.0)
     width = end / bins if end > 0.0 else 1.0
+    limit = end * (1 + 1e-9)  # the same instant, summed in another order
     series = []
     for kind in kinds:
         counts = [0] * bins
+        overflow = 0
         for t in times[kind]:
-            counts[min(bins - 1, int(t / width))] += 1
+            if t > limit:
+                overflow += 1
+            else:
+                counts[min(bins - 1, int(t / width))] += 1
         series.append(
-            {"jitter": kind, "counts": counts, "peak": max(counts), "retries": len(times[kind])}
+            {
+                "jitter": kind,
+                "counts": counts,
+                "peak": max(counts),
+                "overflow": overflow,
+                "last": max(times[kind], default=0.0),
+                "retries": len(times[kind]),
+            }
         )
     return {
         "params": {

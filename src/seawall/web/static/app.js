@@ -172,17 +172,20 @@ async function loadStorm() {
   }
 }
 
+// Every kind is drawn in the same bins and on the same scale (the server's bins end at the last
+// retry without jitter); retries later than that are not drawn as a bar, but counted beside it.
 function renderStorm(data) {
   const box = $("storm-charts");
   box.replaceChildren();
   const top = Math.max(1, ...data.series.map((s) => s.peak));
   const parts = [];
   data.series.forEach((s, k) => {
-    parts.push(`${s.jitter}: peak ${s.peak} retries in ${seconds(data.bin_width)}`);
+    const later = s.overflow ? `, ${s.overflow} after ${seconds(data.end)}` : "";
+    parts.push(`${s.jitter}: peak ${s.peak}${later}`);
     const figure = el("figure", { class: "histogram", "data-jitter": s.jitter });
     const svg = el("svg:svg", {
       viewBox: "0 0 600 160", preserveAspectRatio: "none", role: "img",
-      "aria-label": `${s.jitter} jitter: ${s.retries} retries, at most ${s.peak} in one bin`,
+      "aria-label": `${s.jitter} jitter: ${s.retries} retries, at most ${s.peak} in one bin${later}`,
     });
     const w = 580 / s.counts.length;
     s.counts.forEach((c, i) => {
@@ -198,11 +201,20 @@ function renderStorm(data) {
     svg.appendChild(el("svg:text", { x: 10, y: 155 }, "0"));
     svg.appendChild(el("svg:text", { x: 590, y: 155, "text-anchor": "end" }, seconds(data.end)));
     svg.appendChild(el("svg:text", { x: 14, y: 14 }, `peak ${s.peak}`));
+    if (s.overflow) {
+      svg.appendChild(el("svg:text", { x: 590, y: 14, "text-anchor": "end", class: "overflow", "data-count": s.overflow },
+        `+${s.overflow} later, until ${seconds(s.last)} \u2192`));
+    }
     figure.appendChild(svg);
-    figure.appendChild(el("figcaption", {}, `${s.jitter === "none" ? "no" : s.jitter} jitter: ${s.retries} retries`));
+    const name = `${s.jitter === "none" ? "no" : s.jitter} jitter`;
+    figure.appendChild(el("figcaption", {}, s.overflow
+      ? `${name}: ${s.retries} retries, ${s.overflow} of them after ${seconds(data.end)} (not drawn)`
+      : `${name}: ${s.retries} retries`));
     box.appendChild(figure);
   });
-  $("storm-summary").textContent = `${data.params.clients} clients. ` + parts.join("; ") + ".";
+  $("storm-summary").textContent = `${data.params.clients} clients; the same bins of ` +
+    `${seconds(data.bin_width)} for every kind, up to the last retry without jitter. ` +
+    parts.join("; ") + ".";
 }
 
 // -- experiments ----------------------------------------------------------------------------
@@ -281,9 +293,9 @@ function legend(chart) {
   return caption;
 }
 
-function table(data) {
+function table(data, className) {
   const wrap = el("div", { class: "table-wrap", tabindex: 0, role: "region", "aria-label": "results table" });
-  const t = el("table");
+  const t = el("table", className ? { class: className } : {});
   const head = el("tr");
   for (const c of data.columns) head.appendChild(el("th", { scope: "col" }, c));
   t.appendChild(el("thead")).appendChild(head);
@@ -362,6 +374,9 @@ async function runSaga() {
       pre.textContent = t.text;
       out.appendChild(pre);
     }
+    // The history is the widest: a table whose error and detail cells wrap, so that it fits.
+    out.appendChild(el("h3", {}, data.history.title));
+    out.appendChild(table(data.history, "history"));
   } catch (err) {
     showError("saga-error", err);
   } finally {
