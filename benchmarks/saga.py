@@ -51,7 +51,7 @@ def seawall_worker(
 
     policy = seawall.RetryPolicy(max_attempts=10, backoff=seawall.Backoff.constant(0.0), hooks=())
     flow = saga.Saga("bench", [saga.Step(n, step, policy=policy) for n in ("a", "b", "c")])
-    orch = saga.Orchestrator(url, [flow], batch=64, poll=0.005, hooks=())
+    orch = saga.Orchestrator(url, [flow], batch=64, concurrency=8, poll=0.005, hooks=())
     watcher = saga.Orchestrator(url, [flow], hooks=())
     stop = threading.Event()
     while not os.path.exists(go):

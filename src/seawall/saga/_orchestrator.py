@@ -582,9 +582,10 @@ class Orchestrator:
             workers whose clocks disagree.
         batch: runs claimed together, in one commit.
         concurrency: attempts run at once (threads for ``def`` steps, tasks for ``async def``
-            ones). Their outcomes share commits, each with the start of the next attempt; an
-            attempt counts once its start is committed, so a crash charges, and may repeat the
-            side effects of, at most this many.
+            ones; default 1). Their outcomes share commits, each with the start of the next
+            attempt, so a higher value runs fast steps several times faster; but an attempt
+            counts once its start is committed, and a crash may repeat the side effects of as
+            many attempts as ran at once (finished, not yet recorded).
         hooks: callables receiving a :class:`~seawall.saga.SagaEvent` after each attempt and
             run status change is in the log; ``None`` means the logging hook.
         poll: longest idle wait of :meth:`work` between looks at the store (seconds).
@@ -606,7 +607,7 @@ class Orchestrator:
         clock: Clock | None = None,
         store_clock: Clock | None = None,
         batch: int = 32,
-        concurrency: int = 4,
+        concurrency: int = 1,
         hooks: Sequence[Hook] | None = None,
         poll: float = 1.0,
         worker_id: str | None = None,
@@ -1080,12 +1081,12 @@ class Orchestrator:
         waits behind another's (threads for ``def`` steps, tasks for ``async def`` ones)."""
         if not works:
             return
-        if (
-            len(works) == 1 and not running and not queued and not works[0].pending.is_async  # type: ignore[union-attr]
-        ):
+        first = works[0].pending
+        assert first is not None
+        if len(works) == 1 and not running and not first.is_async:
             # One attempt: run it here, as a plain call.
             w = works[0]
-            self._heartbeat.hold({w.loaded.run.run_id: w.loaded.run.token})
+            self._heartbeat.hold({x.loaded.run.run_id: x.loaded.run.token for x in (w, *queued)})
             future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
             future.set_result(self._call(works[0].pending))  # type: ignore[arg-type]
             running[future] = works[0]
