@@ -9,11 +9,10 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from seawall._core.errors import DeadlineExceeded
 from seawall._core.public import public
 from seawall._strategies.hedge import Hedge
 from seawall._strategies.retry import RetryPolicy
-from seawall.grpc._driver import RetryCall, hand_over
+from seawall.grpc._driver import ANSWERED, Outcome, RetryCall, adrive
 from seawall.grpc._rules import (
     DEADLINE_CODE,
     DEFAULT_REQUEST_BUFFER,
@@ -23,7 +22,13 @@ from seawall.grpc._rules import (
     PUSHBACK_CODES,
     RetryBase,
 )
-from seawall.grpc._streams import AioStreamStream, AioStreamUnary, AioUnaryStream, AsyncRequests
+from seawall.grpc._streams import (
+    AioResponseStream,
+    AioStreamStream,
+    AioStreamUnary,
+    AioUnaryStream,
+    AsyncRequests,
+)
 
 
 class _CopyFailed(ConnectionError):
@@ -32,6 +37,13 @@ class _CopyFailed(ConnectionError):
     def __init__(self, attempt: Any) -> None:
         super().__init__("a hedged copy failed with a retryable status")
         self.attempt = attempt
+
+
+def _details(d: grpc.aio.ClientCallDetails, call: RetryCall) -> grpc.aio.ClientCallDetails:
+    """*d* with the attempt's timeout (see :meth:`RetryCall.timeout`)."""
+    return grpc.aio.ClientCallDetails(
+        d.method, call.timeout(d.timeout), d.metadata, d.credentials, d.wait_for_ready
+    )
 
 
 def _method_name(method: object) -> str:
@@ -121,10 +133,7 @@ class AsyncRetryInterceptor(RetryBase, grpc.aio.UnaryUnaryClientInterceptor):
         retryable = self._rules.retry_codes | {DEADLINE_CODE}
 
         async def copy() -> Any:
-            details = grpc.aio.ClientCallDetails(
-                d.method, call.timeout(d.timeout), d.metadata, d.credentials, d.wait_for_ready
-            )
-            attempt = await continuation(details, request)
+            attempt = await continuation(_details(d, call), request)
             sent.append(attempt)
             if await attempt.code() in retryable:
                 raise _CopyFailed(attempt)
@@ -134,7 +143,7 @@ class AsyncRetryInterceptor(RetryBase, grpc.aio.UnaryUnaryClientInterceptor):
         try:
             winner = await hedge.acall(copy)
         except _CopyFailed as failed:
-            winner = failed.attempt  # every copy failed: the retry loop decides on the last
+            winner = failed.attempt  # every copy failed: the retry driver decides on the last
         finally:
             for attempt in sent:
                 if attempt is not winner:
@@ -147,54 +156,33 @@ class AsyncRetryInterceptor(RetryBase, grpc.aio.UnaryUnaryClientInterceptor):
         client_call_details: grpc.aio.ClientCallDetails,
         request: Any,
     ) -> Any:
+        d = client_call_details
         call = RetryCall(self._rules)
-        asleep = call.clock.asleep
         hedge = self._hedge
-        if (
-            hedge is not None
-            and _method_name(client_call_details.method) not in self._hedge_methods
-        ):
+        if hedge is not None and _method_name(d.method) not in self._hedge_methods:
             hedge = None
         last: Any = None
-        while True:
-            try:
-                call.begin_attempt()
-            except DeadlineExceeded:
-                if last is None:
-                    raise
-                return last  # the wait left too little time: the last attempt's outcome
-            d = client_call_details
+
+        async def attempt() -> Outcome:
+            nonlocal last
             if hedge is not None:
-                attempt = await self._hedged(hedge, continuation, d, request, call)
+                last = await self._hedged(hedge, continuation, d, request, call)
             else:
-                details = grpc.aio.ClientCallDetails(
-                    d.method, call.timeout(d.timeout), d.metadata, d.credentials, d.wait_for_ready
-                )
-                attempt = await continuation(details, request)
-            code = await attempt.code()
-            delay, signal = call.on_status(code, await attempt.trailing_metadata())
-            if delay is None:
-                if code is OK:
-                    return attempt
-                try:
-                    await attempt
-                except grpc.RpcError as error:
-                    hand_over(signal, error)
-                    raise
-                return attempt  # pragma: no cover - a failed status always raises
-            last = attempt
-            await asleep(delay)
+                last = await continuation(_details(d, call), request)
+            code = await last.code()
+            if code is OK:
+                return ANSWERED
+            trailing = await last.trailing_metadata()
+            try:
+                await last
+            except grpc.RpcError as error:
+                return Outcome(code, trailing, None, error)
+            return Outcome(code, trailing)  # pragma: no cover - a failed status always raises
 
-    def _aio_start(
-        self, continuation: Callable[..., Awaitable[Any]], d: Any, call: RetryCall, request: Any
-    ) -> Callable[[], Awaitable[Any]]:
-        async def start() -> Any:
-            details = grpc.aio.ClientCallDetails(
-                d.method, call.timeout(d.timeout), d.metadata, d.credentials, d.wait_for_ready
-            )
-            return await continuation(details, request() if callable(request) else request)
-
-        return start
+        error = (await adrive(call, attempt)).error
+        if error is not None:
+            raise error
+        return last
 
     def interceptors(self) -> list[grpc.aio.ClientInterceptor]:
         """This interceptor and its twins for unary-stream, stream-unary and stream-stream RPCs,
@@ -212,10 +200,7 @@ class AsyncRetryInterceptor(RetryBase, grpc.aio.UnaryUnaryClientInterceptor):
         client_call_details: grpc.aio.ClientCallDetails,
         request: Any,
     ) -> Any:
-        call = RetryCall(self._rules)
-        call.begin_attempt()
-        start = self._aio_start(continuation, client_call_details, call, lambda: request)
-        return AioUnaryStream(call, start, None)
+        return self._stream(AioUnaryStream, continuation, client_call_details, request, None)
 
     async def intercept_stream_unary(
         self,
@@ -224,10 +209,7 @@ class AsyncRetryInterceptor(RetryBase, grpc.aio.UnaryUnaryClientInterceptor):
         request_iterator: Any,
     ) -> Any:
         requests = AsyncRequests(request_iterator, self._request_buffer)
-        call = RetryCall(self._rules)
-        call.begin_attempt()
-        start = self._aio_start(continuation, client_call_details, call, requests.replay)
-        return AioStreamUnary(call, start, requests)
+        return self._stream(AioStreamUnary, continuation, client_call_details, None, requests)
 
     async def intercept_stream_stream(
         self,
@@ -236,10 +218,24 @@ class AsyncRetryInterceptor(RetryBase, grpc.aio.UnaryUnaryClientInterceptor):
         request_iterator: Any,
     ) -> Any:
         requests = AsyncRequests(request_iterator, self._request_buffer)
+        return self._stream(AioStreamStream, continuation, client_call_details, None, requests)
+
+    def _stream(
+        self,
+        kind: type[AioResponseStream],
+        continuation: Callable[[grpc.aio.ClientCallDetails, Any], Awaitable[Any]],
+        d: grpc.aio.ClientCallDetails,
+        request: Any,
+        requests: AsyncRequests | None,
+    ) -> AioResponseStream:
+        """A response stream of *kind*, retried until it is committed."""
         call = RetryCall(self._rules)
-        call.begin_attempt()
-        start = self._aio_start(continuation, client_call_details, call, requests.replay)
-        return AioStreamStream(call, start, requests)
+
+        async def start() -> Any:
+            sent = request if requests is None else requests.replay()
+            return await continuation(_details(d, call), sent)
+
+        return kind(call, start, requests)
 
 
 class _AioUnaryStreamRetry(grpc.aio.UnaryStreamClientInterceptor):

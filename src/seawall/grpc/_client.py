@@ -7,19 +7,19 @@ from typing import Any, NamedTuple
 
 import grpc
 
-from seawall._core.errors import DeadlineExceeded
 from seawall._core.public import public
 from seawall._strategies.retry import RetryPolicy
-from seawall.grpc._driver import RetryCall, hand_over
+from seawall.grpc._driver import ANSWERED, UNJUDGED, Outcome, RetryCall, drive
 from seawall.grpc._rules import (
     DEFAULT_REQUEST_BUFFER,
     DEFAULT_RETRY_CODES,
+    HEADERS_RECEIVED,
     OK,
     PER_CHANNEL,
     PUSHBACK_CODES,
     RetryBase,
 )
-from seawall.grpc._streams import HEADERS_RECEIVED, Requests, ResponseStream
+from seawall.grpc._streams import Requests, ResponseStream
 
 
 class _CallDetails(NamedTuple):
@@ -111,7 +111,7 @@ class RetryInterceptor(
         client_call_details: grpc.ClientCallDetails,
         request: Any,
     ) -> Any:
-        return self._unary_response(continuation, client_call_details, lambda: request, None)
+        return self._unary_response(continuation, client_call_details, request, None)
 
     def intercept_stream_unary(
         self,
@@ -120,7 +120,7 @@ class RetryInterceptor(
         request_iterator: Any,
     ) -> Any:
         requests = Requests(request_iterator, self._request_buffer)
-        return self._unary_response(continuation, client_call_details, requests.replay, requests)
+        return self._unary_response(continuation, client_call_details, None, requests)
 
     def intercept_unary_stream(
         self,
@@ -128,12 +128,7 @@ class RetryInterceptor(
         client_call_details: grpc.ClientCallDetails,
         request: Any,
     ) -> Any:
-        call = RetryCall(self._rules)
-        call.begin_attempt()
-        d = client_call_details
-        return ResponseStream(
-            call, lambda: continuation(_with_timeout(d, call.timeout(d.timeout)), request), None
-        )
+        return self._stream_response(continuation, client_call_details, request, None)
 
     def intercept_stream_stream(
         self,
@@ -142,45 +137,48 @@ class RetryInterceptor(
         request_iterator: Any,
     ) -> Any:
         requests = Requests(request_iterator, self._request_buffer)
-        call = RetryCall(self._rules)
-        call.begin_attempt()
-        d = client_call_details
-
-        def start() -> Any:
-            return continuation(_with_timeout(d, call.timeout(d.timeout)), requests.replay())
-
-        return ResponseStream(call, start, requests)
+        return self._stream_response(continuation, client_call_details, None, requests)
 
     def _unary_response(
         self,
         continuation: Callable[[grpc.ClientCallDetails, Any], Any],
-        client_call_details: grpc.ClientCallDetails,
-        request: Callable[[], Any],
+        d: grpc.ClientCallDetails,
+        request: Any,
         requests: Requests | None,
     ) -> Any:
+        """One response: grpcio's outcome of the last attempt (an ``RpcError`` if it failed)."""
         call = RetryCall(self._rules)
-        sleep = call.clock.sleep
         last: Any = None
-        while True:
-            try:
-                call.begin_attempt()
-            except DeadlineExceeded:
-                if last is None:
-                    raise
-                return last  # the wait left too little time: the last attempt's outcome
-            details = _with_timeout(client_call_details, call.timeout(client_call_details.timeout))
-            outcome = continuation(details, request())
-            code = outcome.code()
+
+        def attempt() -> Outcome:
+            nonlocal last
+            sent = request if requests is None else requests.replay()
+            last = result = continuation(_with_timeout(d, call.timeout(d.timeout)), sent)
+            code = result.code()
+            if code is OK:
+                return ANSWERED
             if code is None:  # a local failure before any status (grpcio's _FailureOutcome)
-                return outcome
+                return UNJUDGED
             committed = None
             if requests is not None:
-                committed = HEADERS_RECEIVED if outcome.initial_metadata() else None
-                committed = committed or requests.committed()
-            delay, signal = call.on_status(code, outcome.trailing_metadata(), committed)
-            if delay is None:
-                if code is not OK:
-                    hand_over(signal, outcome)
-                return outcome
-            last = outcome
-            sleep(delay)
+                committed = HEADERS_RECEIVED if result.initial_metadata() else requests.committed()
+            return Outcome(code, result.trailing_metadata(), committed, result)
+
+        drive(call, attempt)
+        return last
+
+    def _stream_response(
+        self,
+        continuation: Callable[[grpc.ClientCallDetails, Any], Any],
+        d: grpc.ClientCallDetails,
+        request: Any,
+        requests: Requests | None,
+    ) -> ResponseStream:
+        """A response stream, retried until it is committed."""
+        call = RetryCall(self._rules)
+
+        def start() -> Any:
+            sent = request if requests is None else requests.replay()
+            return continuation(_with_timeout(d, call.timeout(d.timeout)), sent)
+
+        return ResponseStream(call, start, requests)

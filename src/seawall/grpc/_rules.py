@@ -9,7 +9,8 @@ from typing import Final, NamedTuple
 import grpc
 
 from seawall._core import validate as _validate
-from seawall._core.errors import DeadlineExceeded
+from seawall._core.clock import SYSTEM_CLOCK, Clock
+from seawall._core.errors import DeadlineExceeded, Overloaded, add_note, permanent
 from seawall._core.public import public
 from seawall._strategies.budget import Budget, TokenBucket
 from seawall._strategies.retry import RetryPolicy
@@ -133,9 +134,50 @@ def _codes(name: str, value: object) -> frozenset[grpc.StatusCode]:
 
 
 class Rules(NamedTuple):
+    """What a retrying interceptor was configured with: the policy it drives and the statuses
+    it retries."""
+
     policy: RetryPolicy
     retry_codes: frozenset[grpc.StatusCode]
     pushback_codes: frozenset[grpc.StatusCode]
+    #: The policy's clock: its waits and its deadlines.
+    clock: Clock
+
+    def classify(
+        self, code: grpc.StatusCode, trailing: object, committed: str | None
+    ) -> tuple[Exception, bool | None]:
+        """A failed attempt's status as the policy's :meth:`~seawall.lowlevel.RetryState.on_error`
+        takes it: (the exception that stands for it, the ``retry`` verdict to pass, ``None`` for
+        the policy's own ``retry_on``).
+
+        *trailing* is the attempt's trailing metadata (its pushback is read here); *committed*
+        says why the call cannot be replayed (gRPC A6: responses received, or a request stream
+        no longer buffered): a status that would be retried is then a failure of the dependency
+        that is not retried, with a note saying why.
+        """
+        pushback = parse_pushback(trailing)
+        if pushback is REFUSE and (
+            code in self.retry_codes or code in self.pushback_codes or code is DEADLINE_CODE
+        ):
+            # The server said "do not retry" a status that would be: a failure of the dependency,
+            # never retried (a pushback on a fatal status changes nothing: gRPC proposal A6).
+            return Overloaded(f"gRPC {code.name} with a pushback that forbids retries"), None
+        wait = pushback if isinstance(pushback, float) else None
+        if committed is not None and (
+            code in self.retry_codes
+            or code is DEADLINE_CODE
+            or (code in self.pushback_codes and wait is not None)
+        ):
+            signal = StatusDeadlineExceeded() if code is DEADLINE_CODE else RetryableStatus(code)
+            add_note(signal, f"seawall: gRPC {code.name} not retried: {committed}")
+            return signal, False
+        if code is DEADLINE_CODE:
+            return StatusDeadlineExceeded(), None
+        if code in self.retry_codes or (code in self.pushback_codes and wait is not None):
+            return RetryableStatus(code, wait), True
+        # A fatal status: the dependency answered (the budget's on_answer), never retried;
+        # marked so, it is not reported as an error that retry_on failed to match.
+        return permanent(RetryableStatus(code)), None
 
 
 def make_rules(
@@ -162,8 +204,13 @@ def make_rules(
         derived,
         _codes("retry_codes", retry_codes),
         _codes("pushback_codes", pushback_codes),
+        derived.clock if derived.clock is not None else SYSTEM_CLOCK,
     )
 
+
+#: Why a call is committed (gRPC proposal A6): its status is then the caller's, not retried.
+RESPONSE_RECEIVED: Final = "a response message had been received (the call is committed)"
+HEADERS_RECEIVED: Final = "the server had sent its response headers (the call is committed)"
 
 #: The default number of request messages kept for replay (``request_buffer``): a request
 #: stream longer than this commits the call, as gRPC's retry buffer limit does (proposal A6).
@@ -171,6 +218,8 @@ DEFAULT_REQUEST_BUFFER: Final = 64
 
 
 class RetryBase:
+    """What the sync and the ``grpc.aio`` retry interceptors share: their validated settings."""
+
     def __init__(
         self,
         policy: RetryPolicy | None,

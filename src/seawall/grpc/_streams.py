@@ -11,12 +11,8 @@ from typing import Any, Final
 import grpc
 import grpc.aio
 
-from seawall._core.errors import DeadlineExceeded
-from seawall.grpc._driver import RetryCall, hand_over
-from seawall.grpc._rules import OK
-
-RESPONSE_RECEIVED: Final = "a response message had been received (the call is committed)"
-HEADERS_RECEIVED: Final = "the server had sent its response headers (the call is committed)"
+from seawall.grpc._driver import ANSWERED, UNJUDGED, Outcome, RetryCall, adrive, drive
+from seawall.grpc._rules import HEADERS_RECEIVED
 
 
 def _outgrown(limit: int) -> str:
@@ -123,11 +119,10 @@ class ResponseStream(grpc.Call):
         self._start = start
         self._requests = requests
         self._attempt = start()
+        self._spent = False  # whether the attempt in progress failed: the next one starts anew
         self._settled = False
         self._pending: Any = _NOTHING
         self._error: BaseException | None = None
-        self._reported = False
-        self._cancelled = False
 
     def _committed(self, attempt: Any) -> str | None:
         try:
@@ -137,57 +132,29 @@ class ResponseStream(grpc.Call):
             pass
         return self._requests.committed() if self._requests is not None else None
 
+    def _try(self) -> Outcome:
+        """One attempt, up to its first message or its end."""
+        if self._spent:
+            self._attempt = self._start()
+            self._spent = False
+        attempt = self._attempt
+        try:
+            self._pending = next(attempt)
+        except StopIteration:
+            return ANSWERED
+        except grpc.RpcError as error:
+            code = error.code() if isinstance(error, grpc.Call) else None
+            if code is None or self._call.cancelled:
+                return Outcome(None, error=error)
+            self._spent = True
+            return Outcome(code, error.trailing_metadata(), self._committed(attempt), error)
+        return UNJUDGED  # a first message: committed, judged when the stream ends
+
     def _settle(self) -> None:
         """Attempt until a first message arrives or the call ends; retries happen here only."""
-        call = self._call
-        while not self._settled:
-            attempt = self._attempt
-            try:
-                self._pending = next(attempt)
-            except StopIteration:
-                self._settled = True
-                self._report(None)
-                return
-            except grpc.RpcError as error:
-                code = error.code() if isinstance(error, grpc.Call) else None
-                if code is None or self._cancelled:
-                    self._settled = True
-                    self._error = error
-                    return
-                delay, signal = call.on_status(
-                    code, error.trailing_metadata(), self._committed(attempt)
-                )
-                self._reported = True
-                if delay is not None:
-                    call.clock.sleep(delay)
-                    try:
-                        call.begin_attempt()
-                    except DeadlineExceeded:
-                        delay = None  # too little time left: the last attempt's outcome stands
-                    else:
-                        if not self._cancelled:
-                            self._attempt = self._start()
-                            self._reported = False
-                            continue
-                hand_over(signal, error)
-                self._settled = True
-                self._error = error
-                return
+        if not self._settled:
+            self._error = drive(self._call, self._try).error
             self._settled = True
-
-    def _report(self, error: Any) -> None:
-        """Tell the policy how the committed call ended (once; a cancelled call is nobody's
-        outcome)."""
-        if self._reported or self._cancelled:
-            return
-        self._reported = True
-        if error is None:
-            self._call.on_status(OK, None)
-            return
-        code = error.code() if isinstance(error, grpc.Call) else None
-        if code is not None:
-            _, signal = self._call.on_status(code, error.trailing_metadata(), RESPONSE_RECEIVED)
-            hand_over(signal, error)
 
     def __iter__(self) -> ResponseStream:
         return self
@@ -204,10 +171,10 @@ class ResponseStream(grpc.Call):
         try:
             return next(self._attempt)
         except StopIteration:
-            self._report(None)
+            self._call.end(None)
             raise
         except grpc.RpcError as error:
-            self._report(error)
+            self._call.end(error)
             raise
 
     def next(self) -> Any:
@@ -237,7 +204,7 @@ class ResponseStream(grpc.Call):
         return self._attempt.time_remaining()
 
     def cancel(self) -> bool:
-        self._cancelled = True  # and no attempt after this one
+        self._call.cancelled = True  # and no attempt after this one
         return bool(self._attempt.cancel())
 
     def add_callback(self, callback: Callable[[], None]) -> bool:
@@ -373,8 +340,6 @@ class AioResponseStream:
         self._attempt: Any = None
         self._pending: Any = _NOTHING
         self._error: BaseException | None = None
-        self._reported = False
-        self._cancelled = False
         self._eof = False
         self._task = asyncio.ensure_future(self._settle())
 
@@ -383,60 +348,29 @@ class AioResponseStream:
             return HEADERS_RECEIVED
         return self._requests.committed() if self._requests is not None else None
 
-    async def _settle(self) -> None:
-        call = self._call
-        while True:
-            self._attempt = attempt = await self._start()
-            self._reported = False
-            try:
-                if self._once:
-                    await attempt
-                else:
-                    message = await attempt.read()
-                    if message is grpc.aio.EOF:
-                        self._eof = True
-                        self._report(None)
-                    else:
-                        self._pending = message
-                    return
-            except grpc.aio.AioRpcError as error:
-                code = error.code()
-                if code is None or self._cancelled:
-                    self._error = error
-                    return
-                # The attempt's own headers: the error's may be taken before they arrived.
-                headers = error.initial_metadata() or await attempt.initial_metadata()
-                delay, signal = call.on_status(
-                    code, error.trailing_metadata(), self._committed_by(headers)
-                )
-                self._reported = True
-                if delay is not None and not self._cancelled:
-                    await call.clock.asleep(delay)
-                    try:
-                        call.begin_attempt()
-                    except DeadlineExceeded:
-                        pass  # too little time left: the last attempt's outcome stands
-                    else:
-                        if not self._cancelled:
-                            continue
-                hand_over(signal, error)
-                self._error = error
-                return
-            else:
-                self._report(None)  # stream-unary: answered
-                return
+    async def _try(self) -> Outcome:
+        """One attempt, up to its first message or its end."""
+        self._attempt = attempt = await self._start()
+        try:
+            if self._once:
+                await attempt
+                return ANSWERED  # stream-unary: answered
+            message = await attempt.read()
+        except grpc.aio.AioRpcError as error:
+            code = error.code()
+            if code is None or self._call.cancelled:
+                return Outcome(None, error=error)
+            # The attempt's own headers: the error's may be taken before they arrived.
+            headers = error.initial_metadata() or await attempt.initial_metadata()
+            return Outcome(code, error.trailing_metadata(), self._committed_by(headers), error)
+        if message is grpc.aio.EOF:
+            self._eof = True
+            return ANSWERED
+        self._pending = message
+        return UNJUDGED  # a first message: committed, judged when the stream ends
 
-    def _report(self, error: Any) -> None:
-        if self._reported or self._cancelled:
-            return
-        self._reported = True
-        if error is None:
-            self._call.on_status(OK, None)
-            return
-        code = error.code() if isinstance(error, grpc.aio.AioRpcError) else None
-        if code is not None:
-            _, signal = self._call.on_status(code, error.trailing_metadata(), RESPONSE_RECEIVED)
-            hand_over(signal, error)
+    async def _settle(self) -> None:
+        self._error = (await adrive(self._call, self._try)).error
 
     async def _settled(self) -> Any:
         # Shielded: a reader cancelled while the attempts go on does not cancel the call.
@@ -457,11 +391,11 @@ class AioResponseStream:
         try:
             message = await self._attempt.read()
         except grpc.RpcError as error:
-            self._report(error)
+            self._call.end(error)
             raise
         if message is grpc.aio.EOF:
             self._eof = True
-            self._report(None)
+            self._call.end(None)
         return message
 
     async def _messages(self) -> AsyncIterator[Any]:
@@ -475,7 +409,7 @@ class AioResponseStream:
         return self._messages()
 
     def cancel(self) -> bool:
-        self._cancelled = True  # and no attempt after this one
+        self._call.cancelled = True  # and no attempt after this one
         self._task.cancel()
         if self._attempt is not None:
             self._attempt.cancel()
