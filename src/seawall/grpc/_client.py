@@ -64,8 +64,9 @@ class RetryInterceptor(
       (RESOURCE_EXHAUSTED) only when the server sent ``grpc-retry-pushback-ms``;
       DEADLINE_EXCEEDED while the call's own deadline has room (a slow attempt under
       ``attempt_timeout``), never once it has passed;
-    - a pushback replaces the backoff (clamped to the policy's ``max_retry_after``); a negative
-      or malformed one forbids the retry (gRPC proposal A6);
+    - a pushback sets the wait to the larger of it and the backoff delay (clamped to the
+      policy's ``max_retry_after``); a negative or malformed one forbids the retry (gRPC
+      proposal A6);
     - never retried: other statuses (fatal: an answer, which moves no token of a
       :class:`~seawall.TokenBucket`);
     - each attempt's timeout is min(the caller's timeout, the time left of the policy's
