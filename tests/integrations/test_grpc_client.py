@@ -4,6 +4,7 @@ on the server."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 from collections.abc import Iterator
@@ -309,6 +310,29 @@ def test_deadline_exceeded_as_the_engine_does(server: Scripted) -> None:
         assert bucket.tokens == tokens
 
 
+class Oversleeping(seawall.VirtualClock):
+    """Virtual time whose waits overrun by 10 s, as on a machine that stalled in the wait."""
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds + 10.0)
+
+    async def asleep(self, seconds: float) -> None:
+        await super().asleep(seconds + 10.0)
+
+
+def test_a_wait_that_overruns_the_deadline_leaves_the_last_status(server: Scripted) -> None:
+    """The retry was planned with room; the wait overran the deadline: no attempt is made, and
+    the caller gets the last attempt's status."""
+    key = server.script(b"k", UNAVAILABLE, "ok")
+    events: list[str] = []
+    policy = fast_policy(clock=Oversleeping(), timeout=5.0, hooks=[lambda e: events.append(e.kind)])
+    ch, stub = seawall_stub(server, policy, budget=None)
+    with ch:
+        assert call(stub, key) == (None, CODES.UNAVAILABLE)
+    assert server.attempts[key] == 1
+    assert events == ["retry", "give_up"]
+
+
 def test_retried_at_one_layer(server: Scripted) -> None:
     """An enclosing seawall policy does not retry what the interceptor already retried."""
     key = server.script(b"k", UNAVAILABLE)
@@ -436,6 +460,21 @@ async def test_aio_gives_up_with_marks(server: Scripted) -> None:
     assert server.attempts[key] == 2
 
 
+async def test_aio_a_wait_that_overruns_the_deadline_leaves_the_last_status(
+    server: Scripted,
+) -> None:
+    key = server.script(b"k", UNAVAILABLE, "ok")
+    events: list[str] = []
+    policy = fast_policy(clock=Oversleeping(), timeout=5.0, hooks=[lambda e: events.append(e.kind)])
+    interceptor = sg.AsyncRetryInterceptor(policy, budget=None)
+    async with grpc.aio.insecure_channel(
+        f"127.0.0.1:{server.port}", interceptors=[interceptor]
+    ) as ch:
+        assert await aio_call(ch, key) == (None, CODES.UNAVAILABLE)
+    assert server.attempts[key] == 1
+    assert events == ["retry", "give_up"]
+
+
 # -- hedging (grpc.aio) ---------------------------------------------------------------------------
 
 
@@ -480,3 +519,16 @@ def test_hedge_needs_idempotent_methods_named() -> None:
         sg.AsyncRetryInterceptor(hedge_methods=[METHOD])
     with pytest.raises(TypeError, match="hedge_methods"):
         sg.AsyncRetryInterceptor(hedge=seawall.Hedge(delay=0.1), hedge_methods=["Call"])
+
+
+def test_public_names_show_the_public_module() -> None:
+    """The package's modules are private: reprs, tracebacks, pickles and the reference name
+    ``seawall.grpc``, which exports every one of them."""
+    shown = {
+        name: obj.__module__
+        for name in sg.__all__
+        if isinstance(obj := getattr(sg, name), type) or inspect.isfunction(obj)
+    }
+    assert set(shown) >= {"RetryInterceptor", "AsyncRetryInterceptor", "LoadShedder"}
+    assert set(shown.values()) == {"seawall.grpc"}
+    assert repr(sg.RetryInterceptor) == "<class 'seawall.grpc.RetryInterceptor'>"

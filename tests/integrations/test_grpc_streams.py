@@ -340,6 +340,21 @@ def test_no_stream_attempt_with_the_deadline_gone(server: Scripted) -> None:
     assert server.attempts == {}
 
 
+def test_a_wait_that_overruns_the_deadline_leaves_the_last_stream_status(
+    server: Scripted,
+) -> None:
+    class Oversleeping(seawall.VirtualClock):
+        def sleep(self, seconds: float) -> None:
+            super().sleep(seconds + 10.0)  # the wait overran the call's deadline
+
+    key = server.script(b"k", UNAVAILABLE, "ok")
+    policy = fast_policy(clock=Oversleeping(), timeout=5.0)
+    with ours(server, policy) as channel, pytest.raises(grpc.RpcError) as info:
+        next(channel.unary_stream(LINES)(key, timeout=5.0))
+    assert info.value.code() is CODES.UNAVAILABLE  # type: ignore[attr-defined]
+    assert server.attempts[key] == 1
+
+
 def test_time_left_is_sent_as_the_timeout_of_a_stream(server: Scripted) -> None:
     key = server.script(b"k", "ok")
     with ours(server, seawall.RetryPolicy()) as channel:

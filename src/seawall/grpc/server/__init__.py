@@ -1,0 +1,2 @@
+"""The gRPC server interceptors (deadline intake, load shedding), exported by
+:mod:`seawall.grpc`."""
