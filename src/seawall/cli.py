@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = ["main"]
 
@@ -40,6 +40,15 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise _Terminated
 
 
+def _said(err: BaseException | str) -> str:
+    """What the command prints of an error or a text it did not write itself: without secrets
+    (a store URL's password, a token) and without control characters (an escape sequence in
+    an error message must not act on the terminal)."""
+    from seawall._core.redact import escape_controls, redact_text
+
+    return escape_controls(redact_text(str(err)))
+
+
 def _writable_file(path: str, option: str) -> None:
     """Refuse, before a long run, a file that could not be written afterwards."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -55,6 +64,13 @@ def _default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its messages (which repeat the words given) printed safely."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(_said(message))
+
+
 _SUBPARSERS: dict[str, argparse.ArgumentParser] = {}
 
 
@@ -66,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     from seawall.sim._trials import ENGINES
 
     load_entry_points()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="seawall",
         description="seawall: safe retries. Run the simulator that shows what retry policies do.",
     )
@@ -305,9 +321,11 @@ def _list_scenarios() -> int:
 
     width = max(len(n) for n in SCENARIOS)
     for name, scenario in SCENARIOS.items():
-        sys.stdout.write(f"{name:<{width}}  {scenario.summary}\n")
+        sys.stdout.write(f"{_said(name):<{width}}  {_said(scenario.summary)}\n")
     for name, error in BROKEN:
-        sys.stderr.write(f"seawall: the installed scenario {name!r} failed to load: {error}\n")
+        sys.stderr.write(
+            f"seawall: the installed scenario {name!r} failed to load: {_said(error)}\n"
+        )
     return 0
 
 
@@ -574,18 +592,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 last = traceback.extract_tb(cause.__traceback__)[-1]
                 where = f" (at {os.path.basename(last.filename)}:{last.lineno})"
-            sys.stderr.write(f"seawall: internal error{where}: {err}; please report it\n")
+            sys.stderr.write(f"seawall: internal error{where}: {_said(err)}; please report it\n")
             return EXIT_INTERNAL
         except (ValueError, TypeError, _UsageError) as err:
             # Parameters the option types could not check alone (e.g. --cap below --base).
-            parser.exit(EXIT_USAGE, f"seawall: error: {err}\n")
+            parser.exit(EXIT_USAGE, f"seawall: error: {_said(err)}\n")
+        except ConnectionError as err:
+            # A saga store that cannot be reached: not a file to write, not a bug of seawall.
+            sys.stderr.write(f"seawall: error: {_said(err)}\n")
+            return EXIT_INTERNAL
         except OSError as err:
             # Writing a result (a plot, the report) failed after the run: the path is the cause.
-            name = f" {err.filename}" if err.filename else ""
-            parser.exit(EXIT_USAGE, f"seawall: error: cannot write{name}: {err.strerror or err}\n")
+            name = f" {_said(err.filename)}" if err.filename else ""
+            why = _said(err.strerror or err)
+            parser.exit(EXIT_USAGE, f"seawall: error: cannot write{name}: {why}\n")
         except Exception as err:
             sys.stderr.write(
-                f"seawall: internal error: {type(err).__name__}: {err}; please report it\n"
+                f"seawall: internal error: {type(err).__name__}: {_said(err)}; please report it\n"
             )
             return EXIT_INTERNAL
     except KeyboardInterrupt:
