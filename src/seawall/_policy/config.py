@@ -814,7 +814,21 @@ def parse_config(
         except RecursionError:
             raise ConfigError(path, _TOO_DEEP) from None
         parsed[name] = _route(name, merged, path, errs)
+    _check_defaults(defaults, errs)
     return parsed
+
+
+def _check_defaults(defaults: Mapping[str, Any], errors: Mapping[str, type[BaseException]]) -> None:
+    """Validate ``defaults`` as a route of its own, so that a bad value there is refused even
+    when every route overrides it (it would otherwise wait for the first route that does not).
+    ``retriable_status_codes`` may wait there for the routes' ``retry_on``."""
+    if not defaults:
+        return
+    retry = defaults.get("retry_policy")
+    if isinstance(retry, Mapping) and "retriable_status_codes" in retry and "retry_on" not in retry:
+        retry = {**retry, "retry_on": "retriable-status-codes"}
+        defaults = {**defaults, "retry_policy": retry}
+    _route("defaults", defaults, "defaults", errors)
 
 
 def _top(loaded: object, name: str) -> Mapping[str, Any]:

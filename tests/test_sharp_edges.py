@@ -1,0 +1,93 @@
+"""Sharp edges a first-time user or a hostile input met: each case failed before its fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import seawall
+from seawall import config
+from seawall.propagation import Deadline, deadline_headers
+
+# -- configuration: a bad default is refused even when every route overrides it -------------
+
+#: field (below a route) -> (a bad value, a good one)
+OVERRIDDEN: dict[str, tuple[Any, Any]] = {
+    "timeout": (10**400, "2s"),
+    "retry_policy.num_retries": (-1, 2),
+    "retry_policy.per_try_timeout": (1e10, "1s"),
+    "retry_policy.retry_on": ("bogus", "5xx"),
+    "retry_policy.back_off.base": ("nan", "25ms"),
+    "retry_policy.budget.ttl": (5e-324, "10s"),
+    "hedge.delay": ("9" * 100 + "h", 0.1),
+    "enabled": ("yes", True),
+}
+
+
+def nested(field: str, value: Any) -> dict[str, Any]:
+    """``{"a": {"b": value}}`` for ``"a.b"``; a budget gets the field it needs besides."""
+    table: dict[str, Any] = {}
+    inner = table
+    *parents, leaf = field.split(".")
+    for key in parents:
+        inner = inner.setdefault(key, {})
+    inner[leaf] = value
+    if parents[-1:] == ["budget"]:
+        inner["percent_can_retry"] = 10
+    return table
+
+
+@pytest.mark.parametrize("field", sorted(OVERRIDDEN))
+def test_a_bad_default_is_refused_even_when_every_route_overrides_it(field: str) -> None:
+    bad, good = OVERRIDDEN[field]
+    data = {
+        "defaults": nested(field, bad),
+        "routes": {"users": nested(field, good), "orders": nested(field, good)},
+    }
+    with pytest.raises(config.ConfigError) as caught:
+        config.parse_config(data)
+    assert caught.value.path.startswith(f"defaults.{field.split('.')[0]}"), caught.value
+    # The same good value as a default is accepted.
+    good_data = {**data, "defaults": nested(field, good)}
+    assert set(config.parse_config(good_data)) == {"users", "orders"}
+
+
+def test_default_status_codes_may_wait_for_the_routes_retry_on() -> None:
+    data = {
+        "defaults": {"retry_policy": {"retriable_status_codes": [409]}},
+        "routes": {"users": {"retry_policy": {"retry_on": "retriable-status-codes"}}},
+    }
+    assert config.parse_config(data)["users"].retry_statuses == frozenset({409})
+    data["routes"] = {}  # a bad default is refused with no route at all, too
+    data["defaults"]["retry_policy"]["retriable_status_codes"] = [999]
+    with pytest.raises(config.ConfigError, match=r"^defaults\.retry_policy\.retriable_status"):
+        config.parse_config(data)
+
+
+# -- values beyond a float ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [10**400, -(10**400)], ids=["huge", "-huge"])
+def test_latency_tracker_refuses_an_int_beyond_a_float_by_name(value: int) -> None:
+    tracker = seawall.LatencyTracker()
+    with pytest.raises(ValueError, match=r"^seconds must be finite and >= 0, got .*401 digits"):
+        tracker.record(value)
+    tracker.record(0.25)
+    assert tracker.count == 1
+
+
+def test_deadline_headers_take_an_int_beyond_a_float_as_no_deadline() -> None:
+    assert deadline_headers(10**400) == {}  # as far off as infinity: nothing to send
+    passed = {"grpc-timeout": "0n", "x-request-deadline": "0"}
+    assert deadline_headers(-(10**400)) == passed
+    assert deadline_headers(float("-inf")) == passed
+    assert deadline_headers(3.0)["x-request-deadline"] == "2995"
+
+
+@pytest.mark.parametrize("clock", [0, "system", object()])
+def test_deadline_after_names_a_clock_that_is_not_one(clock: object) -> None:
+    with pytest.raises(TypeError, match=r"^clock must implement seawall.Clock, got "):
+        Deadline.after(1.0, clock=clock)  # type: ignore[arg-type]
+    virtual = seawall.VirtualClock(start=5.0)
+    assert Deadline.after(1.0, clock=virtual) == Deadline(6.0, virtual)
