@@ -275,7 +275,7 @@ class RetryableResponse(Exception):
     def __init__(self, status: int, retry_after: float | None) -> None:
         super().__init__(f"HTTP {status}")
         self.status = status
-        # Read by the policy (retry_after_of): server pushback replaces the backoff.
+        # Read by the policy (retry_after_of): it waits the larger of this and its backoff.
         self.retry_after = retry_after
 
 
@@ -1337,10 +1337,9 @@ class HttpCall(Generic[Resp]):
         self, response: Resp, status: int, get_header: Callable[[str], str | None]
     ) -> float | None:
         state = self._state()
-        signal = RetryableResponse(
-            status,
-            parse_retry_after(get_header("retry-after"), maximum=state.policy.max_retry_after),
-        )
+        # The server's wait as asked (finite: at most 32 digits, or a date in the calendar):
+        # the policy clamps it to max_retry_after, or gives up if retry_after_beyond_max says so.
+        signal = RetryableResponse(status, parse_retry_after(get_header("retry-after")))
         # A transient status is a failure of the dependency whether or not this request may be
         # sent again: retry=False still counts it against the budget, it only forbids the retry.
         delay = state.on_error(signal, self._now(), retry=self.safe and self.replayable)
