@@ -12,7 +12,7 @@ import email.utils
 import random
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -23,8 +23,10 @@ from seawall_test_server import Server
 
 import seawall
 import seawall.aiohttp
+import seawall.config
 import seawall.httpx
 import seawall.requests
+from seawall.httpx import RetryTransport
 
 Fetch = Callable[[seawall.RetryPolicy, str], int]
 
@@ -166,3 +168,71 @@ def test_extreme_retry_after_values_never_crash_nor_wait_past_the_maximum(
         assert wait == 5.0  # a valid wait longer than max_retry_after: clamped
     else:
         assert wait <= 0.1  # ignored: the backoff's first draw (full jitter of 0.1 s)
+
+
+# -- HTTP/2 REFUSED_STREAM: the request was not processed ----------------------------------
+
+
+@pytest.fixture
+def h2_server() -> Iterator[Any]:
+    pytest.importorskip("h2")  # the dev extra installs it (httpx's http2 support)
+    from h2_test_server import H2Server
+
+    server = H2Server()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def h2_client(transport: httpx.BaseTransport) -> httpx.Client:
+    return httpx.Client(transport=transport, timeout=5.0)
+
+
+def h2_transport() -> httpx.HTTPTransport:
+    return httpx.HTTPTransport(http1=False, http2=True)  # prior knowledge: h2 in cleartext
+
+
+def refused_stream_route(clock: seawall.VirtualClock) -> seawall.config.PolicyRegistry:
+    routes = {"routes": {"users": {"retry_policy": {"retry_on": "refused-stream"}}}}
+    return seawall.config.PolicyRegistry(routes, clock=clock, hooks=())
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_route_retry_on_refused_stream_retries_an_http2_refused_stream(
+    h2_server: Any, method: str
+) -> None:
+    registry = refused_stream_route(seawall.VirtualClock())
+    transport = RetryTransport.from_route(registry, "users", h2_transport(), budget=None)
+    with h2_client(transport) as client:
+        response = client.request(method, f"{h2_server.url}/refuse/2", content=b"order")
+    assert (response.status_code, response.http_version) == (200, "HTTP/2")
+    assert h2_server.count("/refuse/2") == 3  # a POST too: the server processed none of it
+
+
+def test_route_retry_on_refused_stream_leaves_other_stream_resets(h2_server: Any) -> None:
+    registry = refused_stream_route(seawall.VirtualClock())
+    transport = RetryTransport.from_route(registry, "users", h2_transport(), budget=None)
+    with h2_client(transport) as client, pytest.raises(httpx.RemoteProtocolError):
+        client.get(f"{h2_server.url}/reset/1")
+    assert h2_server.count("/reset/1") == 1
+
+
+def test_a_refused_post_is_retried_by_default_another_reset_is_not(h2_server: Any) -> None:
+    seen = Seen()
+    transport = RetryTransport(seen.policy, h2_transport(), budget=None)
+    with h2_client(transport) as client:
+        assert client.post(f"{h2_server.url}/refuse/1", content=b"order").status_code == 200
+        with pytest.raises(httpx.RemoteProtocolError) as info:
+            client.post(f"{h2_server.url}/reset/1", content=b"order")
+    assert (h2_server.count("/refuse/1"), h2_server.count("/reset/1")) == (2, 1)
+    assert "not idempotent" in " ".join(getattr(info.value, "__notes__", []))
+
+
+def test_refused_stream_condition_still_matches_a_refused_connection(refused_url: str) -> None:
+    clock = seawall.VirtualClock()
+    registry = refused_stream_route(clock)
+    transport = RetryTransport.from_route(registry, "users", httpx.HTTPTransport(), budget=None)
+    with h2_client(transport) as client, pytest.raises(httpx.ConnectError):
+        client.get(refused_url)
+    assert len(clock.sleeps) == 2  # three attempts (num_retries = 2)

@@ -34,7 +34,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, ParamSpec, TypeVar, overload
 
-from seawall._core.classify import is_transient
+from seawall._core.classify import is_refused_stream, is_transient
 from seawall._core.clock import Clock
 from seawall._core.decorate import decorate
 from seawall._core.public import public
@@ -169,10 +169,9 @@ def is_connect_failure(error: BaseException) -> bool:
 
 
 def is_refused(error: BaseException) -> bool:
-    """``refused-stream``: the server refused the request before processing it. Python's HTTP
-    clients do not tell an HTTP/2 REFUSED_STREAM reset apart from other resets, so this is a
-    refused connection."""
-    return any(
+    """``refused-stream``: the server refused the request before processing it: an HTTP/2
+    stream reset with REFUSED_STREAM (httpx with ``http2=True``), or a refused connection."""
+    return is_refused_stream(error) or any(
         isinstance(e, ConnectionRefusedError) or getattr(e, "errno", None) == errno.ECONNREFUSED
         for e in _causes(error)
     )

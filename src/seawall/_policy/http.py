@@ -36,6 +36,7 @@ from typing import (
 )
 
 from seawall._core import validate as _validate
+from seawall._core.classify import is_refused_stream
 from seawall._core.errors import (
     _EXHAUSTED_MARK,
     DeadlineExceeded,
@@ -536,7 +537,8 @@ class Wire(Generic[Resp]):
         """(a retryable kind of error, the request never left)."""
         if isinstance(error, self.never_retried):
             return False, False
-        never_sent = isinstance(error, self.never_sent)
+        # An HTTP/2 REFUSED_STREAM: sent, but the server promises it processed none of it.
+        never_sent = isinstance(error, self.never_sent) or is_refused_stream(error)
         return retryable_error(error, retry_on, never_sent), never_sent
 
     def view(self, response: Any) -> Any:
