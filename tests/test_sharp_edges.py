@@ -91,3 +91,31 @@ def test_deadline_after_names_a_clock_that_is_not_one(clock: object) -> None:
         Deadline.after(1.0, clock=clock)  # type: ignore[arg-type]
     virtual = seawall.VirtualClock(start=5.0)
     assert Deadline.after(1.0, clock=virtual) == Deadline(6.0, virtual)
+
+
+# -- immediate_first: one immediate retry at most ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"base": 0.0}, {"base": 0.0, "step": 0.5}, {"base": 0, "cap": 0, "jitter": "none"}],
+)
+def test_immediate_first_refuses_a_base_that_would_hammer(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=r"^immediate_first=True allows one immediate retry.*base"):
+        seawall.Backoff(immediate_first=True, **kwargs)
+    seawall.Backoff(**kwargs)  # without immediate_first, a zero backoff is the caller's choice
+
+
+@pytest.mark.parametrize("jitter", ["none", "equal", "decorrelated", "full"])
+def test_immediate_first_makes_one_immediate_retry_then_waits(jitter: str) -> None:
+    clock = seawall.VirtualClock()
+    backoff = seawall.Backoff(base=0.01, cap=1.0, jitter=jitter, immediate_first=True)  # type: ignore[arg-type]
+    policy = seawall.RetryPolicy(max_attempts=6, backoff=backoff, clock=clock, hooks=())
+
+    def down() -> None:
+        raise ConnectionError("down")
+
+    outcome = policy.run(down)
+    assert outcome.attempts == 6
+    assert clock.sleeps[0] == 0.0
+    assert all(wait > 0.0 for wait in clock.sleeps[1:]), clock.sleeps
