@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -119,3 +120,65 @@ def test_immediate_first_makes_one_immediate_retry_then_waits(jitter: str) -> No
     assert outcome.attempts == 6
     assert clock.sleeps[0] == 0.0
     assert all(wait > 0.0 for wait in clock.sleeps[1:]), clock.sleeps
+
+
+# -- the budget warning, and policies named after the function -----------------------------
+
+
+def test_an_unnamed_decorated_policy_is_named_after_its_function(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = seawall.VirtualClock()
+    budget = seawall.RetryBudget(ratio=0.1, min_per_second=0.1, window=10.0, clock=clock)
+
+    @seawall.retry(budget=budget, clock=clock)
+    def fetch_user() -> None:
+        raise ConnectionError("reset by peer")
+
+    name = f"{test_an_unnamed_decorated_policy_is_named_after_its_function.__name__}.<locals>"
+    name += ".fetch_user"
+    assert fetch_user.policy.name == name  # type: ignore[attr-defined]
+    notes: list[str] = []
+    with caplog.at_level(logging.INFO, logger="seawall"):
+        for _ in range(3):
+            with pytest.raises(ConnectionError) as info:
+                fetch_user()
+            notes += getattr(info.value, "__notes__", [])
+    scheduled = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert scheduled, caplog.records
+    assert all(m.startswith(f"retry {name} scheduled in ") for m in scheduled), scheduled
+    [warning, *_] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith(f"retry budget exhausted for {name} (RetryBudget(ratio=0.1, ")
+    # the budget's state: 1 call, and its 1 retry (the floor of 0.1/s over 10 s) taken
+    assert "window=10.0), in the last 10 s: calls 1, retries 1, more retries allowed 0" in warning
+    assert "ConnectionError('reset by peer')" in warning
+    assert "budget=None" in warning  # the remedy
+    assert any(f"{name}': gave up after 2 attempts" in n and "(budget)" in n for n in notes)
+
+
+def test_an_unnamed_policy_logs_without_a_double_space(caplog: pytest.LogCaptureFixture) -> None:
+    clock = seawall.VirtualClock()
+    policy = seawall.RetryPolicy(max_attempts=2, clock=clock)
+    attempts = iter([ConnectionError("reset"), None])
+
+    def flaky() -> str:
+        error = next(attempts)
+        if error is not None:
+            raise error
+        return "ok"
+
+    with caplog.at_level(logging.INFO, logger="seawall"):
+        assert policy.call(flaky) == "ok"
+    [record] = caplog.records
+    assert record.getMessage().startswith("retry scheduled in ")
+    budget = seawall.RetryBudget(min_per_second=0.0, ratio=0.1, clock=clock)
+    refused = seawall.RetryPolicy(budget=budget, clock=clock)
+    caplog.clear()
+
+    def down() -> None:
+        raise ConnectionError("down")
+
+    with caplog.at_level(logging.INFO, logger="seawall"), pytest.raises(ConnectionError):
+        refused.call(down)
+    [warning] = caplog.records
+    assert warning.getMessage().startswith("retry budget exhausted for an unnamed policy (")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import logging
 import random
 import time
 import urllib.parse
@@ -236,3 +237,26 @@ def test_refused_stream_condition_still_matches_a_refused_connection(refused_url
     with h2_client(transport) as client, pytest.raises(httpx.ConnectError):
         client.get(refused_url)
     assert len(clock.sleeps) == 2  # three attempts (num_retries = 2)
+
+
+# -- the per-host budget's warning names the host ------------------------------------------
+
+
+def test_a_newcomers_script_learns_which_hosts_budget_stopped_it(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 12 GETs, each to a resource that fails twice then answers, with the default per-host
+    # budget (10% of calls plus 1 retry/s over 10 s): the budget stops retrying after a few.
+    policy = seawall.RetryPolicy(clock=seawall.VirtualClock(), rng=random.Random(2))
+    transport = RetryTransport(policy, httpx.HTTPTransport())
+    statuses = []
+    with caplog.at_level(logging.INFO, logger="seawall"), httpx.Client(transport=transport) as c:
+        statuses = [c.get(f"{server.url}/flaky/2/503/{i}").status_code for i in range(12)]
+    assert 503 in statuses and statuses[0] == 200
+    host = server.url  # http://127.0.0.1:<port>, the per-host budget's key
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings, caplog.records
+    assert all(w.startswith(f"retry budget exhausted for {host} (RetryBudget(") for w in warnings)
+    assert all("more retries allowed 0" in w and "budget=None" in w for w in warnings)
+    retried = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert retried and all(m.startswith(f"retry {host} scheduled in ") for m in retried)

@@ -404,7 +404,11 @@ class PolicyCache:
             with self._lock:
                 if len(self._by_host) >= _MAX_HOST_BUDGETS:
                     self._by_host.clear()
-                derived = derive_policy(self._policy, budget_for_host(origin(host)))
+                key = origin(host)
+                derived = derive_policy(self._policy, budget_for_host(key))
+                if derived.name is None:
+                    # Logs and notes say which host's budget refused a retry, or gave up.
+                    derived = derived.replace(name=key)
                 self._by_host[host] = derived
         return derived
 

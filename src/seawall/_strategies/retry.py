@@ -53,7 +53,12 @@ from seawall._core.public import public
 from seawall._core.redact import redact_text
 from seawall._core.switch import ISOLATED, ONE_ATTEMPT, SWITCH
 from seawall._strategies.backoff import DEFAULT_BACKOFF, Backoff
-from seawall._strategies.budget import Budget, answer_callback, first_attempt_callables
+from seawall._strategies.budget import (
+    Budget,
+    answer_callback,
+    budget_state,
+    first_attempt_callables,
+)
 from seawall._strategies.deadline import (
     _DEADLINE,
     SCOPES,
@@ -118,6 +123,8 @@ class RetryEvent(NamedTuple):
         reason: why the policy gave up (``give_up`` and ``budget_exhausted`` only).
         duration: seconds the attempt itself took (0 when a policy without attempt-observing
             hooks made its first attempt on the fast path).
+        budget: the budget that refused the retry (``budget_exhausted`` only, else ``None``),
+            so that a hook can say how much of it was left.
     """
 
     kind: Literal["retry", "budget_exhausted", "give_up", "success"]
@@ -128,9 +135,19 @@ class RetryEvent(NamedTuple):
     elapsed: float
     reason: GiveUpReason | None = None
     duration: float = 0.0
+    budget: Budget | None = None
 
 
 Hook = Callable[[RetryEvent], None]
+
+# What the budget warning suggests: budgets bound the load retries add to a sick dependency,
+# and a newcomer's script against a flaky test server meets one first.
+_BUDGET_REMEDY: Final = (
+    "retries resume as calls succeed and the window moves on; the budget keeps retries from "
+    "multiplying the load on a failing dependency. To allow more, give the policy (or the HTTP "
+    "transport) a larger budget, e.g. budget=seawall.RetryBudget(min_per_second=5.0), or "
+    "budget=None"
+)
 
 
 def logging_hook(event: RetryEvent) -> None:
@@ -154,7 +171,9 @@ def logging_hook(event: RetryEvent) -> None:
     if event.kind == "retry":
         logger.log(
             level,
-            "retry %s scheduled in %.3f s after attempt %d failed: %s",
+            "retry %s scheduled in %.3f s after attempt %d failed: %s"
+            if policy
+            else "retry%s scheduled in %.3f s after attempt %d failed: %s",
             policy,
             event.delay,
             event.attempt,
@@ -162,7 +181,17 @@ def logging_hook(event: RetryEvent) -> None:
             extra=extra,
         )
     else:
-        logger.log(level, "retry budget exhausted for %s", policy, extra=extra)
+        state = "" if event.budget is None else f" ({redact_text(budget_state(event.budget))})"
+        logger.log(
+            level,
+            "retry budget exhausted for %s%s: attempt %d failed (%s) and is not retried; %s",
+            policy or "an unnamed policy",
+            state,
+            event.attempt,
+            error,
+            _BUDGET_REMEDY,
+            extra=extra,
+        )
 
 
 @public("seawall.lowlevel")
@@ -560,7 +589,7 @@ class RetryState:
             return self._give_up("deadline", error, now, mark=True)
         budget = p.budget
         if budget is not None and not budget.allow_retry(error or _BadResult(None)):
-            self._emit("budget_exhausted", error, 0.0, now, "budget")
+            self._emit("budget_exhausted", error, 0.0, now, "budget", budget)
             if self.defer_refusals:
                 return self.defer(error, now)
             return self._give_up("budget", error, now, mark=True)
@@ -625,7 +654,7 @@ class RetryState:
             last = self.last_error
             error = last if isinstance(last, BaseException) else _Restored(last)
         if budget is not None and not budget.allow_retry(error):
-            self._emit("budget_exhausted", error, 0.0, now, "budget")
+            self._emit("budget_exhausted", error, 0.0, now, "budget", budget)
             return self.defer(error, now)
         self.holds = 0
         self.reason = None
@@ -657,6 +686,7 @@ class RetryState:
         delay: float,
         now: float,
         reason: GiveUpReason | None,
+        budget: Budget | None = None,
     ) -> None:
         hooks = self.policy._hooks
         if hooks:
@@ -669,6 +699,7 @@ class RetryState:
                 now - self.started,
                 reason,
                 now - self._attempt_started,
+                budget,
             )
             emit(hooks, event)
 
@@ -1235,14 +1266,21 @@ class RetryPolicy:
         policy changed that way (:meth:`replace`), leaving the decorated function as it is, and
         the statistics of its calls, ``wrapper.statistics`` (a :class:`RetryStatistics` if the
         policy has ``statistics=True``, else ``None``).
+
+        A policy without a ``name`` is named after the function (its ``__qualname__``), so
+        that logs, notes, metrics and the per-name kill switch say which function retried.
         """
         stats = RetryStatistics() if self.statistics else None
+        policy = self
+        if self.name is None:
+            qualname = getattr(fn, "__qualname__", None)
+            if isinstance(qualname, str) and qualname:
+                policy = self.replace(name=qualname)
 
         def bind(fn: Callable[..., Any], asynchronous: bool) -> Any:
-            return _bound_first_attempt(self, fn, asynchronous, stats)
+            return _bound_first_attempt(policy, fn, asynchronous, stats)
 
-        wrapper = decorate(fn, "retry", self._first, self._afirst, bind=bind)
-        policy = self
+        wrapper = decorate(fn, "retry", policy._first, policy._afirst, bind=bind)
 
         def retry_with(**changes: Any) -> Callable[P, Any]:
             return policy.replace(**changes)(fn)
