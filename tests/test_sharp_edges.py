@@ -182,3 +182,25 @@ def test_an_unnamed_policy_logs_without_a_double_space(caplog: pytest.LogCapture
         refused.call(down)
     [warning] = caplog.records
     assert warning.getMessage().startswith("retry budget exhausted for an unnamed policy (")
+
+
+# -- the command's output in a pipe -----------------------------------------------------------
+
+
+def test_tables_keep_their_full_width_in_a_pipe(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from seawall.cli import main
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    argv = ["sim", "sweep", "--clients", "10", "--duration", "1", "--splits", "--workers", "1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out  # captured: not a terminal, as in `seawall sim ... | less`
+    assert "…" not in out
+    header = next(line for line in out.splitlines() if "no_retries" in line)
+    for name in ("retry_budget", "token_bucket", "adaptive_throttle", "breaker"):
+        assert f" {name} " in header, header
+    assert max(len(line) for line in out.splitlines()) > 80
+    assert main(["sim", "amplify", "--requests", "50", "--metrics"]) == 0
+    rules = [line for line in capsys.readouterr().out.splitlines() if line.startswith("──")]
+    assert rules and all(len(line) == 100 for line in rules)

@@ -282,10 +282,26 @@ def _progress(console: Any, label: str) -> Iterator[Callable[[int, int], None]]:
             bar.stop()
 
 
+# A pipe or a file has no width: tables keep their natural width there instead of rich's
+# default of 80 columns, which cut names short ("retry_bud…"). Rules are drawn 100 wide.
+_PIPE_WIDTH = 1000
+_RULE_WIDTH = 100
+
+
 def _consoles() -> tuple[Any, Any]:
     from rich.console import Console
 
-    return Console(), Console(stderr=True)
+    out = Console()
+    if not out.is_terminal and not os.environ.get("COLUMNS"):
+        out = Console(width=_PIPE_WIDTH)
+    return out, Console(stderr=True)
+
+
+def _rule(out: Any, title: str = "") -> None:
+    """A horizontal rule with *title*: the terminal's width, or 100 columns in a pipe."""
+    from rich.rule import Rule
+
+    out.print(Rule(title), width=None if out.is_terminal else min(out.width, _RULE_WIDTH))
 
 
 def _run_probe(args: argparse.Namespace) -> int:
@@ -473,7 +489,7 @@ def _run_sim(args: argparse.Namespace) -> int:
     else:
         scenario.render(result, out)
         if counters is not None:
-            out.rule("metrics: what production dashboards would show for this run")
+            _rule(out, "metrics: what production dashboards would show for this run")
             out.print(counters.format() or "(no series)", markup=False, soft_wrap=True)
     if plot:
         scenario.plot(result, plot)  # type: ignore[misc]
@@ -501,7 +517,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         with _progress(err, f"demo: {name}") as progress:
             result = scenario.demo(args.seed, args.workers, progress)
-        out.rule(f"[bold]{name}[/bold]: {scenario.summary}")
+        _rule(out, f"[bold]{name}[/bold]: {scenario.summary}")
         scenario.render(result, out)
         if scenario.plot is not None:
             path = os.path.join(directory, f"{name}.png")
@@ -520,7 +536,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
     t0 = time.monotonic()
     tables, saga_summary = saga_demo(args.seed)
-    out.rule("[bold]saga[/bold]: retries owned by a durable orchestrator (the log per step)")
+    _rule(out, "[bold]saga[/bold]: retries owned by a durable orchestrator (the log per step)")
     for title, text in tables:
         out.print(f"{title}:", markup=False)
         out.print(text, markup=False, soft_wrap=True)
@@ -530,7 +546,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)
     written.append(path)
-    out.rule()
+    _rule(out)
     out.print(f"demo finished in {time.monotonic() - started:.1f} s; report in {directory}/:")
     for p in written:
         out.print(f"  {os.path.basename(p)}", markup=False)
