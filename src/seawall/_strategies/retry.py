@@ -25,7 +25,18 @@ from collections.abc import (
     Sequence,
 )
 from types import CoroutineType, TracebackType
-from typing import Any, Final, Generic, Literal, NamedTuple, ParamSpec, TypeVar, overload
+from typing import (
+    Any,
+    Concatenate,
+    Final,
+    Generic,
+    Literal,
+    NamedTuple,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    overload,
+)
 
 from seawall._core import validate as _validate
 from seawall._core.classify import (
@@ -82,6 +93,9 @@ __all__ = [
 
 P = ParamSpec("P")
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+S = TypeVar("S")
+Q = ParamSpec("Q")
 
 
 GiveUpReason = Literal[
@@ -346,6 +360,43 @@ class RetryStatistics:
             f"retries={d['retries']}, give_ups={d['give_ups']}, "
             f"total_delay={d['total_delay']:.3f})"
         )
+
+
+class RetryingFunction(Protocol[P, T_co]):
+    """What :meth:`RetryPolicy.__call__` returns, for type checkers: the function, with the
+    attributes the decorator adds (``fn.statistics``, ``fn.policy``, ``fn.retry_with``), as a
+    function or as a method."""
+
+    statistics: RetryStatistics | None
+    policy: RetryPolicy
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T_co: ...
+
+    def retry_with(self, **changes: Any) -> Callable[P, T_co]: ...
+
+    @overload
+    def __get__(
+        self, instance: None, owner: type[Any] | None = None
+    ) -> RetryingFunction[P, T_co]: ...
+
+    @overload
+    def __get__(
+        self: RetryingFunction[Concatenate[S, Q], T],
+        instance: S,
+        owner: type[Any] | None = None,
+    ) -> RetryingMethod[Q, T]: ...
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any: ...
+
+
+class RetryingMethod(Protocol[P, T_co]):
+    """A :class:`RetryingFunction` read from an instance: a bound method, with the same
+    attributes."""
+
+    statistics: RetryStatistics | None
+    policy: RetryPolicy
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T_co: ...
 
 
 @public("seawall.lowlevel")
@@ -1253,12 +1304,12 @@ class RetryPolicy:
     @overload
     def __call__(
         self, fn: Callable[P, Coroutine[Any, Any, T]]
-    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    ) -> RetryingFunction[P, Coroutine[Any, Any, T]]: ...
 
     @overload
-    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]: ...
+    def __call__(self, fn: Callable[P, T]) -> RetryingFunction[P, T]: ...
 
-    def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
+    def __call__(self, fn: Callable[P, Any]) -> RetryingFunction[P, Any]:
         """Decorate a ``def`` or ``async def`` function; its signature is preserved.
 
         The wrapper carries its policy as ``wrapper.policy``, a per-call override,
@@ -1288,7 +1339,7 @@ class RetryPolicy:
         wrapper.policy = policy  # type: ignore[attr-defined]
         wrapper.retry_with = retry_with  # type: ignore[attr-defined]
         wrapper.statistics = stats  # type: ignore[attr-defined]
-        return wrapper
+        return wrapper  # type: ignore[return-value]
 
     # -- block API --------------------------------------------------------------------------
 
