@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import seawall
+from backends import Run
 from seawall import config
 from seawall.propagation import Deadline, deadline_headers
 
@@ -204,3 +205,67 @@ def test_tables_keep_their_full_width_in_a_pipe(
     assert main(["sim", "amplify", "--requests", "50", "--metrics"]) == 0
     rules = [line for line in capsys.readouterr().out.splitlines() if line.startswith("──")]
     assert rules and all(len(line) == 100 for line in rules)
+
+
+# -- a cancelled attempt's TimeoutError says what timed out ---------------------------------
+
+
+def test_an_attempt_timeout_has_a_message(run: Run) -> None:
+    import anyio
+
+    clock = seawall.VirtualClock()
+    policy = seawall.RetryPolicy(
+        max_attempts=2, attempt_timeout=2.0, backoff=seawall.Backoff.constant(1.0), clock=clock
+    )
+
+    @policy
+    async def slow() -> None:
+        await anyio.sleep(3600)
+
+    async def main() -> BaseException:
+        try:
+            await slow()
+        except TimeoutError as exc:
+            return exc
+        raise AssertionError("no timeout")
+
+    error = run(main(), clock)
+    assert type(error) is TimeoutError
+    assert (
+        str(error) == "attempt 2 of 'test_an_attempt_timeout_has_a_message.<locals>.slow' "
+        "timed out after 2.000 s (attempt_timeout)"
+    )
+    limited = policy.replace(name="reads", timeout=2.5)
+
+    async def blocks() -> BaseException:
+        async for attempt in limited.attempts():
+            async with attempt:
+                await anyio.sleep(3600)
+        raise AssertionError("no timeout")
+
+    async def main_blocks() -> BaseException:
+        try:
+            return await blocks()
+        except TimeoutError as exc:
+            return exc
+
+    error = run(main_blocks(), clock)
+    # the first attempt's 2 s, a wait of 1 s: 0.5 s of the call's deadline is too little
+    assert str(error) == "attempt 1 of 'reads' timed out after 2.000 s (attempt_timeout)"
+
+
+def test_a_timeout_raised_inside_the_attempt_keeps_its_own_message(run: Run) -> None:
+    clock = seawall.VirtualClock()
+    policy = seawall.RetryPolicy(max_attempts=1, attempt_timeout=2.0, clock=clock)
+
+    async def own() -> None:
+        raise TimeoutError("the database said so")
+
+    async def main() -> str:
+        try:
+            await policy.acall(own)
+        except TimeoutError as exc:
+            return str(exc)
+        return ""
+
+    assert run(main(), clock) == "the database said so"

@@ -1267,7 +1267,8 @@ class RetryPolicy:
                     if at == math.inf:
                         result = await fn(*args, **kwargs)
                     else:
-                        result = await with_timeout(fn(*args, **kwargs), at - now)
+                        what = _timed_out(self, state.attempts)
+                        result = await with_timeout(fn(*args, **kwargs), at - now, what)
                 except Exception as exc:
                     _check_awaited(fn, exc)
                     delay = state.on_error(exc, clock_now())
@@ -1380,6 +1381,20 @@ def _check_awaited(fn: Callable[..., Any], error: Exception) -> None:
             f"{fn!r} is not async: acall() awaits what it returns; use policy.call() for a "
             "plain function"
         ) from error
+
+
+def _timed_out(policy: RetryPolicy, number: int) -> Callable[[float], str]:
+    """The message of attempt *number*'s ``TimeoutError`` when it is cancelled after the
+    seconds it was given: ``"attempt 2 of 'fetch' timed out after 0.250 s (attempt_timeout)"``
+    (asyncio's own says nothing)."""
+
+    def text(seconds: float) -> str:
+        name = f" of {redact_text(repr(policy.name))}" if policy.name else ""
+        limit = policy.attempt_timeout
+        why = "attempt_timeout" if limit is not None and seconds >= limit else "the deadline"
+        return f"attempt {number}{name} timed out after {max(seconds, 0.0):.3f} s ({why})"
+
+    return text
 
 
 def _nothing(error: BaseException) -> None:
@@ -1559,13 +1574,14 @@ class Attempt:
     interrupted.
     """
 
-    __slots__ = ("_attempts", "_deadline", "_timeout", "_token", "number")
+    __slots__ = ("_attempts", "_deadline", "_seconds", "_timeout", "_token", "number")
 
     def __init__(self, attempts: Attempts, number: int, deadline: float) -> None:
         self._attempts = attempts
         self._deadline = deadline
         self._token: Any = None
         self._timeout: Any = None
+        self._seconds = 0.0
         #: The attempt number, from 1.
         self.number = number
 
@@ -1574,7 +1590,8 @@ class Attempt:
         if self._deadline != math.inf:
             from seawall._core.compat import timeout_after
 
-            self._timeout = timeout_after(self._deadline - self._attempts._policy._clock.now())
+            self._seconds = self._deadline - self._attempts._policy._clock.now()
+            self._timeout = timeout_after(self._seconds)
             await self._timeout.__aenter__()
         return self
 
@@ -1590,6 +1607,7 @@ class Attempt:
                 await timeout.__aexit__(exc_type, exc, tb)
             except TimeoutError as err:
                 # Our own cancellation at the attempt's deadline: a slow attempt.
+                err.args = (_timed_out(self._attempts._policy, self.number)(self._seconds),)
                 if self.__exit__(TimeoutError, err, err.__traceback__):
                     return True
                 raise
