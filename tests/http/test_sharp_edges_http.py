@@ -260,3 +260,19 @@ def test_a_newcomers_script_learns_which_hosts_budget_stopped_it(
     assert all("more retries allowed 0" in w and "budget=None" in w for w in warnings)
     retried = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert retried and all(m.startswith(f"retry {host} scheduled in ") for m in retried)
+
+
+# -- the aiohttp log line: host:port, not a ConnectionKey repr -------------------------------
+
+
+def test_aiohttp_connect_errors_are_logged_by_host_and_port(
+    refused_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen = Seen(max_attempts=2)
+    seen.policy = seen.policy.replace(hooks=(seawall.logging_hook,))
+    with caplog.at_level(logging.INFO, logger="seawall"), pytest.raises(aiohttp.ClientError):
+        fetch_aiohttp(seen.policy, refused_url)
+    [line] = [r.getMessage() for r in caplog.records]
+    where = refused_url.removeprefix("http://").removesuffix("/ok")  # 127.0.0.1:<port>
+    assert f'ClientConnectorError("Cannot connect to host {where} ' in line, line
+    assert "ConnectionKey" not in line and len(line) < 200, line

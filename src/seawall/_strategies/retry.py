@@ -164,6 +164,25 @@ _BUDGET_REMEDY: Final = (
 )
 
 
+# Arguments an error's repr shows well; any other object is shown through the error's str.
+_PLAIN_ARGS: Final = (str, bytes, int, float, BaseException, type(None))
+
+
+def _error_text(error: BaseException | None) -> str:
+    """The error as a log line shows it: its repr, or ``Type('str')`` when its arguments are
+    objects whose reprs say little at great length (aiohttp's ``ClientConnectorError`` holds a
+    ``ConnectionKey`` of eight fields; its str says ``Cannot connect to host h:port``)."""
+    try:
+        args = getattr(error, "args", ())
+        if error is None or (
+            isinstance(args, tuple) and all(isinstance(a, _PLAIN_ARGS) for a in args)
+        ):
+            return repr(error)
+        return f"{type(error).__name__}({str(error)!r})"
+    except Exception:  # a broken __repr__ or __str__ must not lose the log line
+        return f"<{type(error).__name__}>"
+
+
 def logging_hook(event: RetryEvent) -> None:
     """The default hook: log scheduled retries (INFO) and budget refusals (WARNING) to "seawall"."""
     if event.kind == "give_up":
@@ -173,7 +192,7 @@ def logging_hook(event: RetryEvent) -> None:
         return
     # The error's repr without secrets: HTTP libraries put the URL (query string and all) in
     # their messages; seawall logs it without query string and user info.
-    error = redact_text(repr(event.error))
+    error = redact_text(_error_text(event.error))
     policy = redact_text(event.policy or "")  # a name can be a URL (the HTTP integrations')
     extra = {
         "seawall_policy": policy,
