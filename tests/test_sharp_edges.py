@@ -269,3 +269,16 @@ def test_a_timeout_raised_inside_the_attempt_keeps_its_own_message(run: Run) -> 
         return ""
 
     assert run(main(), clock) == "the database said so"
+
+
+# -- describe() shows a budget under its current names --------------------------------------
+
+
+def test_describe_shows_the_budget_under_the_names_a_file_takes_today() -> None:
+    budget = {"percent_can_retry": 25, "min_retries_per_sec": 2, "ttl": "30s"}
+    data = {"routes": {"users": {"retry_policy": {"budget": budget}}}}
+    shown = config.PolicyRegistry(data).describe()["users"]["budget"]
+    assert shown == {"percent_can_retry": 25, "min_retries_per_sec": 2, "ttl": 30.0}
+    # Written back as it is shown: no DeprecationWarning (an error in this suite).
+    again = {"routes": {"users": {"retry_policy": {"budget": shown}}}}
+    assert config.PolicyRegistry(again).describe()["users"]["budget"] == shown

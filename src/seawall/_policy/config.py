@@ -398,9 +398,19 @@ class RouteConfig:
             "timeout": self.timeout,
             "per_try_timeout": self.per_try_timeout,
             "back_off": _describe_back_off(b),
-            "budget": dataclasses.asdict(self.budget) if self.budget else None,
+            "budget": _describe_budget(self.budget) if self.budget else None,
             "hedge": self.hedge.describe() if self.hedge else None,
         }
+
+
+def _describe_budget(budget: BudgetConfig) -> dict[str, float]:
+    """The budget under the names a policy file gives it today (not the deprecated ``percent``,
+    ``min`` and ``window``), so that what is shown can be written back as it is."""
+    return {
+        "percent_can_retry": budget.percent,
+        "min_retries_per_sec": budget.min_per_second,
+        "ttl": budget.window,
+    }
 
 
 def _describe_back_off(b: Backoff) -> dict[str, Any]:
