@@ -40,6 +40,11 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise _Terminated
 
 
+def _is_store_error(err: BaseException) -> bool:
+    """Whether *err* is the database's own (SQLite's or PostgreSQL's driver)."""
+    return type(err).__module__.partition(".")[0] in ("sqlite3", "psycopg")
+
+
 def _said(err: BaseException | str) -> str:
     """What the command prints of an error or a text it did not write itself: without secrets
     (a store URL's password, a token) and without control characters (an escape sequence in
@@ -623,6 +628,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             why = _said(err.strerror or err)
             parser.exit(EXIT_USAGE, f"seawall: error: cannot write{name}: {why}\n")
         except Exception as err:
+            if args.command == "saga" and _is_store_error(err):
+                # The database refused (a read-only file, a full disk, a lost connection): the
+                # store's state, not a bug of seawall.
+                sys.stderr.write(
+                    f"seawall: error: the saga store {_said(args.store)} refused the operation: "
+                    f"{type(err).__name__}: {_said(err)}\n"
+                )
+                return EXIT_INTERNAL
             sys.stderr.write(
                 f"seawall: internal error: {type(err).__name__}: {_said(err)}; please report it\n"
             )

@@ -11,8 +11,12 @@ run's reason; store URLs carry a password in the user info, in the query (``pass
 from __future__ import annotations
 
 import json
+import os
+import pathlib
+import shutil
 import socket
 import sqlite3
+import subprocess
 
 import pytest
 
@@ -145,3 +149,41 @@ def test_argument_errors_escape_what_was_typed(capsys: pytest.CaptureFixture[str
     err = capsys.readouterr().err
     assert "unrecognized arguments: \\x1b]0;owned\\x07" in err
     assert not CONTROLS & set(err.replace("\n", ""))
+
+
+def read_only(path: pathlib.Path) -> bool:
+    """Make *path* read-only, for root too (the immutable attribute); whether it worked."""
+    path.chmod(0o444)
+    if os.geteuid() == 0 and shutil.which("chattr"):
+        subprocess.run(["chattr", "+i", str(path)], check=False, capture_output=True)
+    try:
+        with path.open("r+b"):
+            return False
+    except OSError:
+        return True
+
+
+def writable_again(path: pathlib.Path) -> None:
+    if os.geteuid() == 0 and shutil.which("chattr"):
+        subprocess.run(["chattr", "-i", str(path)], check=False, capture_output=True)
+    path.chmod(0o644)
+
+
+def test_a_read_only_store_is_read_and_refuses_writes_clearly(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "saga.db"
+    url = f"sqlite:///{path}"
+    with saga.Orchestrator(url, [saga.Saga("s", [saga.Step("a", lambda ctx: None)])]) as orch:
+        orch.start("s", {}, run_id="r1")
+    try:
+        if not read_only(path):
+            pytest.skip("this file system cannot make a file read-only for this user")
+        assert main(["saga", "list", "--store", url]) == 0  # reading needs no write
+        assert capsys.readouterr().out.splitlines()[1].startswith("r1 ")
+        assert main(["saga", "retry", "r1", "--store", url]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"seawall: error: the saga store {url} refused the operation: ")
+        assert "readonly database" in err and "internal error" not in err
+    finally:
+        writable_again(path)
