@@ -184,7 +184,8 @@ def is_transient(error: BaseException) -> bool:
 # and h2) raises RemoteProtocolError around h2's StreamReset event, whose text is
 # "<StreamReset stream_id:1, error_code:7, remote_reset:True>" (older h2 writes the code's name).
 _REFUSED_STREAM = 0x7
-_REFUSED_STREAM_TEXT = re.compile(
+# (compiled on first use, by re's own cache: most programs never see a stream reset)
+_REFUSED_STREAM_TEXT = (
     r"StreamReset stream_id:\d+, error_code:(?:7|ErrorCodes\.REFUSED_STREAM), remote_reset:True"
 )
 
@@ -201,7 +202,7 @@ def is_refused_stream(error: BaseException) -> bool:
         args = e.args if isinstance(e.args, tuple) else ()
         for arg in args[:1]:
             if isinstance(arg, str):
-                if "StreamReset" in arg and _REFUSED_STREAM_TEXT.search(arg):
+                if "StreamReset" in arg and re.search(_REFUSED_STREAM_TEXT, arg):
                     return True
             elif (
                 type(arg).__name__ == "StreamReset"

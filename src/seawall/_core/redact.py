@@ -11,8 +11,9 @@ for every message, log line, metric label and command output.
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Final
+from typing import Final, NamedTuple
 
 __all__ = ["REDACTED", "escape_controls", "redact_text", "redact_url"]
 
@@ -21,10 +22,10 @@ REDACTED: Final = "[redacted]"
 
 # scheme://user-info@ : user info is everything between "//" and the last "@" before the path
 # (a password may hold an "@" of its own).
-_USER_INFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/?#\s'\"<>]*@")
+_USER_INFO = r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/?#\s'\"<>]*@"
 # A query string or fragment: "?" or "#" after a character of a path or host, up to whitespace,
 # a quote or a bracket (the ends of a URL inside a message or a repr).
-_QUERY = re.compile(r"(?<=[\w/.\-~%\]])[?#][^\s'\"<>()\[\]{}|\\^`]+")
+_QUERY = r"(?<=[\w/.\-~%\]])[?#][^\s'\"<>()\[\]{}|\\^`]+"
 
 # Names whose value is a secret, as keys of a connection string (libpq's password and
 # sslpassword), of keyword arguments or of a mapping: the end of the name decides
@@ -42,13 +43,11 @@ _SECRET_HEADER = (
 # A value: quoted (a repr's b'...' too, backslash escapes kept inside) or bare up to a separator.
 _VALUE = r"""(?:b?'(?:[^'\\]|\\.)*'?|b?"(?:[^"\\]|\\.)*"?|[^\s&;,'"<>()\[\]{}]+)"""
 # name=value (a connection string, keyword arguments, a query outside a URL)
-_ASSIGNED = re.compile(rf"(?i)(?<![\w\-])({_SECRET_NAME})(\s*=\s*){_VALUE}")
+_ASSIGNED = rf"(?i)(?<![\w\-])({_SECRET_NAME})(\s*=\s*){_VALUE}"
 # 'name': value or 'name', value (a mapping's or a list of pairs' repr; JSON)
-_QUOTED_KEY = re.compile(
-    rf"""(?i)(b?(['"])(?:{_SECRET_NAME}|{_SECRET_HEADER})\2)(\s*[:,]\s*){_VALUE}"""
-)
+_QUOTED_KEY = rf"""(?i)(b?(['"])(?:{_SECRET_NAME}|{_SECRET_HEADER})\2)(\s*[:,]\s*){_VALUE}"""
 # Name: value (a header line): the rest of the line
-_HEADER_LINE = re.compile(rf"(?im)(?<![\w\-'\"])({_SECRET_HEADER})(\s*:[ \t]*)[^\r\n'\"]+")
+_HEADER_LINE = rf"(?im)(?<![\w\-'\"])({_SECRET_HEADER})(\s*:[ \t]*)[^\r\n'\"]+"
 # Cheap test before the patterns above: one of the words they need.
 _HINTS: Final = ("pass", "pwd", "secret", "token", "key", "credential", "auth", "cookie")
 
@@ -56,8 +55,25 @@ _HINTS: Final = ("pass", "pwd", "secret", "token", "key", "credential", "auth", 
 # the screen or retitle the window, BEL rings, CR and LF forge lines), DEL, C1 controls (0x9b is a
 # one-character CSI to some terminals), and the bidirectional marks, overrides and isolates that
 # reorder the characters shown.
-_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROLS = r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 _NAMED_CONTROLS: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+class _Patterns(NamedTuple):
+    user_info: re.Pattern[str]
+    query: re.Pattern[str]
+    assigned: re.Pattern[str]
+    quoted_key: re.Pattern[str]
+    header_line: re.Pattern[str]
+    controls: re.Pattern[str]
+
+
+@functools.cache
+def _patterns() -> _Patterns:
+    """The patterns, compiled on first use: a program that never shows an error (the first
+    decorated call of most) does not pay for them at import."""
+    sources = (_USER_INFO, _QUERY, _ASSIGNED, _QUOTED_KEY, _HEADER_LINE, _CONTROLS)
+    return _Patterns(*(re.compile(source) for source in sources))
 
 
 def _escaped(match: re.Match[str]) -> str:
@@ -111,18 +127,19 @@ def redact_text(text: str) -> str:
     """
     if not isinstance(text, str):
         return f"<{type(text).__name__}>"
+    patterns = _patterns()
     if "@" in text:
-        text = _USER_INFO.sub(rf"\1{REDACTED}@", text)
+        text = patterns.user_info.sub(rf"\1{REDACTED}@", text)
     if "?" in text or "#" in text:
-        text = _QUERY.sub(f"?{REDACTED}", text)
+        text = patterns.query.sub(f"?{REDACTED}", text)
     lowered = text.lower()
     if any(hint in lowered for hint in _HINTS):
         if "=" in text:
-            text = _ASSIGNED.sub(rf"\1\2{REDACTED}", text)
+            text = patterns.assigned.sub(rf"\1\2{REDACTED}", text)
         if "'" in text or '"' in text:
-            text = _QUOTED_KEY.sub(rf"\1\3{REDACTED}", text)
+            text = patterns.quoted_key.sub(rf"\1\3{REDACTED}", text)
         if ":" in text:
-            text = _HEADER_LINE.sub(rf"\1\2{REDACTED}", text)
+            text = patterns.header_line.sub(rf"\1\2{REDACTED}", text)
     return text
 
 
@@ -136,4 +153,4 @@ def escape_controls(text: str) -> str:
         return f"<{type(text).__name__}>"
     if text.isprintable():  # the common case, and a superset of what is escaped
         return text
-    return _CONTROLS.sub(_escaped, text)
+    return _patterns().controls.sub(_escaped, text)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import linecache
-import logging
 import math
 import random
 import threading
@@ -26,6 +25,7 @@ from collections.abc import (
 )
 from types import CoroutineType, TracebackType
 from typing import (
+    TYPE_CHECKING,
     Any,
     Concatenate,
     Final,
@@ -59,17 +59,11 @@ from seawall._core.errors import (
     mark_exhausted,
     retry_after_of,
 )
-from seawall._core.events import check_hooks, emit
+from seawall._core.events import DEBUG, INFO, WARNING, check_hooks, emit, logger
 from seawall._core.public import public
 from seawall._core.redact import redact_text
 from seawall._core.switch import ISOLATED, ONE_ATTEMPT, SWITCH
 from seawall._strategies.backoff import DEFAULT_BACKOFF, Backoff
-from seawall._strategies.budget import (
-    Budget,
-    answer_callback,
-    budget_state,
-    first_attempt_callables,
-)
 from seawall._strategies.deadline import (
     _DEADLINE,
     SCOPES,
@@ -90,6 +84,11 @@ __all__ = [
     "logging_hook",
     "retry",
 ]
+
+if TYPE_CHECKING:
+    # At run time the budget module is imported by the first policy given a budget: a policy
+    # without one (the first @seawall.retry of most programs) does not load it.
+    from seawall._strategies.budget import Budget
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -113,8 +112,6 @@ _GIVE_UP_REASONS: Final = frozenset(GiveUpReason.__args__)  # type: ignore[attr-
 
 #: The version of :meth:`RetryState.snapshot`'s format; :meth:`RetryState.restore` refuses newer.
 SNAPSHOT_VERSION: Final = 2
-
-logger = logging.getLogger("seawall")
 
 
 @public("seawall")
@@ -187,7 +184,7 @@ def logging_hook(event: RetryEvent) -> None:
     """The default hook: log scheduled retries (INFO) and budget refusals (WARNING) to "seawall"."""
     if event.kind == "give_up":
         return
-    level = logging.INFO if event.kind == "retry" else logging.WARNING
+    level = INFO if event.kind == "retry" else WARNING
     if not logger.isEnabledFor(level):
         return
     # The error's repr without secrets: HTTP libraries put the URL (query string and all) in
@@ -214,6 +211,8 @@ def logging_hook(event: RetryEvent) -> None:
             extra=extra,
         )
     else:
+        from seawall._strategies.budget import budget_state
+
         state = "" if event.budget is None else f" ({redact_text(budget_state(event.budget))})"
         logger.log(
             level,
@@ -601,7 +600,7 @@ class RetryState:
             f"seawall{name}: not retried: {type(error).__name__} does not match retry_on ({what})"
         )
         add_note(error, text)
-        if logger.isEnabledFor(logging.DEBUG):
+        if logger.isEnabledFor(DEBUG):
             logger.debug(text)
 
     def on_result(self, result: object, now: float) -> float | None:
@@ -1047,8 +1046,11 @@ class RetryPolicy:
         mat = optional_seconds("min_attempt_time", self.min_attempt_time, zero=True)
         set_(self, "min_attempt_time", mat or 0.0)
         set_(self, "_least_time", mat or _SMALLEST_TIME)
-        if self.budget is not None and not isinstance(self.budget, Budget):
-            raise TypeError(f"budget must implement seawall.Budget, got {self.budget!r}")
+        if self.budget is not None:
+            from seawall._strategies.budget import Budget
+
+            if not isinstance(self.budget, Budget):
+                raise TypeError(f"budget must implement seawall.Budget, got {self.budget!r}")
         if self.clock is not None and not isinstance(self.clock, Clock):
             raise TypeError(f"clock must implement seawall.Clock, got {self.clock!r}")
         if self.rng is not None and not isinstance(self.rng, random.Random):
@@ -1083,7 +1085,14 @@ class RetryPolicy:
         set_(self, "_clock", clock)
         set_(self, "_zero_instant", type(clock) is not SystemClock)
         set_(self, "_now", time.monotonic if type(clock) is SystemClock else clock.now)
-        set_(self, "_answer", answer_callback(self.budget) if self.budget is not None else _nothing)
+        if self.budget is not None:
+            from seawall._strategies.budget import answer_callback, first_attempt_callables
+
+            set_(self, "_answer", answer_callback(self.budget))
+            before, after = first_attempt_callables(self.budget)
+        else:
+            set_(self, "_answer", _nothing)
+            before = after = None
         fast = not (
             self.timeout is not None
             or self.attempt_timeout is not None
@@ -1091,9 +1100,6 @@ class RetryPolicy:
             or attempt_hooks
         )
         set_(self, "_fast", fast)
-        before, after = (
-            (None, None) if self.budget is None else first_attempt_callables(self.budget)
-        )
         set_(self, "_before", before)
         set_(self, "_after", after)
         first, afirst = _first_attempts(self)
