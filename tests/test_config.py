@@ -424,7 +424,11 @@ def test_one_place_to_see_and_change_every_policy() -> None:
     view = registry.describe()
     assert view["users"]["source"] == "config"
     assert view["users"]["max_attempts"] == 4
-    assert view["users"]["budget"] == {"percent": 20, "min_per_second": 3, "window": 10.0}
+    assert view["users"]["budget"] == {
+        "percent_can_retry": 20,
+        "min_retries_per_sec": 3,
+        "ttl": 10.0,
+    }
     assert view["users"]["hedge"] == {"delay": 0.05, "max_attempts": 2}
     assert view["orders"] == {
         "source": "code",

@@ -81,3 +81,46 @@ def test_redact_text_leaves_prose_alone(text: str) -> None:
 def test_redact_never_raises(value: object) -> None:
     assert redact_url(value) == f"<{type(value).__name__}>"  # type: ignore[arg-type]
     assert redact_text(value) == f"<{type(value).__name__}>"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        # PostgreSQL: libpq reads password and sslpassword from the URL's query too
+        ("postgresql://db.internal/app?password=S3cr3tVALUE", "postgresql://db.internal/app"),
+        ("postgresql://db/app?sslmode=require&sslpassword=S3cr3tVALUE", "postgresql://db/app"),
+        ("postgres://app:S3cr3tVALUE@db:5432/app", "@db:5432/app"),
+        ("postgresql://app:p@ss@S3cr3tVALUE@db/app", "@db/app"),  # an "@" in the password
+        # connection strings (libpq's key=value form), quoted values with escapes too
+        ("host=db port=5432 user=app password=S3cr3tVALUE dbname=app", "dbname=app"),
+        ("host=db password='S3cr3tVALUE \\' and more' dbname=app", "dbname=app"),
+        ("sslpassword=S3cr3tVALUE sslmode=verify-full", "sslmode=verify-full"),
+        ("Connection(host='db', password='S3cr3tVALUE')", "host='db'"),
+        ("retrying with api_key=S3cr3tVALUE&page=2", "page=2"),
+        ("refresh_token=S3cr3tVALUE", "refresh_token="),
+        # headers: a mapping's repr, a list of pairs, a header line, JSON
+        ("{'Authorization': 'Bearer S3cr3tVALUE', 'Host': 'h'}", "'Host': 'h'"),
+        ("[(b'cookie', b'session=S3cr3tVALUE')]", "b'cookie'"),
+        ("Proxy-Authorization: Basic S3cr3tVALUE\r\nHost: h", "\r\nHost: h"),
+        ('{"x-api-key": "S3cr3tVALUE", "a": 1}', '"a": 1'),
+        ('{"password": "S3cr3tVALUE"}', '"password"'),
+    ],
+)
+def test_redact_text_removes_passwords_tokens_and_secret_headers(text: str, kept: str) -> None:
+    out = redact_text(text)
+    assert SECRET not in out, out
+    assert kept in out and REDACTED in out, out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "RetryBudget(ratio=0.1, min_per_second=10.0, max_tokens=10.0, token_ratio=0.1)",
+        "TokenBucket(tokens=3.0)",
+        "monkey=1 turnkey=2",
+        "passfile=/home/app/.pgpass",  # a path to a secret, not the secret
+        "the token expired: refresh it",
+    ],
+)
+def test_redact_text_leaves_settings_that_only_sound_secret(text: str) -> None:
+    assert redact_text(text) == text

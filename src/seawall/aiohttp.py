@@ -130,8 +130,9 @@ class RetryMiddleware:
     the same :class:`~seawall.lowlevel.RetryState`):
 
     - retried: connection errors, timeouts, a body cut short, and the statuses in
-      *retry_statuses*; ``Retry-After`` replaces the backoff (clamped to the policy's
-      ``max_retry_after``);
+      *retry_statuses*; the wait is the larger of ``Retry-After`` and the backoff, clamped to
+      the policy's ``max_retry_after`` (or the call ends, with
+      ``retry_after_beyond_max="give_up"``);
     - never retried: other statuses (the response is returned), responses marked
       ``x-seawall-overloaded`` or ``x-envoy-overloaded``, non-idempotent methods without an
       ``Idempotency-Key`` (unless the request never left), bodies that cannot be replayed

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = ["main"]
 
@@ -40,6 +40,20 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise _Terminated
 
 
+def _is_store_error(err: BaseException) -> bool:
+    """Whether *err* is the database's own (SQLite's or PostgreSQL's driver)."""
+    return type(err).__module__.partition(".")[0] in ("sqlite3", "psycopg")
+
+
+def _said(err: BaseException | str) -> str:
+    """What the command prints of an error or a text it did not write itself: without secrets
+    (a store URL's password, a token) and without control characters (an escape sequence in
+    an error message must not act on the terminal)."""
+    from seawall._core.redact import escape_controls, redact_text
+
+    return escape_controls(redact_text(str(err)))
+
+
 def _writable_file(path: str, option: str) -> None:
     """Refuse, before a long run, a file that could not be written afterwards."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -55,6 +69,13 @@ def _default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its messages (which repeat the words given) printed safely."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(_said(message))
+
+
 _SUBPARSERS: dict[str, argparse.ArgumentParser] = {}
 
 
@@ -66,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     from seawall.sim._trials import ENGINES
 
     load_entry_points()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="seawall",
         description="seawall: safe retries. Run the simulator that shows what retry policies do.",
     )
@@ -266,10 +287,26 @@ def _progress(console: Any, label: str) -> Iterator[Callable[[int, int], None]]:
             bar.stop()
 
 
+# A pipe or a file has no width: tables keep their natural width there instead of rich's
+# default of 80 columns, which cut names short ("retry_bud…"). Rules are drawn 100 wide.
+_PIPE_WIDTH = 1000
+_RULE_WIDTH = 100
+
+
 def _consoles() -> tuple[Any, Any]:
     from rich.console import Console
 
-    return Console(), Console(stderr=True)
+    out = Console()
+    if not out.is_terminal and not os.environ.get("COLUMNS"):
+        out = Console(width=_PIPE_WIDTH)
+    return out, Console(stderr=True)
+
+
+def _rule(out: Any, title: str = "") -> None:
+    """A horizontal rule with *title*: the terminal's width, or 100 columns in a pipe."""
+    from rich.rule import Rule
+
+    out.print(Rule(title), width=None if out.is_terminal else min(out.width, _RULE_WIDTH))
 
 
 def _run_probe(args: argparse.Namespace) -> int:
@@ -305,9 +342,11 @@ def _list_scenarios() -> int:
 
     width = max(len(n) for n in SCENARIOS)
     for name, scenario in SCENARIOS.items():
-        sys.stdout.write(f"{name:<{width}}  {scenario.summary}\n")
+        sys.stdout.write(f"{_said(name):<{width}}  {_said(scenario.summary)}\n")
     for name, error in BROKEN:
-        sys.stderr.write(f"seawall: the installed scenario {name!r} failed to load: {error}\n")
+        sys.stderr.write(
+            f"seawall: the installed scenario {name!r} failed to load: {_said(error)}\n"
+        )
     return 0
 
 
@@ -455,7 +494,7 @@ def _run_sim(args: argparse.Namespace) -> int:
     else:
         scenario.render(result, out)
         if counters is not None:
-            out.rule("metrics: what production dashboards would show for this run")
+            _rule(out, "metrics: what production dashboards would show for this run")
             out.print(counters.format() or "(no series)", markup=False, soft_wrap=True)
     if plot:
         scenario.plot(result, plot)  # type: ignore[misc]
@@ -483,7 +522,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         with _progress(err, f"demo: {name}") as progress:
             result = scenario.demo(args.seed, args.workers, progress)
-        out.rule(f"[bold]{name}[/bold]: {scenario.summary}")
+        _rule(out, f"[bold]{name}[/bold]: {scenario.summary}")
         scenario.render(result, out)
         if scenario.plot is not None:
             path = os.path.join(directory, f"{name}.png")
@@ -502,7 +541,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
     t0 = time.monotonic()
     tables, saga_summary = saga_demo(args.seed)
-    out.rule("[bold]saga[/bold]: retries owned by a durable orchestrator (the log per step)")
+    _rule(out, "[bold]saga[/bold]: retries owned by a durable orchestrator (the log per step)")
     for title, text in tables:
         out.print(f"{title}:", markup=False)
         out.print(text, markup=False, soft_wrap=True)
@@ -512,7 +551,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)
     written.append(path)
-    out.rule()
+    _rule(out)
     out.print(f"demo finished in {time.monotonic() - started:.1f} s; report in {directory}/:")
     for p in written:
         out.print(f"  {os.path.basename(p)}", markup=False)
@@ -574,18 +613,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 last = traceback.extract_tb(cause.__traceback__)[-1]
                 where = f" (at {os.path.basename(last.filename)}:{last.lineno})"
-            sys.stderr.write(f"seawall: internal error{where}: {err}; please report it\n")
+            sys.stderr.write(f"seawall: internal error{where}: {_said(err)}; please report it\n")
             return EXIT_INTERNAL
         except (ValueError, TypeError, _UsageError) as err:
             # Parameters the option types could not check alone (e.g. --cap below --base).
-            parser.exit(EXIT_USAGE, f"seawall: error: {err}\n")
+            parser.exit(EXIT_USAGE, f"seawall: error: {_said(err)}\n")
+        except ConnectionError as err:
+            # A saga store that cannot be reached: not a file to write, not a bug of seawall.
+            sys.stderr.write(f"seawall: error: {_said(err)}\n")
+            return EXIT_INTERNAL
         except OSError as err:
             # Writing a result (a plot, the report) failed after the run: the path is the cause.
-            name = f" {err.filename}" if err.filename else ""
-            parser.exit(EXIT_USAGE, f"seawall: error: cannot write{name}: {err.strerror or err}\n")
+            name = f" {_said(err.filename)}" if err.filename else ""
+            why = _said(err.strerror or err)
+            parser.exit(EXIT_USAGE, f"seawall: error: cannot write{name}: {why}\n")
         except Exception as err:
+            if args.command == "saga" and _is_store_error(err):
+                # The database refused (a read-only file, a full disk, a lost connection): the
+                # store's state, not a bug of seawall.
+                sys.stderr.write(
+                    f"seawall: error: the saga store {_said(args.store)} refused the operation: "
+                    f"{type(err).__name__}: {_said(err)}\n"
+                )
+                return EXIT_INTERNAL
             sys.stderr.write(
-                f"seawall: internal error: {type(err).__name__}: {err}; please report it\n"
+                f"seawall: internal error: {type(err).__name__}: {_said(err)}; please report it\n"
             )
             return EXIT_INTERNAL
     except KeyboardInterrupt:

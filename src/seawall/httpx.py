@@ -245,8 +245,9 @@ class RetryTransport(_Base, httpx.BaseTransport):
     (attempts, backoff, deadline, budget, hooks, kill switch) and waits on its clock; this
     transport classifies outcomes the HTTP way:
 
-    - retried: connection errors, timeouts, and the statuses in *retry_statuses*; a
-      ``Retry-After`` replaces the backoff (clamped to the policy's ``max_retry_after``), and a
+    - retried: connection errors, timeouts, and the statuses in *retry_statuses*; the
+      wait is the larger of ``Retry-After`` and the backoff, clamped to the policy's
+      ``max_retry_after`` (or the call ends, with ``retry_after_beyond_max="give_up"``), and a
       wait that would cross the deadline gives up at once, returning the response;
     - never retried: other statuses (the response is returned as is), responses marked
       ``x-seawall-overloaded`` or ``x-envoy-overloaded``, non-idempotent methods without an

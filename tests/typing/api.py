@@ -6,6 +6,7 @@ import random
 
 import seawall
 from seawall import Backoff, Outcome, RetryPolicy
+from seawall.lowlevel import RetryStatistics
 
 policy = RetryPolicy(
     max_attempts=4,
@@ -31,9 +32,38 @@ async def afetch(key: str) -> bytes:
 
 value: int = fetch("k", default=3)
 
+# What the decorator adds is known to type checkers, on functions and on methods.
+counted = seawall.retry(statistics=True)
+
+
+@counted
+def lookup(key: str) -> int:
+    return len(key)
+
+
+stats: RetryStatistics | None = lookup.statistics
+decorated_by: RetryPolicy = lookup.policy
+again: int = lookup.retry_with(max_attempts=5)("k")
+
+
+class Client:
+    @counted
+    def get(self, key: str) -> int:
+        return len(key)
+
+    @counted
+    async def aget(self, key: str) -> bytes:
+        return key.encode()
+
+
+from_method: int = Client().get("k")
+method_stats: RetryStatistics | None = Client().get.statistics
+unbound_stats: RetryStatistics | None = Client.get.statistics
+
 
 async def use() -> None:
     data: bytes = await afetch("k")
+    data = await Client().aget("k")
     got: int = await policy.acall(_aget, 1)
     outcome: Outcome[int] = await policy.arun(_aget, 2)
     async for attempt in policy.attempts():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import errno
+import re
 from collections.abc import Callable
 from typing import Literal, NamedTuple
 
@@ -28,6 +29,7 @@ __all__ = [
     "Verdict",
     "classify",
     "compile_errors",
+    "is_refused_stream",
     "is_transient",
     "remember_retried",
 ]
@@ -174,6 +176,41 @@ def is_transient(error: BaseException) -> bool:
         except Exception:
             return False
         return getattr(status, "name", None) == "UNAVAILABLE"
+    return False
+
+
+# HTTP/2 (RFC 9113 section 8.7): a stream the server resets with REFUSED_STREAM (0x7) was not
+# processed at all, so the request may be sent again whatever its method. httpx (through httpcore
+# and h2) raises RemoteProtocolError around h2's StreamReset event, whose text is
+# "<StreamReset stream_id:1, error_code:7, remote_reset:True>" (older h2 writes the code's name).
+_REFUSED_STREAM = 0x7
+# (compiled on first use, by re's own cache: most programs never see a stream reset)
+_REFUSED_STREAM_TEXT = (
+    r"StreamReset stream_id:\d+, error_code:(?:7|ErrorCodes\.REFUSED_STREAM), remote_reset:True"
+)
+
+
+def is_refused_stream(error: BaseException) -> bool:
+    """Whether *error* (or what it wraps) is the server's HTTP/2 REFUSED_STREAM reset: the
+    request was not processed, so it is safe to send again, even a ``POST``. Recognised by the
+    reset event's ``error_code`` or by its text, so that no HTTP/2 library is imported."""
+    todo: list[BaseException] = [error]
+    seen = 0
+    while todo and seen < 6:
+        e = todo.pop()
+        seen += 1
+        args = e.args if isinstance(e.args, tuple) else ()
+        for arg in args[:1]:
+            if isinstance(arg, str):
+                if "StreamReset" in arg and re.search(_REFUSED_STREAM_TEXT, arg):
+                    return True
+            elif (
+                type(arg).__name__ == "StreamReset"
+                and getattr(arg, "remote_reset", False) is True
+                and getattr(arg, "error_code", None) == _REFUSED_STREAM
+            ):
+                return True
+        todo.extend(n for n in (e.__cause__, e.__context__) if n is not None)
     return False
 
 

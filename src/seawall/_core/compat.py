@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -187,7 +187,16 @@ async def checkpoint() -> None:
         await asyncio.sleep(0)
 
 
-async def with_timeout(aw: Awaitable[T], seconds: float) -> T:
-    """Await *aw*, cancelling it after *seconds* (raises the builtin :class:`TimeoutError`)."""
-    async with timeout_after(seconds):
-        return await aw
+async def with_timeout(
+    aw: Awaitable[T], seconds: float, what: Callable[[float], str] | None = None
+) -> T:
+    """Await *aw*, cancelling it after *seconds* (raises the builtin :class:`TimeoutError`,
+    whose message is ``what(seconds)``: asyncio's has none)."""
+    scope = timeout_after(seconds)
+    try:
+        async with scope:
+            return await aw
+    except TimeoutError as exc:
+        if what is not None and scope.expired():  # this scope's, not one raised inside
+            exc.args = (what(seconds),)
+        raise

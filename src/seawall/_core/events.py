@@ -5,13 +5,39 @@ a retry, a hedge or a breaker.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-__all__ = ["check_hooks", "emit", "logger"]
+if TYPE_CHECKING:
+    import logging
 
-logger = logging.getLogger("seawall")
+__all__ = ["DEBUG", "INFO", "WARNING", "check_hooks", "emit", "logger"]
+
+# logging's levels, without importing logging (their values are fixed by its documentation).
+DEBUG, INFO, WARNING = 10, 20, 30
+
+
+class _Logger:
+    """The ``"seawall"`` logger, fetched from :mod:`logging` on first use: importing logging
+    (and what it imports) is a good share of a first decorated call's start-up, and most
+    programs log nothing from seawall until a retry happens."""
+
+    __slots__ = ("_logger",)
+
+    def __init__(self) -> None:
+        self._logger: logging.Logger | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        real = self._logger
+        if real is None:
+            import logging
+
+            real = self._logger = logging.getLogger("seawall")
+        return getattr(real, name)
+
+
+#: Every part of seawall logs to this one (``logging.getLogger("seawall")``, on first use).
+logger: logging.Logger = _Logger()  # type: ignore[assignment]
 
 E = TypeVar("E")
 

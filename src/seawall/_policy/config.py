@@ -34,7 +34,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, ParamSpec, TypeVar, overload
 
-from seawall._core.classify import is_transient
+from seawall._core.classify import is_refused_stream, is_transient
 from seawall._core.clock import Clock
 from seawall._core.decorate import decorate
 from seawall._core.public import public
@@ -169,10 +169,9 @@ def is_connect_failure(error: BaseException) -> bool:
 
 
 def is_refused(error: BaseException) -> bool:
-    """``refused-stream``: the server refused the request before processing it. Python's HTTP
-    clients do not tell an HTTP/2 REFUSED_STREAM reset apart from other resets, so this is a
-    refused connection."""
-    return any(
+    """``refused-stream``: the server refused the request before processing it: an HTTP/2
+    stream reset with REFUSED_STREAM (httpx with ``http2=True``), or a refused connection."""
+    return is_refused_stream(error) or any(
         isinstance(e, ConnectionRefusedError) or getattr(e, "errno", None) == errno.ECONNREFUSED
         for e in _causes(error)
     )
@@ -399,9 +398,19 @@ class RouteConfig:
             "timeout": self.timeout,
             "per_try_timeout": self.per_try_timeout,
             "back_off": _describe_back_off(b),
-            "budget": dataclasses.asdict(self.budget) if self.budget else None,
+            "budget": _describe_budget(self.budget) if self.budget else None,
             "hedge": self.hedge.describe() if self.hedge else None,
         }
+
+
+def _describe_budget(budget: BudgetConfig) -> dict[str, float]:
+    """The budget under the names a policy file gives it today (not the deprecated ``percent``,
+    ``min`` and ``window``), so that what is shown can be written back as it is."""
+    return {
+        "percent_can_retry": budget.percent,
+        "min_retries_per_sec": budget.min_per_second,
+        "ttl": budget.window,
+    }
 
 
 def _describe_back_off(b: Backoff) -> dict[str, Any]:
@@ -814,7 +823,21 @@ def parse_config(
         except RecursionError:
             raise ConfigError(path, _TOO_DEEP) from None
         parsed[name] = _route(name, merged, path, errs)
+    _check_defaults(defaults, errs)
     return parsed
+
+
+def _check_defaults(defaults: Mapping[str, Any], errors: Mapping[str, type[BaseException]]) -> None:
+    """Validate ``defaults`` as a route of its own, so that a bad value there is refused even
+    when every route overrides it (it would otherwise wait for the first route that does not).
+    ``retriable_status_codes`` may wait there for the routes' ``retry_on``."""
+    if not defaults:
+        return
+    retry = defaults.get("retry_policy")
+    if isinstance(retry, Mapping) and "retriable_status_codes" in retry and "retry_on" not in retry:
+        retry = {**retry, "retry_on": "retriable-status-codes"}
+        defaults = {**defaults, "retry_policy": retry}
+    _route("defaults", defaults, "defaults", errors)
 
 
 def _top(loaded: object, name: str) -> Mapping[str, Any]:

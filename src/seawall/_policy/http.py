@@ -36,6 +36,7 @@ from typing import (
 )
 
 from seawall._core import validate as _validate
+from seawall._core.classify import is_refused_stream
 from seawall._core.errors import (
     _EXHAUSTED_MARK,
     DeadlineExceeded,
@@ -275,7 +276,7 @@ class RetryableResponse(Exception):
     def __init__(self, status: int, retry_after: float | None) -> None:
         super().__init__(f"HTTP {status}")
         self.status = status
-        # Read by the policy (retry_after_of): server pushback replaces the backoff.
+        # Read by the policy (retry_after_of): it waits the larger of this and its backoff.
         self.retry_after = retry_after
 
 
@@ -403,7 +404,11 @@ class PolicyCache:
             with self._lock:
                 if len(self._by_host) >= _MAX_HOST_BUDGETS:
                     self._by_host.clear()
-                derived = derive_policy(self._policy, budget_for_host(origin(host)))
+                key = origin(host)
+                derived = derive_policy(self._policy, budget_for_host(key))
+                if derived.name is None:
+                    # Logs and notes say which host's budget refused a retry, or gave up.
+                    derived = derived.replace(name=key)
                 self._by_host[host] = derived
         return derived
 
@@ -536,7 +541,8 @@ class Wire(Generic[Resp]):
         """(a retryable kind of error, the request never left)."""
         if isinstance(error, self.never_retried):
             return False, False
-        never_sent = isinstance(error, self.never_sent)
+        # An HTTP/2 REFUSED_STREAM: sent, but the server promises it processed none of it.
+        never_sent = isinstance(error, self.never_sent) or is_refused_stream(error)
         return retryable_error(error, retry_on, never_sent), never_sent
 
     def view(self, response: Any) -> Any:
@@ -1337,10 +1343,9 @@ class HttpCall(Generic[Resp]):
         self, response: Resp, status: int, get_header: Callable[[str], str | None]
     ) -> float | None:
         state = self._state()
-        signal = RetryableResponse(
-            status,
-            parse_retry_after(get_header("retry-after"), maximum=state.policy.max_retry_after),
-        )
+        # The server's wait as asked (finite: at most 32 digits, or a date in the calendar):
+        # the policy clamps it to max_retry_after, or gives up if retry_after_beyond_max says so.
+        signal = RetryableResponse(status, parse_retry_after(get_header("retry-after")))
         # A transient status is a failure of the dependency whether or not this request may be
         # sent again: retry=False still counts it against the budget, it only forbids the retry.
         delay = state.on_error(signal, self._now(), retry=self.safe and self.replayable)

@@ -44,6 +44,7 @@ __all__ = [
     "Throttled",
     "TokenBucket",
     "answer_callback",
+    "budget_state",
     "first_attempt_callables",
 ]
 
@@ -73,6 +74,20 @@ def first_attempt_callables(budget: Budget) -> FirstAttempt:
         before, after = offer()
         return before, after
     return budget.on_request, budget.on_success
+
+
+def budget_state(budget: object) -> str:
+    """*budget* and how much of it is left, for a message: the retries a :class:`RetryBudget`
+    allowed in its window and for how many calls, a bucket's tokens. Never raises."""
+    try:
+        if isinstance(budget, RetryBudget):
+            return (
+                f"{budget!r}, in the last {budget.window:g} s: calls {budget.requests}, "
+                f"retries {budget.retries}, more retries allowed {budget.available()}"
+            )
+        return repr(budget)  # the other budgets show their state in their repr
+    except Exception:  # a budget whose repr fails must not hide the refusal
+        return f"<{type(budget).__name__}>"
 
 
 @public("seawall")

@@ -65,7 +65,10 @@ class Deadline(NamedTuple):
     def after(cls, seconds: float, clock: Clock | None = None) -> Deadline:
         """The deadline *seconds* from now on *clock* (the system clock by default)."""
         s = _relative(seconds)
-        clock = clock if clock is not None else SYSTEM_CLOCK
+        if clock is None:
+            clock = SYSTEM_CLOCK
+        elif not callable(getattr(clock, "now", None)):  # cheaper than isinstance(, Clock)
+            raise TypeError(f"clock must implement seawall.Clock, got {_validate.shown(clock)}")
         return cls(clock.now() + s, clock)
 
     def remaining(self) -> float:
@@ -486,9 +489,14 @@ def deadline_headers(
     else:
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
             raise TypeError(f"seconds must be a number of seconds or None, got {seconds!r}")
-        if math.isnan(seconds):
+        if isinstance(seconds, float) and math.isnan(seconds):
             raise ValueError("seconds must not be NaN")
-        left = float(seconds)
+        try:
+            left = float(seconds)
+        except OverflowError:  # an int beyond any float (10**400): as far off as infinity
+            left = math.inf if seconds > 0 else 0.0
+        if left == -math.inf:  # passed long ago: the callee is told zero, as for any past one
+            left = 0.0
     if left == math.inf:
         return {}
     left -= m

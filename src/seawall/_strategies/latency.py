@@ -129,8 +129,12 @@ class LatencyTracker:
         """Record one latency in seconds (a finite number >= 0)."""
         if type(seconds) is not float:  # the common case skips the slower checks
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-                raise TypeError(f"seconds must be a number, got {seconds!r}")
-            seconds = float(seconds)
+                raise TypeError(f"seconds must be a number, got {_validate.shown(seconds)}")
+            try:
+                seconds = float(seconds)
+            except OverflowError:  # an int beyond any float (10**400)
+                shown = _validate.shown(seconds)
+                raise ValueError(f"seconds must be finite and >= 0, got {shown}") from None
         if not 0.0 <= seconds < _INF:  # also rejects NaN
             raise ValueError(f"seconds must be finite and >= 0, got {seconds!r}")
         key = _ceil(_log(seconds) / self._log_gamma) if seconds >= self._min_latency else None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import linecache
-import logging
 import math
 import random
 import threading
@@ -25,7 +24,19 @@ from collections.abc import (
     Sequence,
 )
 from types import CoroutineType, TracebackType
-from typing import Any, Final, Generic, Literal, NamedTuple, ParamSpec, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Final,
+    Generic,
+    Literal,
+    NamedTuple,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    overload,
+)
 
 from seawall._core import validate as _validate
 from seawall._core.classify import (
@@ -48,12 +59,11 @@ from seawall._core.errors import (
     mark_exhausted,
     retry_after_of,
 )
-from seawall._core.events import check_hooks, emit
+from seawall._core.events import DEBUG, INFO, WARNING, check_hooks, emit, logger
 from seawall._core.public import public
 from seawall._core.redact import redact_text
 from seawall._core.switch import ISOLATED, ONE_ATTEMPT, SWITCH
 from seawall._strategies.backoff import DEFAULT_BACKOFF, Backoff
-from seawall._strategies.budget import Budget, answer_callback, first_attempt_callables
 from seawall._strategies.deadline import (
     _DEADLINE,
     SCOPES,
@@ -75,8 +85,16 @@ __all__ = [
     "retry",
 ]
 
+if TYPE_CHECKING:
+    # At run time the budget module is imported by the first policy given a budget: a policy
+    # without one (the first @seawall.retry of most programs) does not load it.
+    from seawall._strategies.budget import Budget
+
 P = ParamSpec("P")
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+S = TypeVar("S")
+Q = ParamSpec("Q")
 
 
 GiveUpReason = Literal[
@@ -94,8 +112,6 @@ _GIVE_UP_REASONS: Final = frozenset(GiveUpReason.__args__)  # type: ignore[attr-
 
 #: The version of :meth:`RetryState.snapshot`'s format; :meth:`RetryState.restore` refuses newer.
 SNAPSHOT_VERSION: Final = 2
-
-logger = logging.getLogger("seawall")
 
 
 @public("seawall")
@@ -118,6 +134,8 @@ class RetryEvent(NamedTuple):
         reason: why the policy gave up (``give_up`` and ``budget_exhausted`` only).
         duration: seconds the attempt itself took (0 when a policy without attempt-observing
             hooks made its first attempt on the fast path).
+        budget: the budget that refused the retry (``budget_exhausted`` only, else ``None``),
+            so that a hook can say how much of it was left.
     """
 
     kind: Literal["retry", "budget_exhausted", "give_up", "success"]
@@ -128,21 +146,50 @@ class RetryEvent(NamedTuple):
     elapsed: float
     reason: GiveUpReason | None = None
     duration: float = 0.0
+    budget: Budget | None = None
 
 
 Hook = Callable[[RetryEvent], None]
+
+# What the budget warning suggests: budgets bound the load retries add to a sick dependency,
+# and a newcomer's script against a flaky test server meets one first.
+_BUDGET_REMEDY: Final = (
+    "retries resume as calls succeed and the window moves on; the budget keeps retries from "
+    "multiplying the load on a failing dependency. To allow more, give the policy (or the HTTP "
+    "transport) a larger budget, e.g. budget=seawall.RetryBudget(min_per_second=5.0), or "
+    "budget=None"
+)
+
+
+# Arguments an error's repr shows well; any other object is shown through the error's str.
+_PLAIN_ARGS: Final = (str, bytes, int, float, BaseException, type(None))
+
+
+def _error_text(error: BaseException | None) -> str:
+    """The error as a log line shows it: its repr, or ``Type('str')`` when its arguments are
+    objects whose reprs say little at great length (aiohttp's ``ClientConnectorError`` holds a
+    ``ConnectionKey`` of eight fields; its str says ``Cannot connect to host h:port``)."""
+    try:
+        args = getattr(error, "args", ())
+        if error is None or (
+            isinstance(args, tuple) and all(isinstance(a, _PLAIN_ARGS) for a in args)
+        ):
+            return repr(error)
+        return f"{type(error).__name__}({str(error)!r})"
+    except Exception:  # a broken __repr__ or __str__ must not lose the log line
+        return f"<{type(error).__name__}>"
 
 
 def logging_hook(event: RetryEvent) -> None:
     """The default hook: log scheduled retries (INFO) and budget refusals (WARNING) to "seawall"."""
     if event.kind == "give_up":
         return
-    level = logging.INFO if event.kind == "retry" else logging.WARNING
+    level = INFO if event.kind == "retry" else WARNING
     if not logger.isEnabledFor(level):
         return
     # The error's repr without secrets: HTTP libraries put the URL (query string and all) in
     # their messages; seawall logs it without query string and user info.
-    error = redact_text(repr(event.error))
+    error = redact_text(_error_text(event.error))
     policy = redact_text(event.policy or "")  # a name can be a URL (the HTTP integrations')
     extra = {
         "seawall_policy": policy,
@@ -154,7 +201,9 @@ def logging_hook(event: RetryEvent) -> None:
     if event.kind == "retry":
         logger.log(
             level,
-            "retry %s scheduled in %.3f s after attempt %d failed: %s",
+            "retry %s scheduled in %.3f s after attempt %d failed: %s"
+            if policy
+            else "retry%s scheduled in %.3f s after attempt %d failed: %s",
             policy,
             event.delay,
             event.attempt,
@@ -162,7 +211,19 @@ def logging_hook(event: RetryEvent) -> None:
             extra=extra,
         )
     else:
-        logger.log(level, "retry budget exhausted for %s", policy, extra=extra)
+        from seawall._strategies.budget import budget_state
+
+        state = "" if event.budget is None else f" ({redact_text(budget_state(event.budget))})"
+        logger.log(
+            level,
+            "retry budget exhausted for %s%s: attempt %d failed (%s) and is not retried; %s",
+            policy or "an unnamed policy",
+            state,
+            event.attempt,
+            error,
+            _BUDGET_REMEDY,
+            extra=extra,
+        )
 
 
 @public("seawall.lowlevel")
@@ -317,6 +378,43 @@ class RetryStatistics:
             f"retries={d['retries']}, give_ups={d['give_ups']}, "
             f"total_delay={d['total_delay']:.3f})"
         )
+
+
+class RetryingFunction(Protocol[P, T_co]):
+    """What :meth:`RetryPolicy.__call__` returns, for type checkers: the function, with the
+    attributes the decorator adds (``fn.statistics``, ``fn.policy``, ``fn.retry_with``), as a
+    function or as a method."""
+
+    statistics: RetryStatistics | None
+    policy: RetryPolicy
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T_co: ...
+
+    def retry_with(self, **changes: Any) -> Callable[P, T_co]: ...
+
+    @overload
+    def __get__(
+        self, instance: None, owner: type[Any] | None = None
+    ) -> RetryingFunction[P, T_co]: ...
+
+    @overload
+    def __get__(
+        self: RetryingFunction[Concatenate[S, Q], T],
+        instance: S,
+        owner: type[Any] | None = None,
+    ) -> RetryingMethod[Q, T]: ...
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any: ...
+
+
+class RetryingMethod(Protocol[P, T_co]):
+    """A :class:`RetryingFunction` read from an instance: a bound method, with the same
+    attributes."""
+
+    statistics: RetryStatistics | None
+    policy: RetryPolicy
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T_co: ...
 
 
 @public("seawall.lowlevel")
@@ -502,7 +600,7 @@ class RetryState:
             f"seawall{name}: not retried: {type(error).__name__} does not match retry_on ({what})"
         )
         add_note(error, text)
-        if logger.isEnabledFor(logging.DEBUG):
+        if logger.isEnabledFor(DEBUG):
             logger.debug(text)
 
     def on_result(self, result: object, now: float) -> float | None:
@@ -560,7 +658,7 @@ class RetryState:
             return self._give_up("deadline", error, now, mark=True)
         budget = p.budget
         if budget is not None and not budget.allow_retry(error or _BadResult(None)):
-            self._emit("budget_exhausted", error, 0.0, now, "budget")
+            self._emit("budget_exhausted", error, 0.0, now, "budget", budget)
             if self.defer_refusals:
                 return self.defer(error, now)
             return self._give_up("budget", error, now, mark=True)
@@ -625,7 +723,7 @@ class RetryState:
             last = self.last_error
             error = last if isinstance(last, BaseException) else _Restored(last)
         if budget is not None and not budget.allow_retry(error):
-            self._emit("budget_exhausted", error, 0.0, now, "budget")
+            self._emit("budget_exhausted", error, 0.0, now, "budget", budget)
             return self.defer(error, now)
         self.holds = 0
         self.reason = None
@@ -657,6 +755,7 @@ class RetryState:
         delay: float,
         now: float,
         reason: GiveUpReason | None,
+        budget: Budget | None = None,
     ) -> None:
         hooks = self.policy._hooks
         if hooks:
@@ -669,6 +768,7 @@ class RetryState:
                 now - self.started,
                 reason,
                 now - self._attempt_started,
+                budget,
             )
             emit(hooks, event)
 
@@ -946,8 +1046,11 @@ class RetryPolicy:
         mat = optional_seconds("min_attempt_time", self.min_attempt_time, zero=True)
         set_(self, "min_attempt_time", mat or 0.0)
         set_(self, "_least_time", mat or _SMALLEST_TIME)
-        if self.budget is not None and not isinstance(self.budget, Budget):
-            raise TypeError(f"budget must implement seawall.Budget, got {self.budget!r}")
+        if self.budget is not None:
+            from seawall._strategies.budget import Budget
+
+            if not isinstance(self.budget, Budget):
+                raise TypeError(f"budget must implement seawall.Budget, got {self.budget!r}")
         if self.clock is not None and not isinstance(self.clock, Clock):
             raise TypeError(f"clock must implement seawall.Clock, got {self.clock!r}")
         if self.rng is not None and not isinstance(self.rng, random.Random):
@@ -982,7 +1085,14 @@ class RetryPolicy:
         set_(self, "_clock", clock)
         set_(self, "_zero_instant", type(clock) is not SystemClock)
         set_(self, "_now", time.monotonic if type(clock) is SystemClock else clock.now)
-        set_(self, "_answer", answer_callback(self.budget) if self.budget is not None else _nothing)
+        if self.budget is not None:
+            from seawall._strategies.budget import answer_callback, first_attempt_callables
+
+            set_(self, "_answer", answer_callback(self.budget))
+            before, after = first_attempt_callables(self.budget)
+        else:
+            set_(self, "_answer", _nothing)
+            before = after = None
         fast = not (
             self.timeout is not None
             or self.attempt_timeout is not None
@@ -990,9 +1100,6 @@ class RetryPolicy:
             or attempt_hooks
         )
         set_(self, "_fast", fast)
-        before, after = (
-            (None, None) if self.budget is None else first_attempt_callables(self.budget)
-        )
         set_(self, "_before", before)
         set_(self, "_after", after)
         first, afirst = _first_attempts(self)
@@ -1185,7 +1292,8 @@ class RetryPolicy:
                     if at == math.inf:
                         result = await fn(*args, **kwargs)
                     else:
-                        result = await with_timeout(fn(*args, **kwargs), at - now)
+                        what = _timed_out(self, state.attempts)
+                        result = await with_timeout(fn(*args, **kwargs), at - now, what)
                 except Exception as exc:
                     _check_awaited(fn, exc)
                     delay = state.on_error(exc, clock_now())
@@ -1222,12 +1330,12 @@ class RetryPolicy:
     @overload
     def __call__(
         self, fn: Callable[P, Coroutine[Any, Any, T]]
-    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    ) -> RetryingFunction[P, Coroutine[Any, Any, T]]: ...
 
     @overload
-    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]: ...
+    def __call__(self, fn: Callable[P, T]) -> RetryingFunction[P, T]: ...
 
-    def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
+    def __call__(self, fn: Callable[P, Any]) -> RetryingFunction[P, Any]:
         """Decorate a ``def`` or ``async def`` function; its signature is preserved.
 
         The wrapper carries its policy as ``wrapper.policy``, a per-call override,
@@ -1235,14 +1343,21 @@ class RetryPolicy:
         policy changed that way (:meth:`replace`), leaving the decorated function as it is, and
         the statistics of its calls, ``wrapper.statistics`` (a :class:`RetryStatistics` if the
         policy has ``statistics=True``, else ``None``).
+
+        A policy without a ``name`` is named after the function (its ``__qualname__``), so
+        that logs, notes, metrics and the per-name kill switch say which function retried.
         """
         stats = RetryStatistics() if self.statistics else None
+        policy = self
+        if self.name is None:
+            qualname = getattr(fn, "__qualname__", None)
+            if isinstance(qualname, str) and qualname:
+                policy = self.replace(name=qualname)
 
         def bind(fn: Callable[..., Any], asynchronous: bool) -> Any:
-            return _bound_first_attempt(self, fn, asynchronous, stats)
+            return _bound_first_attempt(policy, fn, asynchronous, stats)
 
-        wrapper = decorate(fn, "retry", self._first, self._afirst, bind=bind)
-        policy = self
+        wrapper = decorate(fn, "retry", policy._first, policy._afirst, bind=bind)
 
         def retry_with(**changes: Any) -> Callable[P, Any]:
             return policy.replace(**changes)(fn)
@@ -1250,7 +1365,7 @@ class RetryPolicy:
         wrapper.policy = policy  # type: ignore[attr-defined]
         wrapper.retry_with = retry_with  # type: ignore[attr-defined]
         wrapper.statistics = stats  # type: ignore[attr-defined]
-        return wrapper
+        return wrapper  # type: ignore[return-value]
 
     # -- block API --------------------------------------------------------------------------
 
@@ -1291,6 +1406,20 @@ def _check_awaited(fn: Callable[..., Any], error: Exception) -> None:
             f"{fn!r} is not async: acall() awaits what it returns; use policy.call() for a "
             "plain function"
         ) from error
+
+
+def _timed_out(policy: RetryPolicy, number: int) -> Callable[[float], str]:
+    """The message of attempt *number*'s ``TimeoutError`` when it is cancelled after the
+    seconds it was given: ``"attempt 2 of 'fetch' timed out after 0.250 s (attempt_timeout)"``
+    (asyncio's own says nothing)."""
+
+    def text(seconds: float) -> str:
+        name = f" of {redact_text(repr(policy.name))}" if policy.name else ""
+        limit = policy.attempt_timeout
+        why = "attempt_timeout" if limit is not None and seconds >= limit else "the deadline"
+        return f"attempt {number}{name} timed out after {max(seconds, 0.0):.3f} s ({why})"
+
+    return text
 
 
 def _nothing(error: BaseException) -> None:
@@ -1470,13 +1599,14 @@ class Attempt:
     interrupted.
     """
 
-    __slots__ = ("_attempts", "_deadline", "_timeout", "_token", "number")
+    __slots__ = ("_attempts", "_deadline", "_seconds", "_timeout", "_token", "number")
 
     def __init__(self, attempts: Attempts, number: int, deadline: float) -> None:
         self._attempts = attempts
         self._deadline = deadline
         self._token: Any = None
         self._timeout: Any = None
+        self._seconds = 0.0
         #: The attempt number, from 1.
         self.number = number
 
@@ -1485,7 +1615,8 @@ class Attempt:
         if self._deadline != math.inf:
             from seawall._core.compat import timeout_after
 
-            self._timeout = timeout_after(self._deadline - self._attempts._policy._clock.now())
+            self._seconds = self._deadline - self._attempts._policy._clock.now()
+            self._timeout = timeout_after(self._seconds)
             await self._timeout.__aenter__()
         return self
 
@@ -1501,6 +1632,7 @@ class Attempt:
                 await timeout.__aexit__(exc_type, exc, tb)
             except TimeoutError as err:
                 # Our own cancellation at the attempt's deadline: a slow attempt.
+                err.args = (_timed_out(self._attempts._policy, self.number)(self._seconds),)
                 if self.__exit__(TimeoutError, err, err.__traceback__):
                     return True
                 raise

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from seawall._core.redact import escape_controls
 from seawall.saga._model import HistoryEntry, Run, Status, StepRecord
 from seawall.saga._orchestrator import operate, to_history, to_run
 from seawall.saga._store import Store, open_store
@@ -36,7 +37,10 @@ def _when(value: datetime.datetime | None) -> str:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], limit: int = 60) -> str:
-    cut = [[c if len(c) <= limit else c[: limit - 3] + "..." for c in row] for row in rows]
+    # Cells hold what services and users wrote (error messages, names): escaped, so that none
+    # can act on the terminal or forge a line of the table.
+    shown = [[escape_controls(c) for c in row] for row in rows]
+    cut = [[c if len(c) <= limit else c[: limit - 3] + "..." for c in row] for row in shown]
     widths = [
         max(len(h), *(len(r[i]) for r in cut)) if cut else len(h) for i, h in enumerate(header)
     ]
@@ -61,12 +65,13 @@ def _step_row(step: StepRecord) -> list[str]:
 def format_run(run: Run) -> str:
     """A run as text: a header line, the reason if any, and a table of its steps."""
     head = (
-        f"run {run.run_id}  saga {run.saga}  status {run.status.value}  "
+        f"run {escape_controls(run.run_id)}  saga {escape_controls(run.saga)}  "
+        f"status {escape_controls(run.status.value)}  "
         f"created {_when(run.created_at)}  updated {_when(run.updated_at)}"
     )
     lines = [head]
     if run.reason:
-        lines.append(f"reason: {run.reason}")
+        lines.append(f"reason: {escape_controls(run.reason)}")
     lines.append(
         _table(
             ["step", "status", "attemptCount", "nextRetryAt", "lastError"],

@@ -18,10 +18,10 @@ import os
 import sqlite3
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
+from seawall._core.redact import redact_text
 from seawall.saga._model import SchemaVersionError, Status
 
 #: The run statuses a worker of this version claims and runs.
@@ -637,12 +637,9 @@ class Store:
             self.execute("INSERT INTO seawall_saga_schema (version) VALUES (?)", (SCHEMA_VERSION,))
 
     def redacted(self) -> str:
-        """The URL without a password, for messages."""
-        parts = urllib.parse.urlsplit(self.url)
-        if parts.password is None:
-            return self.url
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+        """The URL without its secrets (user info, query string: a ``password=`` or
+        ``sslpassword=`` there), for messages: :func:`~seawall.instrumentation.redact_text`."""
+        return redact_text(self.url)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.redacted()}>"
