@@ -134,34 +134,53 @@ return {q, a}
 )
 
 #: CircuitBreaker. KEYS: the state hash, the window (a string of outcome codes for a count
-#: window, a hash of slices for a time window). ARGV: now, operation, generation the client
-#: knows, then per operation:
+#: window, a hash of slices for a time window). ARGV: now, operation, then the state the client
+#: knows (its lineage and generation), a lineage for a state created now, the keys' time to live
+#: (ms), probes allowed, probe timeout (s), open seconds (jitter applied), then per operation:
 #:   sync:    outcomes ('0'..'3': bit 1 failed, bit 2 slow), window kind ('count'|'time'),
 #:            window size (calls, or slices), slice seconds, minimum calls, failure ratio,
-#:            slow ratio (-1: off), open seconds (jitter applied)
-#:   acquire: probes allowed
-#:   done:    'ok' | 'fail' | 'release', probes allowed, open seconds
+#:            slow ratio (-1: off)
+#:   acquire: nothing more
+#:   done:    'ok' | 'fail' | 'release'
 #:   set:     'closed' | 'isolated'
-#: Returns {state, generation, seconds left open, granted (1/0), calls, failures, slow}.
+#: Returns {state, generation, seconds left open, granted (1/0), calls, failures, slow, lineage}.
+#:
+#: The lineage is a random name given to the state when it is created (the first time, or after
+#: the key expired or Redis lost it): generations count up within one lineage, so a client can
+#: tell an answer older than what it knows from a state that started again.
 BREAKER: Final = (
     _NOW
     + """
 local skey, wkey = KEYS[1], KEYS[2]
-local op, known = ARGV[2], tonumber(ARGV[3])
-local h = redis.call('HMGET', skey, 'state', 'gen', 'until', 'flight', 'ok')
+local op, lineage, known = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local ttl, probes, probe_timeout = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local seconds = tonumber(ARGV[9])
+local h = redis.call('HMGET', skey, 'state', 'gen', 'until', 'flight', 'ok', 'since', 'lineage')
 local state = h[1] or 'closed'
 local gen = tonumber(h[2] or '0')
 local open_until = tonumber(h[3] or '0')
 local flight, oks = tonumber(h[4] or '0'), tonumber(h[5] or '0')
+local since = tonumber(h[6] or '0')
+local own = h[7] or ARGV[5]
+local same = lineage == own and known == gen
 local granted = 0
 local calls, failures, slow = 0, 0, 0
 
-local function change(new, seconds)
+local function change(new, open_seconds)
   state = new
   gen = gen + 1
   flight, oks = 0, 0
-  if new == 'open' then open_until = now + seconds end
+  since = now
+  if new == 'open' then open_until = now + open_seconds end
   if new == 'closed' or new == 'open' then redis.call('DEL', wkey) end
+end
+
+-- Probes that have not all answered within probe_timeout of the half-open period's start
+-- count as failed (as the local breaker): open again, on this clock, whoever asks.
+local function expire()
+  if state == 'half_open' and flight + oks >= probes and now - since >= probe_timeout then
+    change('open', seconds)
+  end
 end
 
 local function totals_count()
@@ -190,15 +209,18 @@ local function totals_time(index, slices)
 end
 
 if op == 'sync' then
-  local outcomes, kind, size = ARGV[4], ARGV[5], tonumber(ARGV[6])
-  local slice, minimum = tonumber(ARGV[7]), tonumber(ARGV[8])
-  local fratio, sratio, seconds = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
-  local fresh = known == gen and state == 'closed' and #outcomes > 0
+  expire()
+  local outcomes, kind, size = ARGV[10], ARGV[11], tonumber(ARGV[12])
+  local slice, minimum = tonumber(ARGV[13]), tonumber(ARGV[14])
+  local fratio, sratio = tonumber(ARGV[15]), tonumber(ARGV[16])
+  -- Outcomes count in the closed state they were made in; a state still in its first closed
+  -- period (new, or started again after Redis lost it) takes any closed-state outcomes.
+  local fresh = (same or gen == 0) and state == 'closed' and #outcomes > 0
   if kind == 'count' then
     if fresh then
       local s = (redis.call('GET', wkey) or '') .. outcomes
       if #s > size then s = string.sub(s, -size) end
-      redis.call('SET', wkey, s)
+      redis.call('SET', wkey, s, 'PX', ttl)
     end
     calls, failures, slow = totals_count()
   else
@@ -220,15 +242,16 @@ if op == 'sync' then
     end
   end
 elseif op == 'acquire' then
-  local probes = tonumber(ARGV[4])
   if state == 'open' and now >= open_until then change('half_open', 0) end
+  expire()
   if state == 'half_open' and flight + oks < probes then
     flight = flight + 1
     granted = 1
   end
 elseif op == 'done' then
-  local outcome, probes, seconds = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
-  if known == gen and state == 'half_open' then
+  -- Only the probe's own half-open period hears its result: a late one is ignored.
+  local outcome = ARGV[10]
+  if same and state == 'half_open' then
     if outcome == 'release' then
       if flight > 0 then flight = flight - 1 end
     elseif outcome == 'fail' then
@@ -240,12 +263,17 @@ elseif op == 'done' then
     end
   end
 elseif op == 'set' then
-  change(ARGV[4], 0)
+  change(ARGV[10], 0)
 end
 redis.call('HSET', skey, 'state', state, 'gen', gen, 'until', tostring(open_until),
-  'flight', flight, 'ok', oks)
+  'flight', flight, 'ok', oks, 'since', tostring(since), 'lineage', own)
+if state == 'isolated' then
+  redis.call('PERSIST', skey)  -- held by a person until reset, however long nobody calls
+else
+  redis.call('PEXPIRE', skey, ttl)
+end
 local left = 0
 if state == 'open' then left = math.max(0, open_until - now) end
-return {state, gen, tostring(left), granted, calls, failures, slow}
+return {state, gen, tostring(left), granted, calls, failures, slow, own}
 """
 )
