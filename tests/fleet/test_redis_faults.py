@@ -201,3 +201,19 @@ def test_a_key_of_the_wrong_type_is_reported_as_such(
     assert fleet.sync()
     assert broken.requests >= 1
 
+
+def test_share_hosts_takes_urls_as_origins(fleet: fleet_redis.Fleet) -> None:
+    from seawall.http import budget_for_host
+
+    base = f"{fleet.namespace}.example"
+    shared = fleet_redis.share_hosts(
+        fleet, [f"https://{base}/", f"HTTPS://{base}:443/v1/pay?x=1", f"http://{base}:8080/#a"]
+    )
+    assert shared[0] is shared[1]
+    assert budget_for_host(f"https://{base}") is shared[0]
+    assert budget_for_host(f"http://{base}:8080") is shared[2]
+    assert shared[0].name == f"host:https://{base}"
+    factory = fleet_redis.host_budgets(fleet)
+    assert factory(f"https://{base}/path").name == f"host:https://{base}"
+    with pytest.raises(ValueError, match="hosts"):
+        fleet_redis.share_hosts(fleet, [f"{base}/no-scheme"])
