@@ -55,6 +55,12 @@ class _Counter:
         self._taken = total
         return delta
 
+    def pending(self) -> int:
+        """Events since the previous take, left for the next one (under the owner's lock)."""
+        total = next(self._count) - self._reads
+        self._reads += 1
+        return total - self._taken
+
 
 def _check_fleet(fleet: object) -> Fleet:
     if not isinstance(fleet, Fleet):
@@ -90,9 +96,18 @@ class SharedRetryBudget:
     Deposits are counted locally and sent every sync. A process that retries holds a small
     lease of retry tokens (counted as spent on Redis while held, given back unused at the next
     sync, renewed while the process keeps retrying), so most retries are decided locally; an
-    empty lease costs one round trip that sends the deposits and takes a new lease. In an
-    asyncio event loop an empty lease refuses the retry instead of blocking, and the sync
+    empty lease costs one round trip that sends the deposits and takes a new lease. Once the
+    fleet's budget is spent, refusals cost no round trip: the process asks again only when its
+    own deposits or the window's slices may have made room, or learns it at the next sync. In
+    an asyncio event loop an empty lease refuses the retry instead of blocking, and the sync
     thread brings a new lease within one interval (and keeps one token leased from then on).
+
+    While the fleet is degraded (Redis away), the process spends its lease, then decides with
+    one local budget that it keeps for its whole life: each time Redis goes away, that budget
+    may allow no more than this process's share (its part of the fleet's requests) of the room
+    the fleet had left when last seen, plus ``ratio`` of the requests made since. So a
+    flapping Redis never grants a fresh floor; an outage longer than a window gets the local
+    bounds (one floor per process).
 
     Args:
         fleet: the :class:`Fleet` that syncs it.
@@ -117,7 +132,8 @@ class SharedRetryBudget:
         lease: int = 4,
     ) -> None:
         self._fleet = _check_fleet(fleet)
-        local = RetryBudget(ratio, min_per_second, window)  # validates the configuration
+        # The local budget of degraded periods, on the fleet's clock (validates the parameters).
+        local = RetryBudget(ratio, min_per_second, window, clock=fleet._clock)
         self.name = name
         self.ratio, self.min_per_second = local.ratio, local.min_per_second
         self.window = local.window
@@ -134,7 +150,12 @@ class SharedRetryBudget:
         self._tokens = 0  # the lease
         self._lease_at = 0  # the slice index the lease was granted in
         self._sent: tuple[int, int, int] = (0, 0, 0)
-        self._view = (0, 0)
+        # The fleet's window as last seen: slice index (-1: never seen), deposits, retries;
+        # and this process's deposits that reached it, by slice index.
+        self._view = (-1, 0, 0)
+        self._mine: dict[int, int] = {}
+        # No room left as of the last answer: refuse without asking until then (fleet time).
+        self._spent_until = -math.inf
         self._demand = False  # a retry was asked for since the last sync
         self._in_loop = False  # one was asked for from an event loop, ever
         self._degraded = False
@@ -150,7 +171,8 @@ class SharedRetryBudget:
             self._fallback.on_request()
 
     def allow_retry(self, error: BaseException | None = None) -> bool:
-        """Spend a leased token; with none left, one round trip for a new lease."""
+        """Spend a leased token; with none left, one round trip for a new lease (none while
+        the fleet's budget is known to be spent)."""
         if self._degraded:
             return self._fallback_retry(error)
         with self._lock:
@@ -158,13 +180,16 @@ class SharedRetryBudget:
             if self._tokens > 0:
                 self._tokens -= 1
                 return True
+            if self._known_spent():
+                return False
             if _in_event_loop():
                 # No round trip here: the sync thread brings a lease (and keeps one from now on).
                 self._in_loop = True
                 self._fleet.wake()
                 return False
             deposits, spent = self._take()
-        answer = self._fleet.call(self._op(deposits, spent, 0, need=1))
+            op = self._op(deposits, spent, 0, need=1)
+        answer = self._fleet.call(op, member=self)
         if answer is None:
             with self._lock:
                 self._carry += deposits
@@ -173,11 +198,11 @@ class SharedRetryBudget:
                 return self._fallback_retry(error)
             return False
         try:
-            granted, index, d, r = (_int(v) for v in answer)
-        except (TypeError, ValueError):
+            granted, index, d, r, wait = _budget_answer(answer)
+        except (TypeError, ValueError, IndexError):
             return False
         with self._lock:
-            self._view = (d, r)
+            self._seen(index, d, r, wait, deposits)
             if granted < 1:
                 return False
             self._tokens += granted - 1
@@ -198,6 +223,10 @@ class SharedRetryBudget:
         return self.on_request, None
 
     def _fallback_retry(self, error: BaseException | None) -> bool:
+        with self._lock:
+            if self._tokens > 0:
+                self._tokens -= 1  # the lease was counted on the fleet's window when granted
+                return True
         allowed = self._fallback.allow_retry(error)
         if allowed:
             with self._lock:
@@ -209,18 +238,54 @@ class SharedRetryBudget:
     @property
     def requests(self) -> int:
         """The fleet's requests in the window, as of the latest round trip."""
-        return self._view[0]
+        return self._view[1]
 
     @property
     def retries(self) -> int:
         """The fleet's retries in the window (leases held included), as of the latest trip."""
-        return self._view[1]
+        return self._view[2]
 
     def available(self) -> int:
         """Retries this process could take now: its lease plus the fleet's room last seen."""
-        d, r = self._view
+        _, d, r = self._view
         room = math.floor(d * self.ratio + self._reserve - r + 1e-9)
         return self._tokens + max(0, room)
+
+    def _room(self) -> float:
+        """The fleet's room as last seen (not floored)."""
+        _, d, r = self._view
+        return d * self.ratio + self._reserve - r
+
+    def _known_spent(self) -> bool:
+        """Under the lock: the fleet had no room at the last answer, the window's slices have
+        not freed any since, and this process's own deposits since do not make one."""
+        if self._fleet._now() >= self._spent_until:
+            return False
+        unsent = self._deposits.pending() + self._carry
+        return self._room() + self.ratio * unsent < 1 - 1e-9
+
+    def _seen(self, index: int, d: int, r: int, wait: float, deposits: int) -> None:
+        """Under the lock: a round trip's answer (which carried *deposits* of this process)."""
+        self._view = (index, max(0, d), max(0, r))
+        mine = self._mine
+        if deposits:
+            mine[index] = mine.get(index, 0) + deposits
+        for at in [at for at in mine if at <= index - _SLICES]:
+            del mine[at]
+        if self._room() < 1 - 1e-9 and math.isfinite(wait) and wait > 0:
+            # Untrusted: never longer than one window.
+            self._spent_until = self._fleet._now() + min(wait, self.window)
+        else:
+            self._spent_until = -math.inf
+
+    def _share(self) -> int:
+        """Under the lock: this process's part of the room the fleet had left when last seen,
+        in proportion to its part of the fleet's requests in the window."""
+        index, d, _ = self._view
+        if d <= 0:
+            return 0
+        mine = sum(n for at, n in self._mine.items() if at > index - _SLICES)
+        return max(0, math.floor(self._room() * min(1.0, mine / d) + 1e-9))
 
     # -- sync -------------------------------------------------------------------------------
 
@@ -231,6 +296,7 @@ class SharedRetryBudget:
         return deposits, spent
 
     def _op(self, deposits: int, spent: int, back: int, need: int, want: int | None = None) -> Op:
+        seen_at, seen_d, seen_r = self._view
         args = (
             self._fleet.now_arg(),
             repr(self._slice),
@@ -243,6 +309,9 @@ class SharedRetryBudget:
             back,
             self.lease if want is None else want,
             need,
+            seen_at,
+            seen_d,
+            seen_r,
         )
         return self._script, self._keys, args
 
@@ -259,9 +328,9 @@ class SharedRetryBudget:
             return self._op(deposits, spent, back, need=0, want=want)
 
     def _apply(self, answer: Any) -> None:
-        granted, index, d, r = (_int(v) for v in answer)
+        granted, index, d, r, wait = _budget_answer(answer)
         with self._lock:
-            self._view = (d, r)
+            self._seen(index, d, r, wait, self._sent[0])
             self._tokens += max(0, granted)
             self._lease_at = index
 
@@ -274,8 +343,17 @@ class SharedRetryBudget:
 
     def _set_degraded(self, degraded: bool) -> None:
         if degraded and not self._degraded:
-            # A fresh local budget, as a process that just started would have.
-            self._fallback = RetryBudget(self.ratio, self.min_per_second, self.window)
+            fallback = self._fallback
+            with self._lock:
+                known = self._view[0] >= 0
+                cap = self._share()
+            if known:
+                # The one local budget of this process's degraded periods goes on where it
+                # was, allowing no more than this process's share of what the fleet had left
+                # (spent in its current slice, so that after one window of outage it has the
+                # local bounds). A process that never reached Redis starts as a new one would.
+                for _ in range(fallback.available() - cap):
+                    fallback.allow_retry(None)
         self._degraded = degraded
 
     __reduce__ = _no_pickle
@@ -285,6 +363,13 @@ class SharedRetryBudget:
             f"SharedRetryBudget({self.name!r}, ratio={self.ratio!r}, "
             f"min_per_second={self.min_per_second!r}, window={self.window!r})"
         )
+
+
+def _budget_answer(answer: Any) -> tuple[int, int, int, int, float]:
+    """The BUDGET script's answer (untrusted): a malformed one raises, and is dropped."""
+    granted, index, d, r = (_int(v) for v in answer[:4])
+    wait = float(answer[4].decode() if isinstance(answer[4], bytes) else answer[4])
+    return granted, index, d, r, wait
 
 
 # -- TokenBucket -------------------------------------------------------------------------------

@@ -46,8 +46,11 @@ end
 
 #: RetryBudget. KEYS: the window hash. ARGV: now, slice seconds, slices, ratio, reserve,
 #: deposits to add, retries to add (spent while degraded), slice index of a returned lease,
-#: tokens returned, tokens wanted (a lease), tokens needed now (0: a standing lease only).
-#: Returns {granted, slice index, deposits in the window, retries in the window}.
+#: tokens returned, tokens wanted (a lease), tokens needed now (0: a standing lease only), then
+#: the client's last view of the window (slice index, deposits, retries; index -1: none), put
+#: back when the window is gone while it is still recent (Redis restarted empty, FLUSHALL).
+#: Returns {granted, slice index, deposits in the window, retries in the window, seconds until
+#: the window's slices alone free a retry (0 when one is free now)}.
 BUDGET: Final = (
     _NOW
     + _SLICES
@@ -56,6 +59,14 @@ local slice, slices = tonumber(ARGV[2]), tonumber(ARGV[3])
 local ratio, reserve = tonumber(ARGV[4]), tonumber(ARGV[5])
 local index = math.floor(now / slice)
 local key = KEYS[1]
+local seen_at, seen_d, seen_r = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+if seen_at >= index - slices + 1 and seen_at <= index and redis.call('EXISTS', key) == 0 then
+  -- Redis lost a window that a client saw moments ago: put its counts back (in the slice of
+  -- that view, so they leave together one window after it), so that a restart or a FLUSHALL
+  -- never grants the fleet a fresh floor.
+  if seen_d > 0 then redis.call('HINCRBY', key, 'd' .. seen_at, seen_d) end
+  if seen_r > 0 then redis.call('HINCRBY', key, 'r' .. seen_at, seen_r) end
+end
 local deposits, spent = tonumber(ARGV[6]), tonumber(ARGV[7])
 if deposits > 0 then redis.call('HINCRBY', key, 'd' .. index, deposits) end
 if spent > 0 then redis.call('HINCRBY', key, 'r' .. index, spent) end
@@ -82,7 +93,32 @@ if grant > 0 then
   r = r + grant
 end
 redis.call('PEXPIRE', key, math.ceil(slice * slices * 2000))
-return {grant, index, d, r}
+-- No room left: when will the slices leaving the window free one retry, if nothing else
+-- changes? (A client refuses retries until then without asking, unless deposits come.)
+local wait = 0
+local left = d * ratio + reserve - r
+if left < 1 - 1e-9 then
+  wait = slice * slices
+  local per = {}
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    local at = tonumber(string.sub(all[i], 2))
+    if at ~= nil then
+      local v = tonumber(all[i + 1]) or 0
+      local p = per[at] or 0
+      if string.sub(all[i], 1, 1) == 'r' then p = p + v else p = p - ratio * v end
+      per[at] = p
+    end
+  end
+  for j = 0, slices - 1 do
+    left = left + (per[oldest + j] or 0)
+    if left >= 1 - 1e-9 then
+      wait = (index + 1 + j) * slice - now
+      break
+    end
+  end
+end
+return {grant, index, d, r, tostring(wait)}
 """
 )
 

@@ -1,0 +1,113 @@
+"""A shared retry budget while Redis flaps, on virtual time: each process has its own proxy in
+front of the real redis-server, and the test decides when it drops its connections."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fleet_sim import Budget, World, local_retries, quiet
+from redis_process import RedisServer
+
+from seawall import VirtualClock
+
+
+@pytest.fixture
+def world_factory(
+    redis_server: RedisServer, namespace: str, clock: VirtualClock
+) -> Iterator[type[World]]:
+    worlds: list[World] = []
+
+    class Built(World):
+        def __init__(self, **kw: object) -> None:
+            super().__init__(redis_server.port, namespace, clock, **kw)  # type: ignore[arg-type]
+            worlds.append(self)
+
+    with quiet():
+        yield Built
+    for world in worlds:
+        world.close()
+
+
+def test_a_flapping_redis_never_grants_a_fresh_floor(world_factory: type[World]) -> None:
+    budget = Budget(ratio=0.1, min_per_second=3.0, window=10.0)
+    world = world_factory(processes=1, budget=budget)
+    calls = 1000
+    for n in range(calls):  # 10 s of calls, 10 ms apart: one window
+        if n % 50 == 20:
+            world.set_up(0, False)  # a 30 ms blip every half second
+        elif n % 50 == 23:
+            world.set_up(0, True)
+        world.call(0)
+        world.advance(0.01)
+    stats = world.processes[0].fleet.stats()
+    assert stats.degraded_periods >= 15  # it did flap, and each time the fleet noticed
+    local = local_retries(calls, budget, world.max_attempts, 1000.0)
+    # A plain local budget: 10% of 1,000 calls and one floor of 30 (one more as the first
+    # slice leaves the window at the end).
+    assert 130 <= local <= 131
+    # The fleet's bound: 10% of the calls, one floor, and one sync interval's worth of
+    # deposits (10 calls) counted late; a fresh floor per flap would allow 20 floors more.
+    worth = budget.ratio * 10
+    assert world.retries <= budget.ratio * calls + budget.floor + worth
+    assert world.retries >= budget.ratio * calls  # what the budget allows was allowed
+    print(f"flaps={stats.degraded_periods} calls={calls} retries={world.retries} local={local}")
+
+
+def test_a_fleet_cut_off_from_redis_keeps_one_floor_for_the_first_window(
+    world_factory: type[World],
+) -> None:
+    budget = Budget(ratio=0.1, min_per_second=3.0, window=10.0)
+    world = world_factory(processes=4, budget=budget)
+    for n in range(1200):  # 3 s of calls in all, 2.5 ms apart, taking turns
+        if n == 400:
+            for i in range(4):
+                world.set_up(i, False)  # Redis gone for everyone, for the rest of the run
+        world.call(n % 4)
+        world.advance(0.0025)
+    assert all(p.fleet.stats().degraded for p in world.processes)
+    # Four plain local budgets would allow 120 + 4 floors of 30 = 240: the processes share
+    # what the fleet had left, each in proportion to its requests.
+    worth = budget.ratio * 40  # one interval's calls of the whole fleet
+    assert world.retries <= budget.ratio * world.calls + budget.floor + worth
+
+
+def test_refusals_after_the_fleets_budget_is_spent_cost_no_round_trip(
+    world_factory: type[World],
+) -> None:
+    budget = Budget(ratio=0.1, min_per_second=0.5, window=10.0)
+    world = world_factory(processes=1, budget=budget)
+    process = world.processes[0]
+    for _ in range(100):
+        world.call(0)
+        world.advance(0.005)
+    assert process.budget.available() == 0  # spent: 10 + 5 retries
+    before = process.fleet.stats().round_trips
+    refused = 0
+    for _ in range(200):
+        refused += not process.budget.allow_retry(ConnectionError())
+        world.advance(0.001)  # within one slice: nothing leaves the window
+    assert refused == 200
+    assert process.fleet.stats().round_trips == before  # decided without Redis
+    for _ in range(10):
+        process.budget.on_request()  # ten deposits: room for one retry, at 10%
+    assert process.budget.allow_retry(ConnectionError())
+    assert process.fleet.stats().round_trips == before + 1
+    world.advance(10.0)  # the window slides past the spent retries
+    assert process.budget.allow_retry(ConnectionError())
+
+
+def test_a_restarted_empty_redis_grants_no_fresh_floor(
+    world_factory: type[World], redis_server: RedisServer
+) -> None:
+    budget = Budget(ratio=0.1, min_per_second=3.0, window=10.0)
+    world = world_factory(processes=2, budget=budget)
+    for n in range(800):  # 4 s of calls to a dead dependency: the budget is spent
+        if n in (200, 400, 600):
+            world.processes[0].fleet.client.flushall()  # Redis loses everything
+        world.call(n % 2)
+        world.advance(0.005)
+    worth = budget.ratio * 20
+    # Without putting the last view back, each FLUSHALL is a fresh floor (90 more).
+    assert world.retries <= budget.ratio * world.calls + budget.floor + worth
+    assert world.retries >= budget.ratio * world.calls
