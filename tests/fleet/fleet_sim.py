@@ -15,6 +15,7 @@ import logging
 import random
 from collections.abc import Iterator
 
+import redis
 from flapping_proxy import FlappingProxy
 
 import seawall
@@ -31,6 +32,7 @@ class Process:
     proxy: FlappingProxy
     budget: fleet_redis.SharedRetryBudget
     policy: seawall.RetryPolicy
+    breaker: fleet_redis.SharedCircuitBreaker
     next_sync: float
     calls: int = 0
     retries: int = 0
@@ -50,8 +52,21 @@ class Budget:
         return self.min_per_second * self.window
 
 
+@dataclasses.dataclass(frozen=True)
+class Breaker:
+    """The shared breaker's configuration."""
+
+    minimum_calls: int = 5
+    window_calls: int = 10
+    open_duration: float = 1.0
+    open_jitter: float = 0.2
+    probe_timeout: float = 0.5
+    half_open_probes: int = 1
+
+
 class World:
-    """*processes* processes sharing one budget through *server_port*, on *clock*."""
+    """*processes* processes sharing one budget and one breaker through *server_port*, on
+    *clock*."""
 
     def __init__(
         self,
@@ -62,39 +77,61 @@ class World:
         processes: int = 4,
         interval: float = 0.1,
         budget: Budget = Budget(),
+        breaker: Breaker = Breaker(),
         max_attempts: int = 3,
+        seed: int = 0,
     ) -> None:
         self.clock = clock
+        self.namespace = namespace
         self.interval = interval
         self.config = budget
+        self.breaker_config = breaker
         self.max_attempts = max_attempts
         self.server_port = server_port
+        self.rng = random.Random(seed)
         self.processes: list[Process] = []
         # Every call and retry, with its virtual time: (time, calls, retries).
         self.history: list[tuple[float, int, int]] = []
+        # The breaker as the processes saw it: when probes were granted, and the refusals
+        # because every probe slot was taken ("half_open").
+        self.probes: list[float] = []
+        self.half_open_refusals: list[float] = []
+        self.dead_probes = 0
+        self.retired: list[Process] = []
         for _ in range(processes):
-            proxy = FlappingProxy(server_port)
-            fleet = fleet_redis.Fleet(
-                proxy.url, namespace=namespace, interval=None, timeout=0.5, clock=clock
-            )
-            shared = fleet_redis.SharedRetryBudget(
-                fleet,
-                "sim",
-                ratio=budget.ratio,
-                min_per_second=budget.min_per_second,
-                window=budget.window,
-                lease=budget.lease,
-            )
-            policy = seawall.RetryPolicy(
-                max_attempts=max_attempts,
-                backoff=seawall.Backoff.constant(0.0),
-                budget=shared,
-                clock=clock,
-            )
-            self.processes.append(Process(fleet, proxy, shared, policy, clock.now() + interval))
+            self.processes.append(self._spawn())
+
+    def _spawn(self) -> Process:
+        clock, budget, breaker = self.clock, self.config, self.breaker_config
+        proxy = FlappingProxy(self.server_port)
+        fleet = fleet_redis.Fleet(
+            proxy.url, namespace=self.namespace, interval=None, timeout=0.5, clock=clock
+        )
+        shared = fleet_redis.SharedRetryBudget(
+            fleet,
+            "sim",
+            ratio=budget.ratio,
+            min_per_second=budget.min_per_second,
+            window=budget.window,
+            lease=budget.lease,
+        )
+        policy = seawall.RetryPolicy(
+            max_attempts=self.max_attempts,
+            backoff=seawall.Backoff.constant(0.0),
+            budget=shared,
+            clock=clock,
+        )
+        shared_breaker = fleet_redis.SharedCircuitBreaker(
+            fleet,
+            "sim",
+            rng=random.Random(self.rng.random()),
+            **dataclasses.asdict(breaker),
+        )
+        fleet.sync()  # a process reaches Redis as it starts (when it can)
+        return Process(fleet, proxy, shared, policy, shared_breaker, clock.now() + self.interval)
 
     def call(self, i: int) -> None:
-        """One logical call of process *i* to a dependency that is down."""
+        """One logical call of process *i* to a dependency that is down, under the budget."""
         process = self.processes[i]
         attempts = 0
 
@@ -108,6 +145,35 @@ class World:
         process.calls += 1
         process.retries += attempts - 1
         self.history.append((self.clock.now(), 1, attempts - 1))
+
+    def guarded_call(self, i: int, healthy: bool, die_with_probe: bool = False) -> str:
+        """One call of process *i* through the breaker to a dependency that is *healthy* or
+        not. With *die_with_probe*, a process granted a probe is killed before it reports
+        (and a new process takes its place). Returns what happened."""
+        process = self.processes[i]
+        breaker = process.breaker
+        try:
+            permit = breaker.acquire()
+        except seawall.CircuitOpen as refused:
+            if refused.state == "half_open":
+                self.half_open_refusals.append(self.clock.now())
+            return f"refused {refused.state}"
+        if permit[1]:
+            self.probes.append(self.clock.now())
+            if die_with_probe:
+                self.kill(i)
+                self.dead_probes += 1
+                return "prober killed"
+        breaker.record(permit, None if healthy else ConnectionError("down"))
+        return "probe" if permit[1] else "call"
+
+    def kill(self, i: int) -> None:
+        """Process *i* dies at once (nothing more reaches Redis from it); a new one starts."""
+        old = self.processes[i]
+        old.proxy.close()  # its connections die with it
+        old.fleet.client.close()
+        self.retired.append(old)
+        self.processes[i] = self._spawn()
 
     def advance(self, seconds: float) -> None:
         """Move virtual time on, syncing each process whenever its interval is up."""
@@ -126,13 +192,18 @@ class World:
     def set_up(self, i: int, up: bool) -> None:
         self.processes[i].proxy.set_up(up)
 
+    def flushall(self) -> None:
+        """Redis loses every key (as a restart without persistence would)."""
+        with redis.Redis(port=self.server_port, socket_timeout=5.0) as client:
+            client.flushall()
+
     @property
     def calls(self) -> int:
-        return sum(p.calls for p in self.processes)
+        return sum(p.calls for p in self.processes + self.retired)
 
     @property
     def retries(self) -> int:
-        return sum(p.retries for p in self.processes)
+        return sum(p.retries for p in self.processes + self.retired)
 
     def worst_excess(self, allowance: float) -> tuple[float, float]:
         """The largest excess, over any span of at most one window, of the retries over
@@ -152,23 +223,41 @@ class World:
                     worst, at = excess, end
         return worst, at
 
+    def longest_half_open_refusal(self) -> float:
+        """The longest time between a probe's grant and a later refusal because every probe
+        slot was taken (before the next grant): how long a probe held the breaker half-open."""
+        longest = 0.0
+        probes = sorted(self.probes)
+        j = -1
+        for t in sorted(self.half_open_refusals):
+            while j + 1 < len(probes) and probes[j + 1] <= t:
+                j += 1
+            if j >= 0:
+                longest = max(longest, t - probes[j])
+        return longest
+
     def close(self) -> None:
         for p in self.processes:
             with contextlib.suppress(Exception):
                 p.fleet.close()
             p.proxy.close()
+        for p in self.retired:
+            with contextlib.suppress(Exception):
+                p.fleet.client.close()
 
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """Silence the fleet's warnings about Redis going away (the runs flap on purpose)."""
-    logger = logging.getLogger("seawall.redis")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
+    """Silence the warnings about Redis going away and budgets running out (on purpose)."""
+    loggers = [logging.getLogger(name) for name in ("seawall.redis", "seawall")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def local_retries(calls: int, budget: Budget, max_attempts: int, clock_start: float) -> int:
@@ -190,7 +279,3 @@ def local_retries(calls: int, budget: Budget, max_attempts: int, clock_start: fl
             policy.call(attempt)
         clock.sleep(0.01)
     return attempts - calls
-
-
-def seeded(seed: int) -> random.Random:
-    return random.Random(seed)

@@ -189,7 +189,12 @@ def test_a_key_of_the_wrong_type_is_reported_as_such(
     assert not fleet.stats().degraded
     assert healthy.requests == 3  # the other objects share as before
     _open(breaker, fleet)
-    assert broken.allow_retry(ConnectionError())  # decides with its local budget
+    for _ in range(10):
+        broken.on_request()
+    before = fleet.stats().round_trips
+    assert broken.allow_retry(ConnectionError())  # its local budget: 10% of its requests
+    assert not broken.allow_retry(ConnectionError())
+    assert fleet.stats().round_trips == before  # decided without asking Redis
     text = caplog.text
     assert "unreachable" not in text
     assert "WRONGTYPE" in text and key in text

@@ -165,6 +165,8 @@ class SharedCircuitBreaker(CircuitBreaker):
             self._probe_successes = 0
             self._full_until = -math.inf
             self._open_until = now + left
+            if state == "half_open":
+                self._half_open_at = now  # where the local rules count probe_timeout from
             if state == "closed":
                 self._window.clear()
             if old != state and self._hooks:

@@ -12,6 +12,7 @@ import contextvars
 import itertools
 import math
 import random
+import secrets
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -85,6 +86,50 @@ def _int(value: object) -> int:
     return int(value)  # type: ignore[call-overload, no-any-return]
 
 
+class _LocalWindow:
+    """The local budget of a :class:`SharedRetryBudget`'s degraded periods: the script's
+    sliding window (slices of the same width, on the fleet's clock), kept in this process.
+
+    :meth:`close` leaves it no room of its own, to the fraction of a retry: what it had is
+    the fleet's (this process's requests reached the fleet's window, or will).
+    """
+
+    __slots__ = ("_now", "_ratio", "_reserve", "_slice", "_slices")
+
+    def __init__(self, ratio: float, reserve: float, width: float, now: Callable[[], float]):
+        self._ratio, self._reserve, self._slice = ratio, reserve, width
+        self._now = now
+        self._slices: dict[int, list[float]] = {}  # slice index -> [deposits, retries]
+
+    def _current(self) -> tuple[list[float], float]:
+        """The current slice, and the room in the window (older slices dropped)."""
+        index = math.floor(self._now() / self._slice)
+        slices = self._slices
+        for old in [at for at in slices if at <= index - _SLICES]:
+            del slices[old]
+        deposits = retries = 0.0
+        for d, r in slices.values():
+            deposits += d
+            retries += r
+        current = slices.setdefault(index, [0.0, 0.0])
+        return current, deposits * self._ratio + self._reserve - retries
+
+    def deposit(self, n: int = 1) -> None:
+        self._current()[0][0] += n
+
+    def allow(self) -> bool:
+        current, room = self._current()
+        if room < 1 - 1e-9:
+            return False
+        current[1] += 1
+        return True
+
+    def close(self) -> None:
+        current, room = self._current()
+        if room > 0:
+            current[1] += room
+
+
 # -- RetryBudget -------------------------------------------------------------------------------
 
 
@@ -102,12 +147,13 @@ class SharedRetryBudget:
     an asyncio event loop an empty lease refuses the retry instead of blocking, and the sync
     thread brings a new lease within one interval (and keeps one token leased from then on).
 
-    While the fleet is degraded (Redis away), the process spends its lease, then decides with
-    one local budget that it keeps for its whole life: each time Redis goes away, that budget
-    may allow no more than this process's share (its part of the fleet's requests) of the room
-    the fleet had left when last seen, plus ``ratio`` of the requests made since. So a
-    flapping Redis never grants a fresh floor; an outage longer than a window gets the local
-    bounds (one floor per process).
+    While the fleet is degraded (Redis away, or this process cut off from it), the process
+    spends its lease (counted on the fleet's window when granted), then decides with one local
+    budget that it keeps for its whole life and that, each time Redis goes away, starts with
+    no room of its own: it allows ``ratio`` of the requests made since. The room the fleet had
+    left stays the fleet's (the processes that still reach Redis may spend it), so neither a
+    flapping Redis nor a partition grants a fresh floor. After one window of outage the local
+    bounds apply (one floor per process).
 
     Args:
         fleet: the :class:`Fleet` that syncs it.
@@ -132,8 +178,7 @@ class SharedRetryBudget:
         lease: int = 4,
     ) -> None:
         self._fleet = _check_fleet(fleet)
-        # The local budget of degraded periods, on the fleet's clock (validates the parameters).
-        local = RetryBudget(ratio, min_per_second, window, clock=fleet._clock)
+        local = RetryBudget(ratio, min_per_second, window)  # validates the parameters
         self.name = name
         self.ratio, self.min_per_second = local.ratio, local.min_per_second
         self.window = local.window
@@ -149,17 +194,21 @@ class SharedRetryBudget:
         self._spent = 0  # retries the fallback allowed while degraded
         self._tokens = 0  # the lease
         self._lease_at = 0  # the slice index the lease was granted in
-        self._sent: tuple[int, int, int] = (0, 0, 0)
-        # The fleet's window as last seen: slice index (-1: never seen), deposits, retries;
-        # and this process's deposits that reached it, by slice index.
+        self._sent: tuple[int, int, int, int] = (0, 0, 0, 0)  # deposits, spent, back, at
+        # The fleet's window as last seen: slice index (-1: never seen), deposits, retries.
         self._view = (-1, 0, 0)
-        self._mine: dict[int, int] = {}
+        # This process's own part of the window, by slice index: [deposits, retries]. When
+        # Redis loses the window (a restart, a FLUSHALL: a new lineage), every live process
+        # puts its own part back, once, with its next round trip.
+        self._own: dict[int, list[int]] = {}
+        self._lineage = ""
+        self._id = secrets.token_hex(8)
         # No room left as of the last answer: refuse without asking until then (fleet time).
         self._spent_until = -math.inf
         self._demand = False  # a retry was asked for since the last sync
         self._in_loop = False  # one was asked for from an event loop, ever
         self._degraded = False
-        self._fallback = local
+        self._fallback = _LocalWindow(self.ratio, self._reserve, self._slice, fleet._now)
         fleet.add(self)
 
     # -- the Budget protocol ----------------------------------------------------------------
@@ -168,7 +217,8 @@ class SharedRetryBudget:
         """Deposit: a logical call starts."""
         self._bump()
         if self._degraded:
-            self._fallback.on_request()
+            with self._lock:
+                self._fallback.deposit()
 
     def allow_retry(self, error: BaseException | None = None) -> bool:
         """Spend a leased token; with none left, one round trip for a new lease (none while
@@ -195,14 +245,17 @@ class SharedRetryBudget:
                 self._carry += deposits
                 self._spent += spent
             if self._degraded:
+                with self._lock:  # taken for the round trip: not counted by Redis
+                    self._fallback.deposit(deposits)
                 return self._fallback_retry(error)
             return False
         try:
-            granted, index, d, r, wait = _budget_answer(answer)
+            granted, index, d, r, wait, lineage = _budget_answer(answer)
         except (TypeError, ValueError, IndexError):
             return False
         with self._lock:
-            self._seen(index, d, r, wait, deposits)
+            self._seen(index, d, r, wait)
+            self._count(index, lineage, deposits, spent + max(0, granted))
             if granted < 1:
                 return False
             self._tokens += granted - 1
@@ -227,11 +280,10 @@ class SharedRetryBudget:
             if self._tokens > 0:
                 self._tokens -= 1  # the lease was counted on the fleet's window when granted
                 return True
-        allowed = self._fallback.allow_retry(error)
-        if allowed:
-            with self._lock:
-                self._spent += 1  # counted on the fleet's window at the next sync
-        return allowed
+            if not self._fallback.allow():
+                return False
+            self._spent += 1  # counted on the fleet's window at the next sync
+            return True
 
     # -- the fleet's view -------------------------------------------------------------------
 
@@ -264,28 +316,29 @@ class SharedRetryBudget:
         unsent = self._deposits.pending() + self._carry
         return self._room() + self.ratio * unsent < 1 - 1e-9
 
-    def _seen(self, index: int, d: int, r: int, wait: float, deposits: int) -> None:
-        """Under the lock: a round trip's answer (which carried *deposits* of this process)."""
+    def _count(
+        self, index: int, lineage: str, deposits: int, retries: int, back: int = 0, at: int = 0
+    ) -> None:
+        """Under the lock: what a round trip added to the window (this process's part)."""
+        own = self._own
+        if deposits or retries:
+            part = own.setdefault(index, [0, 0])
+            part[0] += deposits
+            part[1] += retries
+        if back and at in own:
+            own[at][1] -= back
+        for old in [old for old in own if old <= index - _SLICES]:
+            del own[old]
+        self._lineage = lineage
+
+    def _seen(self, index: int, d: int, r: int, wait: float) -> None:
+        """Under the lock: a round trip's answer."""
         self._view = (index, max(0, d), max(0, r))
-        mine = self._mine
-        if deposits:
-            mine[index] = mine.get(index, 0) + deposits
-        for at in [at for at in mine if at <= index - _SLICES]:
-            del mine[at]
         if self._room() < 1 - 1e-9 and math.isfinite(wait) and wait > 0:
             # Untrusted: never longer than one window.
             self._spent_until = self._fleet._now() + min(wait, self.window)
         else:
             self._spent_until = -math.inf
-
-    def _share(self) -> int:
-        """Under the lock: this process's part of the room the fleet had left when last seen,
-        in proportion to its part of the fleet's requests in the window."""
-        index, d, _ = self._view
-        if d <= 0:
-            return 0
-        mine = sum(n for at, n in self._mine.items() if at > index - _SLICES)
-        return max(0, math.floor(self._room() * min(1.0, mine / d) + 1e-9))
 
     # -- sync -------------------------------------------------------------------------------
 
@@ -296,7 +349,8 @@ class SharedRetryBudget:
         return deposits, spent
 
     def _op(self, deposits: int, spent: int, back: int, need: int, want: int | None = None) -> Op:
-        seen_at, seen_d, seen_r = self._view
+        # Under the lock.
+        part = ",".join(f"{at}:{d}:{r}" for at, (d, r) in self._own.items() if d or r)
         args = (
             self._fleet.now_arg(),
             repr(self._slice),
@@ -309,9 +363,12 @@ class SharedRetryBudget:
             back,
             self.lease if want is None else want,
             need,
-            seen_at,
-            seen_d,
-            seen_r,
+            self._lineage,
+            secrets.token_hex(8),  # the lineage of a window created by this call
+            self._id,
+            part,
+            self._view[0],
+            self._view[2],
         )
         return self._script, self._keys, args
 
@@ -320,7 +377,7 @@ class SharedRetryBudget:
             deposits, spent = self._take()
             back = self._tokens
             self._tokens = 0
-            self._sent = (deposits, spent, back)
+            self._sent = (deposits, spent, back, self._lease_at)
             # A lease only for a process that retries: idle leases would shrink the fleet's
             # room. An event loop, which cannot wait for a round trip, keeps one token.
             want = self.lease if self._demand else int(self._in_loop)
@@ -328,14 +385,16 @@ class SharedRetryBudget:
             return self._op(deposits, spent, back, need=0, want=want)
 
     def _apply(self, answer: Any) -> None:
-        granted, index, d, r, wait = _budget_answer(answer)
+        granted, index, d, r, wait, lineage = _budget_answer(answer)
+        deposits, spent, back, at = self._sent
         with self._lock:
-            self._seen(index, d, r, wait, self._sent[0])
+            self._seen(index, d, r, wait)
+            self._count(index, lineage, deposits, spent + max(0, granted), back, at)
             self._tokens += max(0, granted)
             self._lease_at = index
 
     def _restore(self) -> None:
-        deposits, spent, back = self._sent
+        deposits, spent, back, _ = self._sent
         with self._lock:
             self._carry += deposits
             self._spent += spent
@@ -343,17 +402,15 @@ class SharedRetryBudget:
 
     def _set_degraded(self, degraded: bool) -> None:
         if degraded and not self._degraded:
-            fallback = self._fallback
+            # The one local budget of this process's degraded periods goes on where it was,
+            # with nothing left of its own room: the fleet's room, as last seen, is the
+            # fleet's (processes still reaching Redis may spend it meanwhile), and what this
+            # process may take of it is its lease. It is spent in the current slice, so that
+            # after one window of outage the local bounds apply again.
             with self._lock:
-                known = self._view[0] >= 0
-                cap = self._share()
-            if known:
-                # The one local budget of this process's degraded periods goes on where it
-                # was, allowing no more than this process's share of what the fleet had left
-                # (spent in its current slice, so that after one window of outage it has the
-                # local bounds). A process that never reached Redis starts as a new one would.
-                for _ in range(fallback.available() - cap):
-                    fallback.allow_retry(None)
+                self._fallback.close()
+                # The requests Redis has not counted yet are this process's own to retry on.
+                self._fallback.deposit(self._deposits.pending() + self._carry)
         self._degraded = degraded
 
     __reduce__ = _no_pickle
@@ -365,11 +422,15 @@ class SharedRetryBudget:
         )
 
 
-def _budget_answer(answer: Any) -> tuple[int, int, int, int, float]:
+def _budget_answer(answer: Any) -> tuple[int, int, int, int, float, str]:
     """The BUDGET script's answer (untrusted): a malformed one raises, and is dropped."""
     granted, index, d, r = (_int(v) for v in answer[:4])
-    wait = float(answer[4].decode() if isinstance(answer[4], bytes) else answer[4])
-    return granted, index, d, r, wait
+    wait = float(_str(answer[4]))
+    return granted, index, d, r, wait, _str(answer[5])
+
+
+def _str(value: object) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 # -- TokenBucket -------------------------------------------------------------------------------

@@ -23,7 +23,8 @@ end
 """
 
 # A sliding window in slices (as the local RetryBudget): a hash whose fields are a one-letter
-# counter name followed by the slice index; fields older than the window are dropped.
+# counter name followed by the slice index; fields older than the window are dropped. Fields
+# starting with '_' are the window's own records (its lineage, who restored it).
 _SLICES: Final = """
 local function window(key, index, slices, a, b)
   local oldest = index - slices + 1
@@ -31,13 +32,16 @@ local function window(key, index, slices, a, b)
   local sa, sb = 0, 0
   for i = 1, #all, 2 do
     local field = all[i]
-    local at = tonumber(string.sub(field, 2))
-    if at == nil or at < oldest then
-      redis.call('HDEL', key, field)
-    elseif string.sub(field, 1, 1) == a then
-      sa = sa + tonumber(all[i + 1])
-    elseif string.sub(field, 1, 1) == b then
-      sb = sb + tonumber(all[i + 1])
+    local kind = string.sub(field, 1, 1)
+    if kind ~= '_' then
+      local at = tonumber(string.sub(field, 2))
+      if at == nil or at < oldest then
+        redis.call('HDEL', key, field)
+      elseif kind == a then
+        sa = sa + (tonumber(all[i + 1]) or 0)
+      elseif kind == b then
+        sb = sb + (tonumber(all[i + 1]) or 0)
+      end
     end
   end
   return sa, sb, oldest
@@ -47,10 +51,14 @@ end
 #: RetryBudget. KEYS: the window hash. ARGV: now, slice seconds, slices, ratio, reserve,
 #: deposits to add, retries to add (spent while degraded), slice index of a returned lease,
 #: tokens returned, tokens wanted (a lease), tokens needed now (0: a standing lease only), then
-#: the client's last view of the window (slice index, deposits, retries; index -1: none), put
-#: back when the window is gone while it is still recent (Redis restarted empty, FLUSHALL).
+#: the window's lineage the client knows, a lineage for a window created now, the client's id,
+#: the client's own part of the window ("index:deposits:retries,..."), and its last view of the
+#: window (slice index, retries). When the client knew another lineage (Redis restarted empty,
+#: FLUSHALL), its part is put back, once per lineage: every live client puts back exactly what
+#: it had added, and until all have, the largest view's retries count, so that the loss grants
+#: no fresh floor.
 #: Returns {granted, slice index, deposits in the window, retries in the window, seconds until
-#: the window's slices alone free a retry (0 when one is free now)}.
+#: the window's slices alone free a retry (0 when one is free now), lineage}.
 BUDGET: Final = (
     _NOW
     + _SLICES
@@ -59,27 +67,64 @@ local slice, slices = tonumber(ARGV[2]), tonumber(ARGV[3])
 local ratio, reserve = tonumber(ARGV[4]), tonumber(ARGV[5])
 local index = math.floor(now / slice)
 local key = KEYS[1]
-local seen_at, seen_d, seen_r = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
-if seen_at >= index - slices + 1 and seen_at <= index and redis.call('EXISTS', key) == 0 then
-  -- Redis lost a window that a client saw moments ago: put its counts back (in the slice of
-  -- that view, so they leave together one window after it), so that a restart or a FLUSHALL
-  -- never grants the fleet a fresh floor.
-  if seen_d > 0 then redis.call('HINCRBY', key, 'd' .. seen_at, seen_d) end
-  if seen_r > 0 then redis.call('HINCRBY', key, 'r' .. seen_at, seen_r) end
+local lineage = redis.call('HGET', key, '_lineage')
+if not lineage then
+  lineage = ARGV[13]
+  redis.call('HSET', key, '_lineage', lineage)
+end
+-- Is this client's part of the window in this lineage?
+local mark = '_c' .. ARGV[14]
+local present = ARGV[12] == lineage or redis.call('HEXISTS', key, mark) == 1
+if not present and ARGV[12] ~= '' then
+  -- The client knew an earlier lineage: put its own part back (exactly, slice by slice),
+  -- and keep the largest of the retries the clients saw in the lost window: what the
+  -- clients that cannot reach Redis now had added is in there, and counts until they put
+  -- their own part back or it leaves the window.
+  local put = 0
+  for at, dd, rr in string.gmatch(ARGV[15], '(%-?%d+):(%d+):(%-?%d+)') do
+    at, dd, rr = tonumber(at), tonumber(dd), tonumber(rr)
+    if at > index - slices and at <= index then
+      if dd > 0 then redis.call('HINCRBY', key, 'd' .. at, dd) end
+      if rr ~= 0 then redis.call('HINCRBY', key, 'r' .. at, rr) end
+      put = put + rr
+    end
+  end
+  local seen_at, seen_r = tonumber(ARGV[16]), tonumber(ARGV[17])
+  local v = redis.call('HMGET', key, '_seen', '_seen_at', '_put')
+  local best, best_at = tonumber(v[1] or '0'), tonumber(v[2] or '-1')
+  if seen_at > index - slices and seen_at <= index and seen_r > best then
+    best, best_at = seen_r, seen_at
+  end
+  redis.call('HSET', key, mark, 1, '_seen', best, '_seen_at', best_at,
+    '_put', tonumber(v[3] or '0') + put)
+  present = true
 end
 local deposits, spent = tonumber(ARGV[6]), tonumber(ARGV[7])
 if deposits > 0 then redis.call('HINCRBY', key, 'd' .. index, deposits) end
 if spent > 0 then redis.call('HINCRBY', key, 'r' .. index, spent) end
 local d, r, oldest = window(key, index, slices, 'd', 'r')
+-- Retries of a lost window that no client has put back yet (see above).
+local missing, missing_at = 0, -1
+local v = redis.call('HMGET', key, '_seen', '_seen_at', '_put')
+if v[1] then
+  missing_at = tonumber(v[2])
+  if missing_at >= oldest then
+    missing = math.max(0, tonumber(v[1]) - tonumber(v[3] or '0'))
+  else
+    redis.call('HDEL', key, '_seen', '_seen_at', '_put')
+  end
+end
 local back, at = tonumber(ARGV[9]), tonumber(ARGV[8])
-if back > 0 and at >= oldest and at <= index then
-  back = math.min(back, r)  -- after a restart of Redis, nothing is left to give back
+-- A lease is given back only to the window it was counted in (present: this lineage).
+if back > 0 and present and at >= oldest and at <= index then
+  back = math.min(back, r)  -- never below zero, whatever a client says
   if back > 0 then
     redis.call('HINCRBY', key, 'r' .. at, -back)
     r = r - back
   end
 end
 if r < 0 then r = 0 end
+r = r + missing
 local room = math.floor(d * ratio + reserve - r + 1e-9)
 local want, need = tonumber(ARGV[10]), tonumber(ARGV[11])
 local grant = 0
@@ -103,13 +148,14 @@ if left < 1 - 1e-9 then
   local all = redis.call('HGETALL', key)
   for i = 1, #all, 2 do
     local at = tonumber(string.sub(all[i], 2))
-    if at ~= nil then
+    if at ~= nil and string.sub(all[i], 1, 1) ~= '_' then
       local v = tonumber(all[i + 1]) or 0
       local p = per[at] or 0
       if string.sub(all[i], 1, 1) == 'r' then p = p + v else p = p - ratio * v end
       per[at] = p
     end
   end
+  if missing > 0 then per[missing_at] = (per[missing_at] or 0) + missing end
   for j = 0, slices - 1 do
     left = left + (per[oldest + j] or 0)
     if left >= 1 - 1e-9 then
@@ -118,7 +164,7 @@ if left < 1 - 1e-9 then
     end
   end
 end
-return {grant, index, d, r, tostring(wait)}
+return {grant, index, d, r, tostring(wait), lineage}
 """
 )
 
