@@ -111,3 +111,26 @@ def test_a_restarted_empty_redis_grants_no_fresh_floor(
     # Without putting the last view back, each FLUSHALL is a fresh floor (90 more).
     assert world.retries <= budget.ratio * world.calls + budget.floor + worth
     assert world.retries >= budget.ratio * world.calls
+
+
+def test_a_redis_killed_and_restarted_empty_grants_no_fresh_floor(
+    own_redis_server: RedisServer, namespace: str, clock: VirtualClock
+) -> None:
+    budget = Budget(ratio=0.1, min_per_second=3.0, window=10.0)
+    with quiet():
+        world = World(own_redis_server.port, namespace, clock, processes=3, budget=budget)
+        try:
+            for n in range(900):  # 4.5 s of calls to a dead dependency: the budget is spent
+                if n in (300, 600):
+                    own_redis_server.kill()  # SIGKILL: no persistence, every key is lost
+                elif n in (320, 620):
+                    own_redis_server.restart()  # on the same port, empty
+                world.call(n % 3)
+                world.advance(0.005)
+        finally:
+            world.close()
+    assert all(p.fleet.stats().degraded_periods >= 1 for p in world.processes)
+    worth = budget.ratio * 20  # the fleet's calls of one interval
+    # Two fresh floors (60 more) without the processes putting their parts back.
+    assert world.retries <= budget.ratio * world.calls + budget.floor + worth
+    assert world.retries >= budget.ratio * world.calls
