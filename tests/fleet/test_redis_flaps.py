@@ -3,13 +3,19 @@ front of the real redis-server, and the test decides when it drops its connectio
 
 from __future__ import annotations
 
+import contextlib
+import random
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from flapping_proxy import FlappingProxy
 from fleet_sim import Budget, World, local_retries, quiet
 from redis_process import RedisServer
 
+import seawall
 from seawall import VirtualClock
+from seawall import redis as fleet_redis
 
 
 @pytest.fixture
@@ -134,3 +140,103 @@ def test_a_redis_killed_and_restarted_empty_grants_no_fresh_floor(
     # Two fresh floors (60 more) without the processes putting their parts back.
     assert world.retries <= budget.ratio * world.calls + budget.floor + worth
     assert world.retries >= budget.ratio * world.calls
+
+
+def _flapping_calls(
+    redis_server: RedisServer, namespace: str, clock: VirtualClock, build: Any, calls: int
+) -> tuple[int, Any]:
+    """*calls* calls to a dead dependency (3 attempts each) under the object *build* makes,
+    its Redis dropping out for 3 calls in every 10; returns the attempts and the object."""
+    with FlappingProxy(redis_server.port) as proxy:
+        fleet = fleet_redis.Fleet(
+            proxy.url, namespace=namespace, interval=None, timeout=0.5, clock=clock
+        )
+        shared = build(fleet)
+        policy = seawall.RetryPolicy(
+            max_attempts=3, backoff=seawall.Backoff.constant(0.0), budget=shared, clock=clock
+        )
+        attempts = 0
+
+        def attempt() -> None:
+            nonlocal attempts
+            attempts += 1
+            raise ConnectionError("down")
+
+        with quiet():
+            for n in range(calls):
+                if n % 10 == 3:
+                    proxy.set_up(False)
+                elif n % 10 == 6:
+                    proxy.set_up(True)
+                with contextlib.suppress(ConnectionError, seawall.Throttled):
+                    policy.call(attempt)
+                clock.sleep(0.01)
+                if n % 5 == 4:
+                    fleet.sync()  # every 50 ms: once while Redis is away, once after
+            fleet.close()
+        assert fleet.stats().degraded_periods >= calls // 10 - 1
+        return attempts, shared
+
+
+def _local_calls(budget: Any, calls: int, clock: VirtualClock) -> int:
+    policy = seawall.RetryPolicy(
+        max_attempts=3, backoff=seawall.Backoff.constant(0.0), budget=budget, clock=clock
+    )
+    attempts = 0
+
+    def attempt() -> None:
+        nonlocal attempts
+        attempts += 1
+        raise ConnectionError("down")
+
+    for _ in range(calls):
+        with contextlib.suppress(ConnectionError, seawall.Throttled):
+            policy.call(attempt)
+        clock.sleep(0.01)
+    return attempts
+
+
+def test_a_token_bucket_hears_what_was_spent_while_redis_was_away(
+    redis_server: RedisServer, namespace: str, clock: VirtualClock
+) -> None:
+    shared, bucket = _flapping_calls(
+        redis_server, namespace, clock, lambda f: fleet_redis.SharedTokenBucket(f, "b"), 200
+    )
+    local = _local_calls(seawall.TokenBucket(), 200, clock)
+    print(f"bucket: shared {shared - 200} retries, local {local - 200}")
+    assert shared <= local  # never a refill per flap
+    assert bucket.tokens <= 5.0  # the fleet's bucket heard the failures
+
+
+def test_a_retry_quota_hears_what_was_spent_while_redis_was_away(
+    redis_server: RedisServer, namespace: str, clock: VirtualClock
+) -> None:
+    shared, quota = _flapping_calls(
+        redis_server,
+        namespace,
+        clock,
+        lambda f: fleet_redis.SharedRetryQuota(f, "q", capacity=500, retry_cost=5),
+        200,
+    )
+    local = _local_calls(seawall.RetryQuota(capacity=500, retry_cost=5), 200, clock)
+    print(f"quota: shared {shared - 200} retries, local {local - 200}")
+    assert shared <= local
+    assert quota.available <= 10
+
+
+def test_a_throttle_keeps_its_probability_while_redis_flaps(
+    redis_server: RedisServer, namespace: str, clock: VirtualClock
+) -> None:
+    rng = random.Random(7)
+    shared, _ = _flapping_calls(
+        redis_server,
+        namespace,
+        clock,
+        lambda f: fleet_redis.SharedAdaptiveThrottle(f, "t", rng=rng),
+        400,
+    )
+    local = _local_calls(seawall.AdaptiveThrottle(rng=random.Random(7), clock=clock), 400, clock)
+    print(f"throttle: shared {shared} attempts, local {local}")
+    # The local throttle rejects most calls to a dependency that never answers; a fresh
+    # throttle at every flap would admit (and retry) its first 20 calls each time.
+    assert shared <= 1.5 * local

@@ -42,21 +42,21 @@ def test_a_killed_prober_holds_the_breaker_half_open_no_longer_than_probe_timeou
             breaker.call(lambda: 1 / 0)
     assert fleet.sync()
     assert breaker.state == "open"
-    prober = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, WORKER, "hold-probe", redis_server.url, namespace],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-    )
-    try:
-        assert prober.stdout is not None and prober.stdin is not None
-        assert prober.stdout.readline().strip() == "ready"
-        prober.stdin.write("go\n")
-        prober.stdin.flush()
-        probe_at = json.loads(prober.stdout.readline())["probe_at"]
-    finally:
-        prober.kill()  # SIGKILL: the probe never reports
-        prober.wait()
+    ) as prober:
+        try:
+            assert prober.stdout is not None and prober.stdin is not None
+            assert prober.stdout.readline().strip() == "ready"
+            prober.stdin.write("go\n")
+            prober.stdin.flush()
+            probe_at = json.loads(prober.stdout.readline())["probe_at"]
+        finally:
+            prober.kill()  # SIGKILL: the probe never reports
+            prober.wait()
     # This process keeps calling, as every process of the fleet would.
     refusals: list[tuple[float, str]] = []
     closed_at = None

@@ -8,6 +8,7 @@ more than one.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import itertools
 import math
@@ -35,6 +36,8 @@ __all__ = ["SharedAdaptiveThrottle", "SharedRetryBudget", "SharedRetryQuota", "S
 
 # Slices per window, as the local budgets (Finagle's WindowedAdder).
 _SLICES = 10
+# The most requests a throttle's local fallback is started with (the fleet's, scaled down).
+_SEED = 1000
 
 
 class _Counter:
@@ -505,8 +508,7 @@ class SharedTokenBucket:
         if self._full:
             return
         if self._degraded:
-            self._fallback.on_success()
-            return
+            self._fallback.on_success()  # and the fleet's bucket hears it when Redis is back
         self._bump()
 
     def on_answer(self, error: BaseException) -> None:
@@ -515,8 +517,7 @@ class SharedTokenBucket:
     def on_failure(self, error: BaseException) -> None:
         """Take one token."""
         if self._degraded:
-            self._fallback.on_failure(error)
-            return
+            self._fallback.on_failure(error)  # and the fleet's bucket hears it when Redis is back
         with self._lock:
             self._failures += 1
             self._full = False
@@ -549,9 +550,11 @@ class SharedTokenBucket:
 
     def _set_degraded(self, degraded: bool) -> None:
         if degraded and not self._degraded:
-            # Start the local bucket where the fleet's was last seen.
+            # Start the local bucket where the fleet's was last seen, with this process's
+            # outcomes since (the outcomes of degraded periods reach the fleet's bucket too, so
+            # a flapping Redis never refills it).
             fallback = TokenBucket(self.max_tokens, self.token_ratio)
-            for _ in range(round((self._max - self._milli) / 1000)):
+            for _ in range(round((self._max - self._estimate()) / 1000)):
                 fallback.on_failure(RuntimeError())
             self._fallback = fallback
             self._full = False  # successes must reach the fallback
@@ -635,6 +638,7 @@ class SharedRetryQuota:
         )
         self._degraded = False
         self._fallback = local
+        self._seeded = local.available  # the local quota's tokens when it took over
         fleet.add(self)
 
     @property
@@ -793,13 +797,22 @@ class SharedRetryQuota:
                 self._custom_timeout,
                 self._cost,
             )
-            # Start the local quota where the fleet's was last seen (with this lease).
-            spend = self.capacity - min(self.capacity, self._available + self._tokens)
+            # Start the local quota where the fleet's was last seen (with this lease, and what
+            # this process has not sent yet).
+            with self._lock:
+                level = self._available + self._tokens + self._credit
+            spend = self.capacity - max(0, min(self.capacity, level))
             if spend and fallback.retry_cost:
                 for _ in range(spend // fallback.retry_cost):
                     fallback.allow_retry(None)
                 fallback.on_failure(RuntimeError())
             self._fallback = fallback
+            self._seeded = fallback.available
+        elif not degraded and self._degraded:
+            # What the local quota spent (or earned) meanwhile is the fleet's to hear: a
+            # flapping Redis never hands the same tokens out twice.
+            with self._lock:
+                self._credit += self._fallback.available - self._seeded
         self._degraded = degraded
 
     __reduce__ = _no_pickle
@@ -965,9 +978,26 @@ class SharedAdaptiveThrottle:
     def _set_degraded(self, degraded: bool) -> None:
         with self._lock:
             if degraded and not self._degraded:
-                self._fallback = AdaptiveThrottle(
-                    self.k, self.window, rng=self._rng, min_requests=self.min_requests
+                fallback = AdaptiveThrottle(
+                    self.k,
+                    self.window,
+                    clock=self._fleet._clock,
+                    rng=self._rng,
+                    min_requests=self.min_requests,
                 )
+                # Start from the fleet's window as last seen (with this process's counts since),
+                # scaled down to at most _SEED requests: the same rejection probability, so a
+                # flapping Redis never admits a fresh throttle's first requests each time.
+                pq, pa = self._pending
+                q = self._view[0] + pq + self._requests.pending()
+                a = self._view[1] + pa + self._accepts.pending()
+                n = min(q, _SEED)
+                for _ in range(round(a * n / q) if q else 0):
+                    fallback.on_success()
+                for _ in range(n):
+                    with contextlib.suppress(Throttled):
+                        fallback.on_request()
+                self._fallback = fallback
             self._degraded = degraded
             # A non-zero probability routes on_request to _check, which asks the fallback.
             if degraded:

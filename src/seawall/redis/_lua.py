@@ -181,13 +181,15 @@ return milli
 """
 
 #: RetryQuota. KEYS: the quota. ARGV: now (unused), capacity, tokens given back (refunds,
-#: rewards, an unused lease), tokens wanted (a lease), tokens needed now (0: a standing lease).
+#: rewards, an unused lease; less what was spent while degraded), tokens wanted (a lease),
+#: tokens needed now (0: a standing lease).
 #: Returns {granted, available after}.
 QUOTA: Final = """
 local capacity = tonumber(ARGV[2])
 local credit, want, need = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local available = tonumber(redis.call('GET', KEYS[1]) or capacity)
-available = math.min(capacity, available + credit)
+-- A negative credit: what a client spent while it could not reach Redis.
+available = math.max(0, math.min(capacity, available + credit))
 local grant = 0
 if available >= need and available > 0 then
   grant = math.max(need, math.min(want, available))
