@@ -75,6 +75,7 @@ def test_a_fleet_cut_off_from_redis_keeps_one_floor_for_the_first_window(
     # Four plain local budgets would allow 120 + 4 floors of 30 = 240: the processes share
     # what the fleet had left, each in proportion to its requests.
     worth = budget.ratio * 40  # one interval's calls of the whole fleet
+    print(f"cut off: {world.retries} retries for {world.calls} calls")
     assert world.retries <= budget.ratio * world.calls + budget.floor + worth
 
 
@@ -114,6 +115,7 @@ def test_a_restarted_empty_redis_grants_no_fresh_floor(
         world.call(n % 2)
         world.advance(0.005)
     worth = budget.ratio * 20
+    print(f"flushall: {world.retries} retries for {world.calls} calls")
     # Without putting the last view back, each FLUSHALL is a fresh floor (90 more).
     assert world.retries <= budget.ratio * world.calls + budget.floor + worth
     assert world.retries >= budget.ratio * world.calls
@@ -137,6 +139,7 @@ def test_a_redis_killed_and_restarted_empty_grants_no_fresh_floor(
             world.close()
     assert all(p.fleet.stats().degraded_periods >= 1 for p in world.processes)
     worth = budget.ratio * 20  # the fleet's calls of one interval
+    print(f"restart: {world.retries} retries for {world.calls} calls")
     # Two fresh floors (60 more) without the processes putting their parts back.
     assert world.retries <= budget.ratio * world.calls + budget.floor + worth
     assert world.retries >= budget.ratio * world.calls

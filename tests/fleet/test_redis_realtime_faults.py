@@ -74,6 +74,10 @@ def test_a_killed_prober_holds_the_breaker_half_open_no_longer_than_probe_timeou
         time.sleep(0.01)
     fleet.close()
     half_open = [t - probe_at for t, state in refusals if state == "half_open"]
+    closed = closed_at - probe_at if closed_at is not None else None
+    print(
+        f"\nkilled prober: half-open for {max(half_open, default=0):.3f} s, closed after {closed}"
+    )
     assert half_open  # the slot was held for a while...
     # ...but never much past probe_timeout (the margin covers a busy machine and one interval).
     assert max(half_open) <= probe_timeout + 1.0

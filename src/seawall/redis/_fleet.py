@@ -118,9 +118,9 @@ class Fleet:
             its own, or a slow Redis slows down the rare round trips made on a caller's thread.
         namespace: the prefix of every key; several fleets can share one Redis.
         interval: seconds between syncs; ``None``: no thread, call :meth:`sync` yourself.
-        timeout: seconds a round trip may take before the fleet turns degraded (by default
-            :data:`DEFAULT_TIMEOUT`, 250 ms, measured on a loaded machine); a round trip on a
-            caller's thread waits this long at most, once per outage.
+        timeout: seconds a round trip may take before the fleet turns degraded (250 ms by
+            default, measured on a loaded machine); a round trip on a caller's thread waits
+            this long at most, once per outage.
         reconnect: the backoff between reconnection attempts (jittered; by default from
             ``interval`` up to 5 s).
         clock: the time the scripts use for windows; ``None``: Redis's clock (``TIME``). Give a
