@@ -222,3 +222,28 @@ def test_share_hosts_takes_urls_as_origins(fleet: fleet_redis.Fleet) -> None:
     assert factory(f"https://{base}/path").name == f"host:https://{base}"
     with pytest.raises(ValueError, match="hosts"):
         fleet_redis.share_hosts(fleet, [f"{base}/no-scheme"])
+
+
+def test_a_redis_refusing_every_write_is_reported_as_refusing(
+    own_redis_server: RedisServer,
+    namespace: str,
+    clock: VirtualClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fleet = fleet_redis.Fleet(
+        own_redis_server.url, namespace=namespace, interval=None, timeout=1.0, clock=clock
+    )
+    budget = fleet_redis.SharedRetryBudget(fleet, "oom")
+    assert fleet.sync()
+    fleet.client.config_set("maxmemory", 1)  # every write refused: out of memory
+    caplog.set_level(logging.WARNING, logger="seawall.redis")
+    budget.on_request()
+    assert not fleet.sync()
+    assert fleet.stats().degraded  # a fleet-wide refusal: every object decides locally
+    assert "refuses the fleet's commands" in caplog.text
+    assert "OutOfMemoryError" in caplog.text and "unreachable" not in caplog.text
+    fleet.client.config_set("maxmemory", 0)
+    assert fleet.sync()
+    assert not fleet.stats().degraded
+    assert budget.requests == 1  # the deposit was kept for the sync that worked
+    fleet.close()

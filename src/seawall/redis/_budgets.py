@@ -197,7 +197,9 @@ class SharedRetryBudget:
         self._spent = 0  # retries the fallback allowed while degraded
         self._tokens = 0  # the lease
         self._lease_at = 0  # the slice index the lease was granted in
-        self._sent: tuple[int, int, int, int] = (0, 0, 0, 0)  # deposits, spent, back, at
+        # What the sync in flight carries: deposits, spent, back, the lease's slice, and the
+        # slice its deposits go to.
+        self._sent: tuple[int, int, int, int, int] = (0, 0, 0, 0, -1)
         # The fleet's window as last seen: slice index (-1: never seen), deposits, retries.
         self._view = (-1, 0, 0)
         # This process's own part of the window, by slice index: [deposits, retries]. When
@@ -242,6 +244,7 @@ class SharedRetryBudget:
                 return False
             deposits, spent = self._take()
             op = self._op(deposits, spent, 0, need=1)
+            made = self._view[0]
         answer = self._fleet.call(op, member=self)
         if answer is None:
             with self._lock:
@@ -257,8 +260,8 @@ class SharedRetryBudget:
         except (TypeError, ValueError, IndexError):
             return False
         with self._lock:
+            self._count(index, made, lineage, deposits, spent + max(0, granted))
             self._seen(index, d, r, wait)
-            self._count(index, lineage, deposits, spent + max(0, granted))
             if granted < 1:
                 return False
             self._tokens += granted - 1
@@ -320,14 +323,25 @@ class SharedRetryBudget:
         return self._room() + self.ratio * unsent < 1 - 1e-9
 
     def _count(
-        self, index: int, lineage: str, deposits: int, retries: int, back: int = 0, at: int = 0
+        self,
+        index: int,
+        made: int,
+        lineage: str,
+        deposits: int,
+        retries: int,
+        back: int = 0,
+        at: int = 0,
     ) -> None:
-        """Under the lock: what a round trip added to the window (this process's part)."""
+        """Under the lock: what a round trip added to the window (this process's part): its
+        deposits in slice *made* (as the script clamps it), its retries in slice *index*."""
         own = self._own
-        if deposits or retries:
-            part = own.setdefault(index, [0, 0])
-            part[0] += deposits
-            part[1] += retries
+        if made < 0 or made > index:
+            made = index
+        made = max(made, index - _SLICES + 1)
+        if deposits:
+            own.setdefault(made, [0, 0])[0] += deposits
+        if retries:
+            own.setdefault(index, [0, 0])[1] += retries
         if back and at in own:
             own[at][1] -= back
         for old in [old for old in own if old <= index - _SLICES]:
@@ -372,6 +386,7 @@ class SharedRetryBudget:
             part,
             self._view[0],
             self._view[2],
+            self._view[0],  # the slice of the previous answer: where the deposits go
         )
         return self._script, self._keys, args
 
@@ -380,7 +395,7 @@ class SharedRetryBudget:
             deposits, spent = self._take()
             back = self._tokens
             self._tokens = 0
-            self._sent = (deposits, spent, back, self._lease_at)
+            self._sent = (deposits, spent, back, self._lease_at, self._view[0])
             # A lease only for a process that retries: idle leases would shrink the fleet's
             # room. An event loop, which cannot wait for a round trip, keeps one token.
             want = self.lease if self._demand else int(self._in_loop)
@@ -389,15 +404,15 @@ class SharedRetryBudget:
 
     def _apply(self, answer: Any) -> None:
         granted, index, d, r, wait, lineage = _budget_answer(answer)
-        deposits, spent, back, at = self._sent
+        deposits, spent, back, at, made = self._sent
         with self._lock:
+            self._count(index, made, lineage, deposits, spent + max(0, granted), back, at)
             self._seen(index, d, r, wait)
-            self._count(index, lineage, deposits, spent + max(0, granted), back, at)
             self._tokens += max(0, granted)
             self._lease_at = index
 
     def _restore(self) -> None:
-        deposits, spent, back, _ = self._sent
+        deposits, spent, back, _, _ = self._sent
         with self._lock:
             self._carry += deposits
             self._spent += spent

@@ -476,13 +476,14 @@ class Fleet:
 
 def _per_key(exc: BaseException) -> bool:
     """Whether Redis refused a command for its keys (a key of another type, a value a script
-    cannot read), rather than refusing everything (out of memory, read-only, not allowed)."""
-    if not isinstance(exc, redis.exceptions.ResponseError):
+    cannot read), rather than refusing everything (out of memory, read-only, busy, loading,
+    not allowed: those have classes of their own, or other words)."""
+    if type(exc) is not redis.exceptions.ResponseError:
         return False
     message = str(exc)
-    return (
-        message.startswith("WRONGTYPE") or "user_script" in message or "script" in message.lower()
-    )
+    # A runtime error of the script reads "user_script:..." (Redis 7), "Error running
+    # script ..." (Redis 6).
+    return message.startswith(("WRONGTYPE", "user_script:", "Error running script"))
 
 
 def _text(value: object) -> str:

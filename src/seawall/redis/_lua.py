@@ -52,8 +52,9 @@ end
 #: deposits to add, retries to add (spent while degraded), slice index of a returned lease,
 #: tokens returned, tokens wanted (a lease), tokens needed now (0: a standing lease only), then
 #: the window's lineage the client knows, a lineage for a window created now, the client's id,
-#: the client's own part of the window ("index:deposits:retries,..."), and its last view of the
-#: window (slice index, retries). When the client knew another lineage (Redis restarted empty,
+#: the client's own part of the window ("index:deposits:retries,..."), its last view of the
+#: window (slice index, retries), and the slice index of its previous answer (where its deposits
+#: go; -1: the current one). When the client knew another lineage (Redis restarted empty,
 #: FLUSHALL), its part is put back, once per lineage: every live client puts back exactly what
 #: it had added, and until all have, the largest view's retries count, so that the loss grants
 #: no fresh floor.
@@ -100,7 +101,12 @@ if not present and ARGV[12] ~= '' then
   present = true
 end
 local deposits, spent = tonumber(ARGV[6]), tonumber(ARGV[7])
-if deposits > 0 then redis.call('HINCRBY', key, 'd' .. index, deposits) end
+-- Deposits go to the slice of the client's previous answer: never later than they were made
+-- (so they never stay in the window longer than they should), within the window.
+local made = tonumber(ARGV[18]) or -1
+if made < 0 or made > index then made = index end
+if made < index - slices + 1 then made = index - slices + 1 end
+if deposits > 0 then redis.call('HINCRBY', key, 'd' .. made, deposits) end
 if spent > 0 then redis.call('HINCRBY', key, 'r' .. index, spent) end
 local d, r, oldest = window(key, index, slices, 'd', 'r')
 -- Retries of a lost window that no client has put back yet (see above).
