@@ -44,8 +44,12 @@ class SharedCircuitBreaker(CircuitBreaker):
 
     A probe slot is asked for with one round trip, made once per open period by the process
     that first finds the period over (also from an event loop: it is bounded by the fleet's
-    ``timeout``). While the fleet is degraded the breaker goes on by the local rules, from the
-    state last seen and this process's own outcomes.
+    ``timeout``). As on the local breaker, probes that have not all answered within
+    ``probe_timeout`` of the half-open period's start count as failed, on Redis's clock: a
+    probe whose process was killed or hung holds the fleet's breaker half-open no longer. A
+    probe's result is reported against the half-open period it was granted in. While the
+    fleet is degraded the breaker goes on by the local rules, from the state last seen and this
+    process's own outcomes. Its keys expire after a day unused (an isolated breaker's never).
 
     Args:
         fleet: the :class:`Fleet` that syncs it.
