@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import sys
 import time
 from typing import Any
@@ -97,6 +98,46 @@ def probe(fleet: fleet_redis.Fleet, seconds: float) -> dict[str, Any]:
     return {"probes": probes, "refused": refused}
 
 
+def hold_probe(fleet: fleet_redis.Fleet) -> dict[str, Any]:
+    """Ask until a probe is granted, say when, then hang with it (the test kills us)."""
+    breaker = breaker_of(fleet, open_duration=0.5, probe_timeout=1.0)
+    go()
+    while True:
+        try:
+            permit = breaker.acquire()
+        except seawall.CircuitOpen:
+            time.sleep(0.005)
+            continue
+        if permit[1]:
+            print(json.dumps({"probe_at": time.time()}), flush=True)
+            time.sleep(3600)  # hung: never reports
+        breaker.record(permit)
+
+
+def amplify_paced(fleet: fleet_redis.Fleet, calls: int, pause: float) -> dict[str, Any]:
+    """As amplify, *pause* seconds between calls (the fleet's default interval and timeout)."""
+    budget = fleet_redis.SharedRetryBudget(
+        fleet, "amplify", ratio=0.1, min_per_second=5.0, window=10.0
+    )
+    policy = seawall.RetryPolicy(
+        max_attempts=3, backoff=seawall.Backoff.constant(0.0), budget=budget
+    )
+    attempts = 0
+
+    def call() -> None:
+        nonlocal attempts
+        attempts += 1
+        dead()
+
+    go()
+    started = time.monotonic()
+    for _ in range(calls):
+        with contextlib.suppress(ConnectionError):
+            policy.call(call)
+        time.sleep(pause)
+    return {"calls": calls, "attempts": attempts, "seconds": time.monotonic() - started}
+
+
 def breaker_of(fleet: fleet_redis.Fleet, **config: Any) -> fleet_redis.SharedCircuitBreaker:
     config.setdefault("open_duration", 30.0)
     return fleet_redis.SharedCircuitBreaker(
@@ -113,9 +154,16 @@ def main() -> None:
     mode, url, namespace = sys.argv[1:4]
     arg = sys.argv[4] if len(sys.argv) > 4 else ""
     fleet = None
-    if mode != "amplify-local":
+    if mode == "amplify-paced":
+        logging.getLogger("seawall.redis").setLevel(logging.ERROR)  # it flaps on purpose
+        fleet = fleet_redis.Fleet(url, namespace=namespace)  # the defaults
+    elif mode != "amplify-local":
         fleet = fleet_redis.Fleet(url, namespace=namespace, interval=0.05, timeout=0.5)
-    if mode.startswith("amplify"):
+    if mode == "amplify-paced":
+        assert fleet is not None
+        calls, pause = arg.split(":")
+        result = amplify_paced(fleet, int(calls), float(pause))
+    elif mode.startswith("amplify"):
         result = amplify(fleet, int(arg))
     elif mode == "watch":
         assert fleet is not None
@@ -126,6 +174,9 @@ def main() -> None:
     elif mode == "probe":
         assert fleet is not None
         result = probe(fleet, float(arg))
+    elif mode == "hold-probe":
+        assert fleet is not None
+        result = hold_probe(fleet)
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     if fleet is not None:

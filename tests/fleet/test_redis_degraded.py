@@ -121,10 +121,12 @@ def test_a_paused_redis_costs_one_timeout_then_nothing(
     try:
         durations = []
         for _ in range(20):
+            for _ in range(10):
+                budget.on_request()
             started = time.monotonic()
             allowed = budget.allow_retry(ConnectionError())
             durations.append(time.monotonic() - started)
-            assert allowed  # the local fallback's floor
+            assert allowed  # the local budget: 10% of the requests made meanwhile
         assert fleet.stats().degraded
         assert max(durations) < 0.5  # one timeout (0.05 s), never a hang
         assert sorted(durations)[-2] < 0.01  # then no round trip at all

@@ -20,17 +20,18 @@ PROCESSES = 4
 
 
 def run_fleet(
-    server: RedisServer,
+    server: RedisServer | str,
     namespace: str,
     modes: Sequence[str],
     arg: str = "",
     before_go: Any = None,
 ) -> list[dict[str, Any]]:
-    """Start one worker per mode, wait until each is ready, let them go together, and return
-    what each printed."""
+    """Start one worker per mode (on *server*, or a redis:// URL), wait until each is ready,
+    let them go together, and return what each printed."""
+    url = server if isinstance(server, str) else server.url
     procs = [
         subprocess.Popen(
-            [sys.executable, WORKER, mode, server.url, namespace, arg],
+            [sys.executable, WORKER, mode, url, namespace, arg],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -19,6 +19,7 @@ down or slow every object decides with its local twin until Redis answers again.
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Callable, Iterable
 
 from seawall._policy.http import budget_for_host, origin
@@ -50,7 +51,8 @@ def host_budgets(
     fleet: Fleet, ratio: float = 0.1, min_per_second: float = 10.0, window: float = 10.0
 ) -> Callable[[str], SharedRetryBudget]:
     """A factory of per-host budgets shared by the fleet: ``factory(host)`` is the fleet's
-    :class:`SharedRetryBudget` for that origin (``"scheme://host[:port]"``).
+    :class:`SharedRetryBudget` for that URL's origin (``"scheme://host[:port]"``; a path, query
+    or fragment is dropped).
 
     Args:
         fleet: the :class:`Fleet`.
@@ -63,7 +65,7 @@ def host_budgets(
     RetryBudget(ratio, min_per_second, window)  # check the parameters now
 
     def factory(host: str) -> SharedRetryBudget:
-        return SharedRetryBudget(fleet, f"host:{origin(host)}", ratio, min_per_second, window)
+        return SharedRetryBudget(fleet, f"host:{_origin(host)}", ratio, min_per_second, window)
 
     return factory
 
@@ -79,22 +81,37 @@ def share_hosts(
     *hosts* the fleet's: each host's process-wide budget becomes a :class:`SharedRetryBudget`.
 
     Call it at start-up, before the first request to those hosts. Hosts not listed keep local
-    per-host budgets.
+    per-host budgets. Each URL stands for its origin, in the spelling the transports use:
+    ``"https://api.example.com/"``, ``"HTTPS://api.example.com:443/v1"`` and
+    ``"https://api.example.com"`` are one host.
 
     Returns:
         The shared budgets, in the order of *hosts* (calling it again returns the same ones).
 
     Raises:
-        ValueError: a host already has a local budget in this process (a request was sent to
-            it before).
+        TypeError: *hosts* is one string, or holds something else than strings.
+        ValueError: a URL without a scheme and a host, or a host that already has a local
+            budget in this process (a request was sent to it before).
     """
     factory = host_budgets(fleet, ratio, min_per_second, window)
+    if isinstance(hosts, str):
+        raise TypeError(f"hosts must be an iterable of URLs, not one str, got {hosts!r}")
     shared = []
     for host in hosts:
-        key = origin(host)
+        key = _origin(host)
         budget = budget_for_host(key, factory=lambda key=key: factory(key))  # type: ignore[misc]
         if isinstance(budget, SharedRetryBudget):
             shared.append(budget)
         else:
             raise ValueError(f"host {host!r} already has a local budget in this process")
     return shared
+
+
+def _origin(url: str) -> str:
+    """The origin of *url*, spelled as the per-host budgets' keys (``"scheme://host[:port]"``)."""
+    if not isinstance(url, str):
+        raise TypeError(f"hosts must hold URLs (str), got {url!r}")
+    parts = urllib.parse.urlsplit(url.strip())
+    if not parts.scheme or not parts.netloc:
+        raise ValueError(f"hosts must hold URLs with a scheme and a host, got {url!r}")
+    return origin(f"{parts.scheme}://{parts.netloc}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import math
+import secrets
 from typing import Any, get_args
 
 from seawall._core.classify import classify
@@ -21,6 +22,10 @@ from seawall.redis._fleet import Fleet, Op
 __all__ = ["SharedCircuitBreaker"]
 
 _STATES: frozenset[str] = frozenset(get_args(BreakerState))
+# Keys of a breaker nobody calls expire after a day (as a budget's bucket or quota).
+_IDLE_SECONDS = 86_400.0
+# Local generations whose fleet state is remembered, for the results of their probes.
+_REMEMBERED = 16
 
 
 def _text(value: object) -> str:
@@ -39,8 +44,12 @@ class SharedCircuitBreaker(CircuitBreaker):
 
     A probe slot is asked for with one round trip, made once per open period by the process
     that first finds the period over (also from an event loop: it is bounded by the fleet's
-    ``timeout``). While the fleet is degraded the breaker goes on by the local rules, from the
-    state last seen and this process's own outcomes.
+    ``timeout``). As on the local breaker, probes that have not all answered within
+    ``probe_timeout`` of the half-open period's start count as failed, on Redis's clock: a
+    probe whose process was killed or hung holds the fleet's breaker half-open no longer. A
+    probe's result is reported against the half-open period it was granted in. While the
+    fleet is degraded the breaker goes on by the local rules, from the state last seen and this
+    process's own outcomes. Its keys expire after a day unused (an isolated breaker's never).
 
     Args:
         fleet: the :class:`Fleet` that syncs it.
@@ -51,6 +60,8 @@ class SharedCircuitBreaker(CircuitBreaker):
     def __init__(self, fleet: Fleet, name: str, **config: Any) -> None:
         if not isinstance(fleet, Fleet):
             raise TypeError(f"fleet must be a seawall.redis.Fleet, got {fleet!r}")
+        if config.get("clock") is None and fleet._clock is not None:
+            config["clock"] = fleet._clock  # one time for the scripts and the local decisions
         super().__init__(name=name, **config)
         self._fleet = fleet
         self._keys = fleet.keys("breaker", name, "state", "window")
@@ -61,11 +72,22 @@ class SharedCircuitBreaker(CircuitBreaker):
             self._shape = ("count", window.size, 0.0)
         else:
             self._shape = ("time", window.buckets, window.width)
+        # Keys live a day after the last call, and always longer than an open period and its
+        # probes (an isolated breaker's state never expires).
+        longest = self.open_duration * (1.0 + self.open_jitter) + self.probe_timeout
+        self._ttl_ms = math.ceil(1000 * max(_IDLE_SECONDS, 2 * longest))
         # Outcomes of closed-state calls, waiting for the next sync (the lock-free success path
         # of the base class appends here).
         self._pending: collections.deque[int] = collections.deque()
         self._append = self._pending.append
-        self._fleet_gen = 0  # the fleet's generation that this process's generation mirrors
+        # The fleet's state that this process's generation mirrors: its lineage (a new one when
+        # Redis lost the key) and its generation within that lineage.
+        self._lineage: str | None = None
+        self._fleet_gen = 0
+        self._old_lineages: collections.deque[str] = collections.deque(maxlen=8)
+        # The fleet's state each recent local generation mirrored: a probe's result is reported
+        # against the state it was granted in, whatever this process has seen since.
+        self._mirrored: dict[int, tuple[str, int]] = {}
         self._fleet_totals = (0, 0, 0)
         self._full_until = -math.inf  # every probe slot taken: do not ask again before then
         self._degraded = False
@@ -73,46 +95,96 @@ class SharedCircuitBreaker(CircuitBreaker):
 
     # -- the fleet's state ------------------------------------------------------------------
 
-    def _op(self, operation: str, *args: str | int | float) -> Op:
+    def _op(
+        self, operation: str, *args: str | int | float, known: tuple[str, int] | None = None
+    ) -> Op:
+        lineage, generation = known if known is not None else (self._lineage or "", self._fleet_gen)
         return (
             self._script,
             self._keys,
-            (self._fleet.now_arg(), operation, self._fleet_gen, *args),
+            (
+                self._fleet.now_arg(),
+                operation,
+                lineage,
+                generation,
+                secrets.token_hex(8),  # the lineage of a state created by this call
+                self._ttl_ms,
+                self.half_open_probes,
+                repr(self.probe_timeout),
+                self._open_seconds(),
+                *args,
+            ),
         )
 
     def _open_seconds(self) -> str:
         stretch = 1.0 + self.open_jitter * self._rng.random() if self.open_jitter else 1.0
         return repr(self.open_duration * stretch)
 
-    def _mirror(self, answer: Any) -> bool:
-        """Take the fleet's state from a script's answer; returns whether a probe was granted."""
+    def _mirror(self, answer: Any) -> tuple[bool, int]:
+        """Take the fleet's state from a script's answer.
+
+        Returns:
+            Whether a probe was granted in a state this process mirrors now, and the local
+            generation of that state.
+        """
         state = _text(answer[0])
         generation, granted = int(answer[1]), int(answer[3]) == 1
         left = float(_text(answer[2]))
+        lineage = _text(answer[7])
         if state not in _STATES or not math.isfinite(left):
-            return False  # a malformed answer: keep what we know
+            return False, -1  # a malformed answer: keep what we know
         # Untrusted: never stay open longer than this breaker's own longest open period.
         left = min(max(0.0, left), self.open_duration * (1.0 + self.open_jitter))
         event = None
         with self._lock:
+            if lineage != self._lineage:
+                if lineage in self._old_lineages:
+                    return False, -1  # from before Redis lost the key: older than what we know
+                if self._lineage is not None:
+                    self._old_lineages.append(self._lineage)
+                renewed = True
+            elif generation < self._fleet_gen:
+                # Ran on Redis before the answer this process already follows (a sync thread's
+                # answer overtaken by a caller's probe request): never roll back to it.
+                return False, -1
+            else:
+                renewed = False
             self._fleet_totals = (int(answer[4]), int(answer[5]), int(answer[6]))
-            if generation == self._fleet_gen and state == self._state:
-                return granted
+            self._lineage = lineage
+            if state == self._state and (
+                generation == self._fleet_gen if not renewed else state == "closed"
+            ):
+                # The same state; or the fleet's state started again, closed as this one is
+                # (the permits of the closed state stay good).
+                self._fleet_gen = generation
+                self._remember()
+                return granted, self._generation
             now = self._clock.now()
             old = self._state
             self._state = state  # type: ignore[assignment]
             self._generation += 1
             self._fleet_gen = generation
+            self._remember()
             self._probes_in_flight = 0
             self._probe_successes = 0
             self._full_until = -math.inf
             self._open_until = now + left
+            if state == "half_open":
+                self._half_open_at = now  # where the local rules count probe_timeout from
             if state == "closed":
                 self._window.clear()
             if old != state and self._hooks:
                 event = BreakerEvent("state_change", self.name, old, state, now)  # type: ignore[arg-type]
+            local = self._generation
         self._emit(event)
-        return granted
+        return granted, local
+
+    def _remember(self) -> None:
+        # Under the lock: which fleet state the current local generation mirrors.
+        mirrored = self._mirrored
+        mirrored[self._generation] = (self._lineage or "", self._fleet_gen)
+        if len(mirrored) > _REMEMBERED:
+            del mirrored[next(iter(mirrored))]
 
     def _drain(self) -> list[int]:
         """Take the outcomes waiting for a sync; they also go to the local window, which the
@@ -145,7 +217,6 @@ class SharedCircuitBreaker(CircuitBreaker):
             self.minimum_calls,
             repr(self.failure_ratio),
             repr(sratio),
-            self._open_seconds(),
         )
 
     def _apply(self, answer: Any) -> None:
@@ -180,13 +251,13 @@ class SharedCircuitBreaker(CircuitBreaker):
             raise CircuitOpen(self.name, self._open_until - now, "open")
         if now < self._full_until:
             raise CircuitOpen(self.name, 0.0, "half_open")
-        answer = self._fleet.call(self._op("acquire", self.half_open_probes), in_loop=True)
+        answer = self._fleet.call(self._op("acquire"), in_loop=True, member=self)
         if answer is None:
             return super().acquire()  # degraded now: the local rules decide
-        granted = self._mirror(answer)
+        granted, local = self._mirror(answer)
         now = self._clock.now()
         if granted:
-            return (self._generation, True, now)
+            return (local, True, now)
         state = self._state
         if state == "closed":
             return (self._generation, False, now)
@@ -205,24 +276,45 @@ class SharedCircuitBreaker(CircuitBreaker):
             super().record(permit, error)
             return
         generation, probe, started = permit
-        if generation != self._generation:
-            return  # admitted under an earlier state: no longer relevant
+        if not probe:
+            if generation != self._generation:
+                return  # admitted under an earlier state: no longer relevant
+            failed = error is not None and classify(error, self._matcher).hears == "failure"
+            slow = (
+                self.slow_call_duration is not None
+                and self._clock.now() - started >= self.slow_call_duration
+            )
+            self._pending.append(failed | (slow << 1))
+            if failed or slow:
+                self._fleet.wake()
+            return
         failed = error is not None and classify(error, self._matcher).hears == "failure"
         slow = (
             self.slow_call_duration is not None
             and self._clock.now() - started >= self.slow_call_duration
         )
-        if not probe:
-            self._pending.append(failed | (slow << 1))
-            if failed or slow:
-                self._fleet.wake()
+        self._probe_done(permit, "fail" if failed or slow else "ok")
+
+    def release(self, permit: Permit) -> None:
+        """Give a permit back without an outcome (a probe slot goes back to the fleet)."""
+        if self._degraded or not permit[1]:
+            super().release(permit)
             return
-        outcome = "fail" if failed or slow else "ok"
-        answer = self._fleet.call(
-            self._op("done", outcome, self.half_open_probes, self._open_seconds()), in_loop=True
-        )
+        self._probe_done(permit, "release")
+
+    def _probe_done(self, permit: Permit, outcome: str) -> None:
+        """A probe's result, reported against the fleet state it was granted in: Redis counts
+        it only if that half-open period is still on (this process may know a later one)."""
+        generation = permit[0]
+        with self._lock:
+            known = self._mirrored.get(generation)
+        if known is None:
+            return  # granted many states ago: long irrelevant
+        answer = self._fleet.call(self._op("done", outcome, known=known), in_loop=True, member=self)
         if answer is not None:
             self._mirror(answer)
+            return
+        if outcome == "release":
             return
         # Degraded while probing: the probe's result decides locally.
         with self._lock:
@@ -230,18 +322,6 @@ class SharedCircuitBreaker(CircuitBreaker):
             if generation == self._generation:
                 event = self._change("open" if outcome == "fail" else "closed", self._clock.now())
         self._emit(event)
-
-    def release(self, permit: Permit) -> None:
-        """Give a permit back without an outcome (a probe slot goes back to the fleet)."""
-        if self._degraded or not permit[1]:
-            super().release(permit)
-            return
-        if permit[0] == self._generation:
-            answer = self._fleet.call(
-                self._op("done", "release", self.half_open_probes, 0), in_loop=True
-            )
-            if answer is not None:
-                self._mirror(answer)
 
     def isolate(self) -> None:
         """Hold the breaker open in every process of the fleet until :meth:`reset`."""
@@ -252,7 +332,11 @@ class SharedCircuitBreaker(CircuitBreaker):
         self._set_fleet("closed")
 
     def _set_fleet(self, state: str) -> None:
-        answer = None if self._degraded else self._fleet.call(self._op("set", state), in_loop=True)
+        answer = (
+            None
+            if self._degraded
+            else self._fleet.call(self._op("set", state), in_loop=True, member=self)
+        )
         if answer is not None:
             self._mirror(answer)
         elif state == "closed":

@@ -20,9 +20,15 @@ import redis.retry
 from seawall._core.clock import Clock
 from seawall._core.events import check_hooks, emit
 from seawall._core.public import public
+from seawall._core.redact import redact_text
 from seawall._strategies.backoff import Backoff
 
-__all__ = ["Fleet", "FleetEvent", "FleetStats", "Member"]
+__all__ = ["DEFAULT_TIMEOUT", "Fleet", "FleetEvent", "FleetStats", "Member"]
+
+#: The default ``timeout`` of a :class:`Fleet`, in seconds: sync round trips on 2 cores kept
+#: busy by two spinning processes took up to tens of milliseconds, beyond the former 50 ms
+#: now and then (the figures are in docs/fleet.md).
+DEFAULT_TIMEOUT = 0.25
 
 _log = logging.getLogger("seawall.redis")
 
@@ -43,7 +49,8 @@ class Member(Protocol):
         """The call :meth:`_collect` made failed: keep what it carried for the next sync."""
 
     def _set_degraded(self, degraded: bool) -> None:
-        """Switch to (``True``) or back from the local fallback object."""
+        """Switch to (``True``) or back from the local fallback object (the whole fleet lost
+        Redis, or this object's keys cannot be used)."""
 
 
 @public("seawall.redis")
@@ -111,12 +118,16 @@ class Fleet:
             its own, or a slow Redis slows down the rare round trips made on a caller's thread.
         namespace: the prefix of every key; several fleets can share one Redis.
         interval: seconds between syncs; ``None``: no thread, call :meth:`sync` yourself.
-        timeout: seconds a round trip may take before the fleet turns degraded.
+        timeout: seconds a round trip may take before the fleet turns degraded (250 ms by
+            default, measured on a loaded machine); a round trip on a caller's thread waits
+            this long at most, once per outage.
         reconnect: the backoff between reconnection attempts (jittered; by default from
             ``interval`` up to 5 s).
         clock: the time the scripts use for windows; ``None``: Redis's clock (``TIME``). Give a
             :class:`~seawall.VirtualClock` in tests. Every process of one namespace must use
-            the same time: windows cut on one clock drop the counts made on another.
+            the same time: windows cut on one clock drop the counts made on another. The
+            shared objects also take it for their local decisions (``None``: the monotonic
+            clock).
         hooks: callables receiving a :class:`FleetEvent` when the fleet turns degraded or
             recovers.
         rng: a seedable :class:`random.Random` for the reconnection jitter.
@@ -132,7 +143,7 @@ class Fleet:
         *,
         namespace: str = "seawall",
         interval: float | None = 0.1,
-        timeout: float = 0.05,
+        timeout: float = DEFAULT_TIMEOUT,
         reconnect: Backoff | None = None,
         clock: Clock | None = None,
         hooks: Sequence[Callable[[FleetEvent], None]] = (),
@@ -172,6 +183,7 @@ class Fleet:
             )
         self._scripts: dict[str, Any] = {}
         self._members: list[Member] = []
+        self._broken: dict[int, Member] = {}  # members whose keys Redis refuses, by id
         self._lock = threading.Lock()  # members and the degraded flag
         self._sync_lock = threading.Lock()  # one sync at a time
         self.degraded = False
@@ -225,6 +237,7 @@ class Fleet:
         with self._lock:
             if member in self._members:
                 self._members.remove(member)
+            self._broken.pop(id(member), None)
 
     # -- round trips ------------------------------------------------------------------------
 
@@ -232,7 +245,9 @@ class Fleet:
         """One sync: send every member's accrued state in one pipeline, apply the answers.
 
         Returns:
-            Whether Redis answered (``False``: the fleet is degraded).
+            Whether Redis answered (``False``: the fleet is degraded). A member whose keys
+            Redis refuses (a key of another type) decides locally and is logged, but Redis
+            answered: the other members share as before.
         """
         with self._sync_lock:
             with self._lock:
@@ -248,49 +263,61 @@ class Fleet:
                 else:
                     self.client.ping()
                     results = []
+                refused = next(
+                    (r for r in results if isinstance(r, Exception) and not _per_key(r)), None
+                )
+                if refused is not None:
+                    raise refused  # the server refuses every command (out of memory, ...)
             except Exception as exc:
                 for member, _ in ops:
                     member._restore()
                 self._fail(exc)
                 return False
             self._syncs += 1
-            for (member, _), result in zip(ops, results, strict=True):
+            for (member, op), result in zip(ops, results, strict=True):
+                if isinstance(result, Exception):
+                    member._restore()
+                    self._break(member, op, result)
+                    continue
                 try:
                     member._apply(result)
                 except Exception:  # a malformed answer: never let it stop the thread
                     _log.exception("seawall.redis: could not apply a sync result")
+                    continue
+                if id(member) in self._broken:
+                    self._mend(member)
             if self.degraded:
                 self._recover()
             return True
 
     def _pipeline(self, ops: list[tuple[Member, Op]]) -> list[Any]:
         """Every call in one round trip (EVALSHA; the scripts are loaded again once if Redis
-        lost them, after a restart)."""
+        lost them, after a restart). A command Redis refused is its exception in the list."""
         for attempt in (0, 1):
             pipe = self.client.pipeline(transaction=False)
             for _, (script, keys, args) in ops:
                 pipe.evalsha(script.sha, len(keys), *keys, *args)
-            try:
-                return pipe.execute()
-            except redis.exceptions.NoScriptError:
-                if attempt:
-                    raise
-                for source in list(self._scripts):
-                    self.client.script_load(source)
+            results: list[Any] = pipe.execute(raise_on_error=False)
+            lost = any(isinstance(r, redis.exceptions.NoScriptError) for r in results)
+            if not lost or attempt:
+                return results
+            for source in list(self._scripts):
+                self.client.script_load(source)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def call(self, op: Op, *, in_loop: bool = False) -> Any | None:
+    def call(self, op: Op, *, in_loop: bool = False, member: Member | None = None) -> Any | None:
         """One round trip on the caller's thread, bounded by ``timeout``.
 
         Args:
             op: the script call.
             in_loop: make it from an asyncio event loop too (rare calls only: a breaker's
                 probe); otherwise an event loop gets ``None`` at once.
+            member: the shared object making it (a key of the wrong type is its alone).
 
         Returns:
             The script's answer, or ``None`` when the fleet is degraded, when the caller runs
             an event loop (and *in_loop* is false), or when Redis failed to answer (the fleet
-            turns degraded then).
+            turns degraded then) or refused the object's keys (the object decides locally).
         """
         if self.degraded or (not in_loop and _in_event_loop()):
             return None
@@ -299,8 +326,15 @@ class Fleet:
         try:
             return script(keys=keys, args=args, client=self.client)
         except Exception as exc:
-            self._fail(exc)
+            if member is not None and _per_key(exc):
+                self._break(member, op, exc)
+            else:
+                self._fail(exc)
             return None
+
+    def _now(self) -> float:
+        """The time of local decisions: the fleet's ``clock``, else ``time.monotonic()``."""
+        return self._clock.now() if self._clock is not None else time.monotonic()
 
     def wake(self) -> None:
         """Ask the sync thread to sync now (news that should not wait an interval)."""
@@ -318,12 +352,52 @@ class Fleet:
             self._periods += 1
             self._degraded_since = time.monotonic()
             members = list(self._members)
-        _log.warning("seawall.redis: %s unreachable (%s); deciding locally", self.namespace, exc)
+        error = _describe(exc)
+        if isinstance(exc, redis.exceptions.ResponseError):
+            _log.warning(
+                "seawall.redis: %s: Redis refuses the fleet's commands (%s); deciding locally",
+                self.namespace,
+                error,
+            )
+        else:
+            _log.warning(
+                "seawall.redis: %s unreachable (%s); deciding locally", self.namespace, error
+            )
         for member in members:
             member._set_degraded(True)
         if self._hooks:
-            error = f"{type(exc).__name__}: {exc}"
             emit(self._hooks, FleetEvent("degraded", self.namespace, time.monotonic(), error))
+
+    def _break(self, member: Member, op: Op, exc: BaseException) -> None:
+        """Redis answers, but refuses this member's keys: the member decides locally, and the
+        log says which keys, once (until they work again)."""
+        with self._lock:
+            if id(member) in self._broken:
+                return
+            self._broken[id(member)] = member
+        member._set_degraded(True)
+        keys = list(op[1])
+        try:
+            types = [_text(self.client.type(key)) for key in keys]
+            found = ", ".join(f"{key} ({kind})" for key, kind in zip(keys, types, strict=True))
+        except Exception:  # only a description: the keys alone will do
+            found = ", ".join(keys)
+        _log.error(
+            "seawall.redis: %s: Redis refuses the keys %s (%s); %r decides locally until they "
+            "are fixed or deleted",
+            self.namespace,
+            found,
+            _describe(exc),
+            member,
+        )
+
+    def _mend(self, member: Member) -> None:
+        with self._lock:
+            if self._broken.pop(id(member), None) is None:
+                return
+            degraded = self.degraded
+        _log.info("seawall.redis: %s: %r shares again", self.namespace, member)
+        member._set_degraded(degraded)
 
     def _recover(self) -> None:
         with self._lock:
@@ -331,7 +405,7 @@ class Fleet:
                 return
             self.degraded = False
             self._degraded_total += time.monotonic() - self._degraded_since
-            members = list(self._members)
+            members = [m for m in self._members if id(m) not in self._broken]
         _log.info("seawall.redis: %s reachable again; sharing resumes", self.namespace)
         for member in members:
             member._set_degraded(False)
@@ -398,6 +472,31 @@ class Fleet:
     def __repr__(self) -> str:
         state = "degraded" if self.degraded else "connected"
         return f"<Fleet {self.namespace!r} {state}>"
+
+
+def _per_key(exc: BaseException) -> bool:
+    """Whether Redis refused a command for its keys (a key of another type, a value a script
+    cannot read), rather than refusing everything (out of memory, read-only, busy, loading,
+    not allowed: those have classes of their own, or other words)."""
+    if type(exc) is not redis.exceptions.ResponseError:
+        return False
+    message = str(exc)
+    # A runtime error of the script reads "user_script:..." (Redis 7), "Error running
+    # script ..." (Redis 6).
+    return message.startswith(("WRONGTYPE", "user_script:", "Error running script"))
+
+
+def _text(value: object) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+_CONTROL = dict.fromkeys([*range(32), 127], "?")
+
+
+def _describe(exc: BaseException) -> str:
+    """``"Type: message"`` fit for a log line: no URL secrets, no control characters, short."""
+    text = redact_text(f"{type(exc).__name__}: {exc}").translate(_CONTROL)
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _seconds(name: str, value: object) -> float:
