@@ -13,11 +13,18 @@ the order of their operations, how each step call ends, and the faults:
   the orchestrator takes ``store_clock=``, leases and due times are judged on the shared clock,
   standing for the store's; elsewhere on each worker's own);
 - ``slow``: a step that takes longer than the lease while another worker runs ``run_due``;
-  its lease is renewed by the heartbeat meanwhile (``slow_step``) or not (``starved_lease``: a
-  step that holds the GIL starves the renewing thread);
+  its lease is renewed meanwhile (``slow_step``), or the step starves its worker's threads
+  (``starved_lease``: it holds the GIL), when only the orchestrator's lease keeper process
+  renews, or nothing does (``keeper_down``);
 - ``deploy``: a new worker registers the saga with a step inserted, removed, renamed or moved
   (as version 2 beside version 1 in half of the deploys, where ``Saga`` takes ``version=``);
 - ``failures``: transient and permanent errors of actions and compensations.
+
+Besides the faults, a step call lets another worker run ``run_due`` now and then (for up to a
+third of the lease), as concurrent workers would. The orchestrator's lease-renewing heartbeat
+and its thread pool are replaced by deterministic stand-ins (:class:`SimHeartbeat`,
+:class:`InlineExecutor`): the harness decides when leases are renewed and in which order the
+attempts of a group run, so that a seed replays exactly.
 
 A killed worker's orchestrator is closed and never used again; later operations start new
 workers with new ids. After the schedule's operations, the faults stop (crash plans disarmed,
@@ -29,9 +36,10 @@ The invariants are checked after every operation of the schedule and at every st
     python tests/saga/simulation.py --seed 1234 --trace
 
 :data:`KNOWN_OPEN` lists, per fault, the invariants the orchestrator is known to break under it
-today: such a violation is reported but does not fail the suite. Empty an entry once its fix
-lands (``--strict`` ignores the list; a sweep's summary names the listed invariants that no
-schedule broke).
+(open faults), and :data:`NOT_GUARANTEED` those it does not promise by design: such a
+violation is reported but does not fail the suite. Empty a KNOWN_OPEN entry once its fix
+lands (``--strict`` ignores both lists; a sweep's summary names the listed invariants that no
+schedule broke). Run many schedules with ``--schedules N [--first SEED]``.
 """
 
 from __future__ import annotations
@@ -211,9 +219,10 @@ def _make_crashing(store: Any, worker: Worker) -> None:
 
 
 class SimHeartbeat:
-    """Stands in for the orchestrator's lease-renewing thread: renews when the harness ticks it
-    (during a slow step whose lease is renewed), never on its own, so a schedule stays
-    deterministic."""
+    """Stands in for the orchestrator's lease renewal (its thread, and its keeper process where
+    it has one): renews the leases it holds when the harness ticks it, every third of the lease
+    of virtual time that passes inside a step, never on its own, so a schedule stays
+    deterministic. A starved worker's heartbeat is not ticked."""
 
     def __init__(self, orch: saga.Orchestrator, worker: Worker) -> None:
         self.orch = orch
@@ -239,7 +248,7 @@ class SimHeartbeat:
         if self.store is None:
             self.store = self.orch._store.clone()
         leases = list(self.held.items())
-        if "due_at" in inspect.signature(self.store.renew).parameters:  # the first version
+        if "due_at" in inspect.signature(self.store.renew).parameters:  # on the worker's clock
             self.store.renew(leases, self.worker.clock.now() + self.orch.lease)
         else:
             self.store.renew(leases, self.orch.lease)
@@ -464,6 +473,7 @@ class Result:
     seed: int
     tags: frozenset[str]
     batch: int
+    concurrency: int
     violations: list[Violation]
     trace: list[str]
     stats: collections.Counter[str]
@@ -889,8 +899,8 @@ class Simulation:
                 "retry_early",
                 (rid, row, phase, attempt),
                 f"{w.wid} began attempt {attempt} of {row} ({phase}) of run {rid} "
-                f"{failed + min(delays) - now:.3f} s before the {min(delays):.3f} s its "
-                "failure scheduled had passed",
+                f"{now - failed:.3f} s after the failure of attempt {attempt - 1}, which "
+                f"scheduled it {min(delays):.3f} s later",
             )
 
     # -- operations -----------------------------------------------------------------------------
@@ -1110,7 +1120,13 @@ class Simulation:
         self.stats["duplicates"] = sum(
             max(0, n - 1) for (_, _, phase), n in self.ok.items() if phase == "action"
         )
-        return Result(self.seed, self.tags, self.cfg.batch, self.violations, self.trace, self.stats)
+        return self.result()
+
+    def result(self) -> Result:
+        cfg, seed = self.cfg, self.seed
+        return Result(
+            seed, self.tags, cfg.batch, cfg.concurrency, self.violations, self.trace, self.stats
+        )
 
     def drain(self) -> None:
         """The faults stop: crash plans off, clocks agree, a fresh worker joins; time moves on
@@ -1124,7 +1140,6 @@ class Simulation:
         assert fresh is not None
         for rid in list(self.unstarted):
             self.start(fresh, rid)
-        self.check()
         for _ in range(DRAIN_ROUNDS):
             runs = self.check()
             if all(r.status in _SETTLED for r in runs.values()):
@@ -1213,7 +1228,7 @@ def run_schedule(
             import traceback
 
             sim.trace.append(traceback.format_exc())
-        return Result(seed, sim.tags, sim.cfg.batch, sim.violations, sim.trace, sim.stats)
+        return sim.result()
     finally:
         _remove(sim.path)
 
@@ -1280,14 +1295,15 @@ def summary(results: Sequence[Result]) -> str:
         "  runs: "
         + ", ".join(f"{k[7:]} {v}" for k, v in sorted(total.items()) if k.startswith("status_"))
     )
-    for batch in sorted({r.batch for r in results}):
-        picked = [r for r in results if r.batch == batch and r.stats["crashes"]]
-        crashes = sum(r.stats["crashes"] for r in picked)
-        dupes = sum(r.stats["duplicates"] for r in picked)
-        lines.append(
-            f"  batch {batch}: {len(picked)} schedules with crashes, {crashes} crashes, "
-            f"{dupes} duplicated side effects"
-        )
+    for key in ("batch", "concurrency"):
+        for value in sorted({getattr(r, key) for r in results}):
+            picked = [r for r in results if getattr(r, key) == value and r.stats["crashes"]]
+            crashes = sum(r.stats["crashes"] for r in picked)
+            dupes = sum(r.stats["duplicates"] for r in picked)
+            lines.append(
+                f"  {key} {value}: {len(picked)} schedules with crashes, {crashes} crashes, "
+                f"{dupes} duplicated side effects"
+            )
     return "\n".join(lines)
 
 
