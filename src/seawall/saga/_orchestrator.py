@@ -59,7 +59,8 @@ from seawall.saga._model import (
     check_json,
     utc,
 )
-from seawall.saga._store import HistoryRow, Loaded, RunRow, StepRow, Store, open_store
+from seawall.saga._rows import HistoryRow, Loaded, RunRow, StepRow
+from seawall.saga._store import Store, open_store
 from seawall.testing import VirtualEventLoop
 
 __all__ = ["Hook", "Orchestrator", "apply_operation", "logging_hook", "to_run"]
