@@ -19,7 +19,8 @@ from typing import Any
 from seawall._core.redact import escape_controls
 from seawall.saga._model import HistoryEntry, Run, Status, StepRecord
 from seawall.saga._orchestrator import operate, to_history, to_run
-from seawall.saga._store import Store, open_store
+from seawall.saga._store import Store
+from seawall.saga._stores import open_store
 
 __all__ = ["add_arguments", "format_history", "format_run", "format_runs", "main", "run_json"]
 

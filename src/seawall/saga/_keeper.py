@@ -22,7 +22,8 @@ import sys
 import threading
 from typing import Any
 
-from seawall.saga._store import Store, open_store
+from seawall.saga._store import Store
+from seawall.saga._stores import open_store
 
 __all__ = ["main"]
 

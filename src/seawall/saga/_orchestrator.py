@@ -60,7 +60,8 @@ from seawall.saga._model import (
     utc,
 )
 from seawall.saga._rows import HistoryRow, Loaded, RunRow, StepRow
-from seawall.saga._store import Store, open_store
+from seawall.saga._store import Store
+from seawall.saga._stores import open_store
 from seawall.testing import VirtualEventLoop
 
 __all__ = ["Hook", "Orchestrator", "apply_operation", "logging_hook", "to_run"]

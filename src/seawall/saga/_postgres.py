@@ -89,5 +89,8 @@ class PostgresStore(Store):
     def migration_lock(self) -> None:
         self.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
 
+    def clone(self) -> PostgresStore:
+        return PostgresStore(self.url, self._given_clock)
+
     def close(self) -> None:
         self._conn.close()

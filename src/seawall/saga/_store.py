@@ -1,5 +1,5 @@
-"""The durable log: runs, steps and history in SQL, with leases; SQLite here, PostgreSQL in
-:mod:`seawall.saga._postgres`.
+"""The durable log: runs, steps and history in SQL, with leases; the SQL of both stores, whose
+dialects are in :mod:`seawall.saga._sqlite` and :mod:`seawall.saga._postgres`.
 
 Every change to a run is one transaction that rewrites the run's row, the step rows that
 changed, and appends to its history. A worker holds a run through a lease: ``lease_owner`` and
@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from seawall._core.redact import redact_text
@@ -40,7 +38,7 @@ ACTIVE_STATUSES: Final = (
     Status.COMPENSATING.value,
 )
 
-__all__ = ["SCHEMA_VERSION", "Store", "open_store"]
+__all__ = ["SCHEMA_VERSION", "Store"]
 
 #: The version of the tables this seawall writes; a store of a newer version is refused.
 #: Version 2 adds the definition a run started under (``saga_version``, ``fingerprint``) and
@@ -106,7 +104,7 @@ class Store:
 
     def clone(self) -> Store:
         """Another connection to the same store (for another thread), on the same clock."""
-        return open_store(self.url, clock=self._given_clock)
+        raise NotImplementedError
 
     # -- the log ------------------------------------------------------------------------------
 
@@ -523,95 +521,3 @@ class Store:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.redacted()}>"
-
-
-class SQLiteStore(Store):
-    """SQLite in WAL mode with ``synchronous=FULL``: every commit reaches the disk (fsync of
-    the write-ahead log) before it returns, so a step recorded as done stays done across a
-    power loss, not only a process crash (``NORMAL`` would lose the last commits then, and a
-    finished step could run again). Writers take the lock at ``BEGIN IMMEDIATE`` and wait up to
-    ``busy_timeout`` for each other; readers never wait."""
-
-    def __init__(self, url: str, path: str, clock: Callable[[], float] | None = None) -> None:
-        super().__init__(url, clock)
-        self.path = path
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory):
-            raise ValueError(f"url: the directory of the SQLite file does not exist: {directory}")
-        self._conn = sqlite3.connect(
-            path, isolation_level=None, check_same_thread=False, timeout=60.0
-        )
-        self._lock = threading.Lock()
-        try:
-            self._conn.execute("PRAGMA busy_timeout = 60000")
-            self.migrate()
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.execute("PRAGMA synchronous = FULL")
-        except BaseException:
-            self._conn.close()
-            raise
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._conn.execute(sql, params)
-
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        self._conn.executemany(sql, rows)
-
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
-            self.commits += 1
-
-    def has_schema_table(self) -> bool:
-        rows = self.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'seawall_saga_schema'"
-        ).fetchall()
-        return bool(rows)
-
-    def close(self) -> None:
-        self._conn.close()
-
-
-def open_store(url: str, clock: Callable[[], float] | None = None) -> Store:
-    """The store for *url*: ``sqlite:///relative.db``, ``sqlite:////absolute/path.db``, or
-    ``postgresql://user@host:port/dbname`` (extra ``postgres``).
-
-    *clock* is the store's time (seconds since the epoch) on which leases and due times are
-    judged. By default: PostgreSQL's ``clock_timestamp()``, one clock for every worker on every
-    machine; for SQLite, ``time.time()``: a SQLite file is shared only by the processes of one
-    machine, which read one system clock. A virtual clock is given in tests and simulations.
-
-    Raises:
-        TypeError: *url* is not a str.
-        ValueError: the scheme is unknown, or the URL is malformed.
-        SchemaVersionError: the store was written by a newer seawall.
-    """
-    if not isinstance(url, str):
-        raise TypeError(f"url must be a str such as 'sqlite:///saga.db', got {url!r}")
-    scheme, sep, rest = url.partition("://")
-    scheme = scheme.lower()
-    if not sep:
-        raise ValueError(f"url must start with a scheme (sqlite:/// or postgresql://), got {url!r}")
-    if scheme == "sqlite":
-        if not rest.startswith("/") or rest == "/":
-            raise ValueError(f"url: a SQLite URL is sqlite:///path/to/file.db, got {url!r}")
-        path = rest[1:]
-        if path == ":memory:" or path.startswith("file:"):
-            raise ValueError(
-                f"url: the saga store must be a file that every worker opens, got {url!r}"
-            )
-        return SQLiteStore(url, path, clock)
-    if scheme in ("postgresql", "postgres"):
-        from seawall.saga._postgres import PostgresStore
-
-        return PostgresStore(url, clock)
-    raise ValueError(
-        f"url: unknown store scheme {scheme!r} in {url!r}; use sqlite:/// or postgresql://"
-    )

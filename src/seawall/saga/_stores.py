@@ -1,0 +1,48 @@
+"""Opening a store by its URL: the one module that knows every kind of store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from seawall.saga._sqlite import SQLiteStore
+from seawall.saga._store import Store
+
+__all__ = ["open_store"]
+
+
+def open_store(url: str, clock: Callable[[], float] | None = None) -> Store:
+    """The store for *url*: ``sqlite:///relative.db``, ``sqlite:////absolute/path.db``, or
+    ``postgresql://user@host:port/dbname`` (extra ``postgres``).
+
+    *clock* is the store's time (seconds since the epoch) on which leases and due times are
+    judged. By default: PostgreSQL's ``clock_timestamp()``, one clock for every worker on every
+    machine; for SQLite, ``time.time()``: a SQLite file is shared only by the processes of one
+    machine, which read one system clock. A virtual clock is given in tests and simulations.
+
+    Raises:
+        TypeError: *url* is not a str.
+        ValueError: the scheme is unknown, or the URL is malformed.
+        SchemaVersionError: the store was written by a newer seawall.
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a str such as 'sqlite:///saga.db', got {url!r}")
+    scheme, sep, rest = url.partition("://")
+    scheme = scheme.lower()
+    if not sep:
+        raise ValueError(f"url must start with a scheme (sqlite:/// or postgresql://), got {url!r}")
+    if scheme == "sqlite":
+        if not rest.startswith("/") or rest == "/":
+            raise ValueError(f"url: a SQLite URL is sqlite:///path/to/file.db, got {url!r}")
+        path = rest[1:]
+        if path == ":memory:" or path.startswith("file:"):
+            raise ValueError(
+                f"url: the saga store must be a file that every worker opens, got {url!r}"
+            )
+        return SQLiteStore(url, path, clock)
+    if scheme in ("postgresql", "postgres"):
+        from seawall.saga._postgres import PostgresStore
+
+        return PostgresStore(url, clock)
+    raise ValueError(
+        f"url: unknown store scheme {scheme!r} in {url!r}; use sqlite:/// or postgresql://"
+    )
