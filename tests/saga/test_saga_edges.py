@@ -154,7 +154,7 @@ def test_compensate_after_a_compensation_gave_up_tries_it_again(sqlite_url: str)
 
 
 def test_an_unknown_operation_is_refused(sqlite_url: str) -> None:
-    from seawall.saga._orchestrator import operate
+    from seawall.saga._operations import operate
 
     flow = saga.Saga("s", [saga.Step("a", lambda ctx: None)])
     with saga.Orchestrator(sqlite_url, [flow], hooks=()) as orch:

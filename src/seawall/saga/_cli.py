@@ -18,7 +18,8 @@ from typing import Any
 
 from seawall._core.redact import escape_controls
 from seawall.saga._model import HistoryEntry, Run, Status, StepRecord
-from seawall.saga._orchestrator import operate, to_history, to_run
+from seawall.saga._operations import operate
+from seawall.saga._rows import to_history, to_run
 from seawall.saga._store import Store
 from seawall.saga._stores import open_store
 

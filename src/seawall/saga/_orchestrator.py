@@ -54,34 +54,25 @@ from seawall.saga._model import (
     SagaEvent,
     Status,
     StepContext,
-    StepRecord,
     WorkerLost,
     check_json,
-    utc,
 )
-from seawall.saga._rows import HistoryRow, Loaded, RunRow, StepRow
+from seawall.saga._operations import ACTIVE, SETTLED, apply_operation, operate, unknown_status
+from seawall.saga._rows import HistoryRow, Loaded, RunRow, StepRow, dumps, to_history, to_run
 from seawall.saga._store import Store
 from seawall.saga._stores import open_store
 from seawall.testing import VirtualEventLoop
 
-__all__ = ["Hook", "Orchestrator", "apply_operation", "logging_hook", "to_run"]
+__all__ = ["Hook", "Orchestrator", "logging_hook"]
 
 logger = logging.getLogger("seawall.saga")
 
 Hook = Callable[[SagaEvent], None]
 
 S = Status
-_ACTIVE: Final = frozenset({S.RUNNING.value, S.RETRYING.value, S.COMPENSATING.value})
-_SETTLED: Final = frozenset(
-    {S.SUCCEEDED.value, S.COMPENSATED.value, S.FAILED.value, S.NEEDS_ATTENTION.value}
-)
 #: The shortest idle wait of a worker that found due work it could not claim (seconds).
 MIN_IDLE: Final = 0.01
 _MAX_RUN_ID = 200
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
 def logging_hook(event: SagaEvent) -> None:
@@ -186,136 +177,6 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     )
 
 
-# -- operations: row changes that need no saga definition (the CLI makes them too) ------------
-
-OPERATIONS: Final = ("retry_now", "compensate", "cancel")
-
-
-def apply_operation(loaded: Loaded, operation: str, now: float) -> None:
-    """Apply an operator's *operation* to a run in memory (the caller saves it).
-
-    Raises:
-        ValueError: the operation does not apply to the run's status.
-    """
-    run = loaded.run
-    status = run.status
-    if status in (S.SUCCEEDED.value, S.COMPENSATED.value, S.FAILED.value):
-        raise ValueError(f"run {run.run_id!r} is {status}: {operation} does not apply to it")
-    unknown = unknown_status(loaded)
-    if unknown is not None:
-        raise ValueError(f"{unknown}: {operation} is left to the seawall that wrote it")
-
-    def note(**detail: Any) -> None:
-        loaded.history.append(
-            (run.run_id, now, None, None, "operator", None, None, None, _dumps(detail))
-        )
-
-    def touch(step: StepRow) -> None:
-        step.updated_at = now
-        step.dirty = True
-
-    if operation == "retry_now":
-        note(operation="retry_now")
-        compensating = (
-            any(s.status == S.COMPENSATING.value for s in loaded.steps)
-            or status == S.COMPENSATING.value
-        )
-        for step in loaded.steps:
-            if step.running:
-                continue  # a lost attempt: the next worker records it and retries
-            if step.status == S.COMPENSATING.value:
-                if status == S.NEEDS_ATTENTION.value:
-                    step.retry_state = None  # a new try of the compensation: a fresh state
-                step.next_retry_at = now
-                touch(step)
-            elif compensating:
-                continue
-            elif step.status in (S.RETRYING.value, S.PENDING.value) and step.next_retry_at:
-                step.next_retry_at = now
-                step.retry_state = _without_holds(step.retry_state)
-                touch(step)
-            elif step.status == S.FAILED.value and status == S.NEEDS_ATTENTION.value:
-                # A parked step: a new try of its action, with a fresh retry state.
-                step.status = S.RETRYING.value
-                step.retry_state = None
-                step.next_retry_at = now
-                step.finished_at = None
-                touch(step)
-        if status == S.NEEDS_ATTENTION.value:
-            run.status = S.COMPENSATING.value if compensating else S.RETRYING.value
-            run.reason = None
-        run.due_at = now
-    elif operation == "compensate":
-        note(operation="compensate")
-        for step in loaded.steps:
-            if step.running or step.status in (S.RETRYING.value, S.RUNNING.value):
-                step.status = S.FAILED.value
-                step.running = False
-                step.next_retry_at = None
-                step.finished_at = now
-                touch(step)
-            elif step.status == S.PENDING.value and step.next_retry_at is not None:
-                step.next_retry_at = None
-                touch(step)
-            elif step.status == S.COMPENSATING.value and not step.running:
-                step.retry_state = None
-                step.next_retry_at = now
-                touch(step)
-        run.status = S.COMPENSATING.value
-        run.reason = "compensation requested by an operator"
-        run.due_at = now
-    elif operation == "cancel":
-        note(operation="cancel")
-        for step in loaded.steps:
-            if step.running or step.status in (S.RETRYING.value, S.RUNNING.value):
-                step.status = S.FAILED.value
-                step.running = False
-                step.next_retry_at = None
-                step.finished_at = now
-                touch(step)
-            elif step.next_retry_at is not None:
-                step.next_retry_at = None
-                touch(step)
-        run.status = S.FAILED.value
-        run.reason = "cancelled by an operator"
-        run.due_at = None
-        loaded.history.append(
-            (run.run_id, now, None, None, "status", None, None, None, _dumps({"status": "FAILED"}))
-        )
-    else:
-        raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
-    run.updated_at = now
-
-
-_STEP_STATUSES: Final = frozenset(
-    {
-        S.PENDING.value,
-        S.RUNNING.value,
-        S.RETRYING.value,
-        S.SUCCEEDED.value,
-        S.FAILED.value,
-        S.COMPENSATING.value,
-        S.COMPENSATED.value,
-    }
-)
-_RUN_STATUSES: Final = _ACTIVE | _SETTLED
-
-
-def unknown_status(loaded: Loaded) -> str | None:
-    """Why this version must not act on the run: a run or step status it does not know (a newer
-    seawall wrote it), else ``None``."""
-    run = loaded.run
-    if run.status not in _RUN_STATUSES:
-        return f"run {run.run_id!r} has the status {run.status!r}, unknown to this seawall"
-    for row in loaded.steps:
-        if row.status not in _STEP_STATUSES:
-            return (
-                f"step {row.name!r} of run {run.run_id!r} has the status {row.status!r}, "
-                "unknown to this seawall"
-            )
-    return None
-
-
 def changed_reason(run: RunRow, names: Sequence[str], versions: dict[int, Saga]) -> str:
     """Why a run cannot go on here: what changed between the definition it started under (its
     step rows' *names*) and the newest one registered, in words a person can act on."""
@@ -340,111 +201,6 @@ def changed_reason(run: RunRow, names: Sequence[str], versions: dict[int, Saga])
         f"{started}; this worker has version {registered}). Register the definition it started "
         "under beside the new one to let it finish, or cancel it"
     )
-
-
-def _without_holds(text: str | None) -> str | None:
-    """The retry state with its budget holds cleared: an operator's retry does not ask the
-    budget first (the holds are the core's, in the snapshot; the first schema kept them beside
-    it)."""
-    if text is None:
-        return None
-    data = json.loads(text)
-    if not isinstance(data, dict):
-        return text
-    retry = data.get("retry")
-    if data.get("holds") or (isinstance(retry, dict) and retry.get("holds")):
-        data.pop("holds", None)
-        if isinstance(retry, dict):
-            retry["holds"] = 0
-        return _dumps(data)
-    return text
-
-
-def operate(store: Store, run_id: str, operation: str, now: float | None = None) -> str:
-    """Apply *operation* to *run_id* in *store*: at once when no worker holds the run, else as
-    a request its worker applies after the attempt it is running. Returns ``"applied"`` or
-    ``"requested"``. Times are the store's (*now* is not used: kept for callers of the first
-    version).
-
-    Raises:
-        KeyError: no such run.
-        ValueError: the operation does not apply to the run's status.
-    """
-    if operation not in OPERATIONS:
-        raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
-    with store.transaction():
-        now = store.now()  # the store's clock judges the lease, not the caller's
-        loaded = store.lock(run_id)
-        if loaded is None:
-            raise KeyError(f"no run {run_id!r} in {store.redacted()}")
-        run = loaded.run
-        held = run.lease_owner is not None and run.due_at is not None and run.due_at > now
-        if held and run.status in _ACTIVE:
-            store.request(run_id, operation)
-            return "requested"
-        token = run.token
-        apply_operation(loaded, operation, now)
-        run.token = token + 1  # fences out a worker whose lease expired
-        run.lease_owner = None
-        if store.save(loaded, token) is not None:  # pragma: no cover - the row is locked
-            raise RuntimeError(f"run {run_id!r} changed while locked")
-    return "applied"
-
-
-# -- reading the log ----------------------------------------------------------------------------
-
-
-def to_run(loaded: Loaded) -> Run:
-    """The public :class:`Run` for rows read from a store."""
-    run = loaded.run
-    steps = tuple(
-        StepRecord(
-            name=s.name,
-            status=Status(s.status),
-            attempt_count=int(s.attempt_count),
-            next_retry_at=utc(s.next_retry_at),
-            last_error=s.last_error,
-            result=None if s.result is None else json.loads(s.result),
-            compensation_attempt_count=int(s.compensation_attempt_count),
-            idempotency_key=s.idempotency_key,
-            started_at=utc(s.started_at),
-            finished_at=utc(s.finished_at),
-        )
-        for s in loaded.steps
-    )
-    created = utc(run.created_at)
-    updated = utc(run.updated_at)
-    assert created is not None and updated is not None
-    return Run(
-        run_id=run.run_id,
-        saga=run.saga,
-        status=Status(run.status),
-        input=json.loads(run.input),
-        steps=steps,
-        created_at=created,
-        updated_at=updated,
-        reason=run.reason,
-    )
-
-
-def to_history(rows: Iterable[Sequence[Any]]) -> tuple[HistoryEntry, ...]:
-    entries = []
-    for _run_id, at, step, phase, event, attempt, delay, error, detail in rows:
-        at_utc = utc(at)
-        assert at_utc is not None
-        entries.append(
-            HistoryEntry(
-                at=at_utc,
-                event=event,
-                step=step,
-                phase=phase,
-                attempt=attempt,
-                delay=delay,
-                error=error,
-                detail=json.loads(detail) if detail else {},
-            )
-        )
-    return tuple(entries)
 
 
 # -- the orchestrator ---------------------------------------------------------------------------
@@ -763,7 +519,7 @@ class Orchestrator:
             what = "input" if len(inputs) == 1 else f"inputs[{k}]"
             check_json(value, what)
             run_id = None if run_ids is None else run_ids[k]
-            items.append(self._new_run(saga, _dumps(value), run_id, now))
+            items.append(self._new_run(saga, dumps(value), run_id, now))
         ids = [item.run.run_id for item in items]
         if len(set(ids)) != len(ids):
             raise ValueError("run_ids: the same run id is given twice")
@@ -847,7 +603,7 @@ class Orchestrator:
                 None,
                 None,
                 None,
-                _dumps({"saga": name, "version": saga.version, "fingerprint": saga.fingerprint}),
+                dumps({"saga": name, "version": saga.version, "fingerprint": saga.fingerprint}),
             )
         )
         return loaded
@@ -926,7 +682,7 @@ class Orchestrator:
             if loaded is None:
                 raise KeyError(f"no run {run_id!r} in {self._store.redacted()}")
             run = loaded.run
-            if run.status in _SETTLED or run.status not in _ACTIVE:
+            if run.status in SETTLED or run.status not in ACTIVE:
                 return to_run(loaded)  # over, or in a status only a newer seawall runs
             if run.saga not in self.sagas:
                 raise ValueError(f"run {run_id!r} is of saga {run.saga!r}, unknown here")
@@ -1240,7 +996,7 @@ class Orchestrator:
             done.ctx.attempt,
             None,
             error,
-            _dumps(
+            dumps(
                 {
                     "worker": self.worker_id,
                     "outcome": "success" if ok else "failure",
@@ -1281,7 +1037,7 @@ class Orchestrator:
             # has its definition, after an operator's retry), and its step rows stay as they are.
             for row in loaded.steps:
                 row.dirty = False
-            if run.status not in _ACTIVE:  # pragma: no cover - claims take active runs only
+            if run.status not in ACTIVE:  # pragma: no cover - claims take active runs only
                 self._release(w, None, now)
                 return
             self._finish(w, S.NEEDS_ATTENTION, now, w.problem)
@@ -1399,7 +1155,7 @@ class Orchestrator:
         assert fn is not None
         row.running = True
         row.next_retry_at = None
-        row.retry_state = _dumps({"retry": state.snapshot(now=now, wall_now=now)})
+        row.retry_state = dumps({"retry": state.snapshot(now=now, wall_now=now)})
         row.updated_at = now
         row.dirty = True
         loaded.history.append(
@@ -1487,7 +1243,7 @@ class Orchestrator:
             row.status = S.COMPENSATED.value
         else:
             row.status = S.SUCCEEDED.value
-            row.result = _dumps(value)
+            row.result = dumps(value)
         loaded.history.append(
             (
                 run.run_id,
@@ -1498,7 +1254,7 @@ class Orchestrator:
                 attempt,
                 None,
                 None,
-                _dumps({"duration": round(duration, 6)}),
+                dumps({"duration": round(duration, 6)}),
             )
         )
         run.updated_at = now
@@ -1574,7 +1330,7 @@ class Orchestrator:
             return
         at = now + delay
         row.next_retry_at = at
-        row.retry_state = _dumps({"retry": state.snapshot(now=now, wall_now=now)})
+        row.retry_state = dumps({"retry": state.snapshot(now=now, wall_now=now)})
         if not comp:
             row.status = S.RETRYING.value
         run.status = S.COMPENSATING.value if comp else S.RETRYING.value
@@ -1589,7 +1345,7 @@ class Orchestrator:
                 attempt,
                 delay,
                 summary,
-                _dumps({"next_retry_at": at}),
+                dumps({"next_retry_at": at}),
             )
         )
         self._event(w, "attempt", row.name, phase, attempt, exc, delay, None, duration)
@@ -1635,7 +1391,7 @@ class Orchestrator:
         row.next_retry_at = at
         row.last_error = summary
         if state is not None:
-            row.retry_state = _dumps({"retry": state.snapshot(now=now, wall_now=now)})
+            row.retry_state = dumps({"retry": state.snapshot(now=now, wall_now=now)})
         if not comp and row.status != S.PENDING.value:
             row.status = S.RETRYING.value
         row.updated_at = now
@@ -1651,7 +1407,7 @@ class Orchestrator:
                 attempt,
                 delay,
                 summary,
-                _dumps({"next_retry_at": at, "reason": reason}),
+                dumps({"next_retry_at": at, "reason": reason}),
             )
         )
         self._release(w, at, now)
@@ -1678,7 +1434,7 @@ class Orchestrator:
                 None,
                 None,
                 summary,
-                _dumps({"reason": reason}),
+                dumps({"reason": reason}),
             )
         )
         if phase == "compensation":
@@ -1718,7 +1474,7 @@ class Orchestrator:
                     None,
                     None,
                     None,
-                    _dumps({"status": "COMPENSATING"}),
+                    dumps({"status": "COMPENSATING"}),
                 )
             )
             self._event(w, "run", None, None, 0, None, None, reason, 0.0)
@@ -1739,7 +1495,7 @@ class Orchestrator:
                 None,
                 None,
                 None,
-                _dumps({"status": status.value}),
+                dumps({"status": status.value}),
             )
         )
         self._event(w, "run", None, None, 0, None, None, reason, now - run.created_at)

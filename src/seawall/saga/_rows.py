@@ -7,8 +7,11 @@ the values in SQL.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
+
+from seawall.saga._model import HistoryEntry, Run, Status, StepRecord, utc
 
 __all__ = [
     "HISTORY_COLUMNS",
@@ -18,6 +21,9 @@ __all__ = [
     "Loaded",
     "RunRow",
     "StepRow",
+    "dumps",
+    "to_history",
+    "to_run",
 ]
 
 RUN_COLUMNS: Final = (
@@ -147,3 +153,64 @@ class Loaded:
         self.run = run
         self.steps = steps
         self.history: list[HistoryRow] = []
+
+
+def dumps(value: Any) -> str:
+    """*value* as the JSON text of a column (compact; no NaN or infinity)."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+# -- reading the log ----------------------------------------------------------------------------
+
+
+def to_run(loaded: Loaded) -> Run:
+    """The public :class:`Run` for rows read from a store."""
+    run = loaded.run
+    steps = tuple(
+        StepRecord(
+            name=s.name,
+            status=Status(s.status),
+            attempt_count=int(s.attempt_count),
+            next_retry_at=utc(s.next_retry_at),
+            last_error=s.last_error,
+            result=None if s.result is None else json.loads(s.result),
+            compensation_attempt_count=int(s.compensation_attempt_count),
+            idempotency_key=s.idempotency_key,
+            started_at=utc(s.started_at),
+            finished_at=utc(s.finished_at),
+        )
+        for s in loaded.steps
+    )
+    created = utc(run.created_at)
+    updated = utc(run.updated_at)
+    assert created is not None and updated is not None
+    return Run(
+        run_id=run.run_id,
+        saga=run.saga,
+        status=Status(run.status),
+        input=json.loads(run.input),
+        steps=steps,
+        created_at=created,
+        updated_at=updated,
+        reason=run.reason,
+    )
+
+
+def to_history(rows: Iterable[Sequence[Any]]) -> tuple[HistoryEntry, ...]:
+    entries = []
+    for _run_id, at, step, phase, event, attempt, delay, error, detail in rows:
+        at_utc = utc(at)
+        assert at_utc is not None
+        entries.append(
+            HistoryEntry(
+                at=at_utc,
+                event=event,
+                step=step,
+                phase=phase,
+                attempt=attempt,
+                delay=delay,
+                error=error,
+                detail=json.loads(detail) if detail else {},
+            )
+        )
+    return tuple(entries)

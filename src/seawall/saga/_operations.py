@@ -1,0 +1,205 @@
+"""Operations on a run that need no saga definition: an operator's retry, compensate or cancel
+(the CLI applies them too), and the statuses this version knows."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from seawall.saga._model import Status
+from seawall.saga._rows import Loaded, StepRow, dumps
+from seawall.saga._store import Store
+
+__all__ = [
+    "ACTIVE",
+    "OPERATIONS",
+    "SETTLED",
+    "apply_operation",
+    "operate",
+    "unknown_status",
+    "without_holds",
+]
+
+S = Status
+#: The run statuses a worker runs (the run has work: a step, a wait, a compensation).
+ACTIVE: Final = frozenset({S.RUNNING.value, S.RETRYING.value, S.COMPENSATING.value})
+#: The run statuses no worker changes: over, or parked for a person.
+SETTLED: Final = frozenset(
+    {S.SUCCEEDED.value, S.COMPENSATED.value, S.FAILED.value, S.NEEDS_ATTENTION.value}
+)
+#: What an operator can do to a run.
+OPERATIONS: Final = ("retry_now", "compensate", "cancel")
+
+
+def apply_operation(loaded: Loaded, operation: str, now: float) -> None:
+    """Apply an operator's *operation* to a run in memory (the caller saves it).
+
+    Raises:
+        ValueError: the operation does not apply to the run's status.
+    """
+    run = loaded.run
+    status = run.status
+    if status in (S.SUCCEEDED.value, S.COMPENSATED.value, S.FAILED.value):
+        raise ValueError(f"run {run.run_id!r} is {status}: {operation} does not apply to it")
+    unknown = unknown_status(loaded)
+    if unknown is not None:
+        raise ValueError(f"{unknown}: {operation} is left to the seawall that wrote it")
+
+    def note(**detail: Any) -> None:
+        loaded.history.append(
+            (run.run_id, now, None, None, "operator", None, None, None, dumps(detail))
+        )
+
+    def touch(step: StepRow) -> None:
+        step.updated_at = now
+        step.dirty = True
+
+    if operation == "retry_now":
+        note(operation="retry_now")
+        compensating = (
+            any(s.status == S.COMPENSATING.value for s in loaded.steps)
+            or status == S.COMPENSATING.value
+        )
+        for step in loaded.steps:
+            if step.running:
+                continue  # a lost attempt: the next worker records it and retries
+            if step.status == S.COMPENSATING.value:
+                if status == S.NEEDS_ATTENTION.value:
+                    step.retry_state = None  # a new try of the compensation: a fresh state
+                step.next_retry_at = now
+                touch(step)
+            elif compensating:
+                continue
+            elif step.status in (S.RETRYING.value, S.PENDING.value) and step.next_retry_at:
+                step.next_retry_at = now
+                step.retry_state = without_holds(step.retry_state)
+                touch(step)
+            elif step.status == S.FAILED.value and status == S.NEEDS_ATTENTION.value:
+                # A parked step: a new try of its action, with a fresh retry state.
+                step.status = S.RETRYING.value
+                step.retry_state = None
+                step.next_retry_at = now
+                step.finished_at = None
+                touch(step)
+        if status == S.NEEDS_ATTENTION.value:
+            run.status = S.COMPENSATING.value if compensating else S.RETRYING.value
+            run.reason = None
+        run.due_at = now
+    elif operation == "compensate":
+        note(operation="compensate")
+        for step in loaded.steps:
+            if step.running or step.status in (S.RETRYING.value, S.RUNNING.value):
+                step.status = S.FAILED.value
+                step.running = False
+                step.next_retry_at = None
+                step.finished_at = now
+                touch(step)
+            elif step.status == S.PENDING.value and step.next_retry_at is not None:
+                step.next_retry_at = None
+                touch(step)
+            elif step.status == S.COMPENSATING.value and not step.running:
+                step.retry_state = None
+                step.next_retry_at = now
+                touch(step)
+        run.status = S.COMPENSATING.value
+        run.reason = "compensation requested by an operator"
+        run.due_at = now
+    elif operation == "cancel":
+        note(operation="cancel")
+        for step in loaded.steps:
+            if step.running or step.status in (S.RETRYING.value, S.RUNNING.value):
+                step.status = S.FAILED.value
+                step.running = False
+                step.next_retry_at = None
+                step.finished_at = now
+                touch(step)
+            elif step.next_retry_at is not None:
+                step.next_retry_at = None
+                touch(step)
+        run.status = S.FAILED.value
+        run.reason = "cancelled by an operator"
+        run.due_at = None
+        loaded.history.append(
+            (run.run_id, now, None, None, "status", None, None, None, dumps({"status": "FAILED"}))
+        )
+    else:
+        raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
+    run.updated_at = now
+
+
+_STEP_STATUSES: Final = frozenset(
+    {
+        S.PENDING.value,
+        S.RUNNING.value,
+        S.RETRYING.value,
+        S.SUCCEEDED.value,
+        S.FAILED.value,
+        S.COMPENSATING.value,
+        S.COMPENSATED.value,
+    }
+)
+_RUN_STATUSES: Final = ACTIVE | SETTLED
+
+
+def unknown_status(loaded: Loaded) -> str | None:
+    """Why this version must not act on the run: a run or step status it does not know (a newer
+    seawall wrote it), else ``None``."""
+    run = loaded.run
+    if run.status not in _RUN_STATUSES:
+        return f"run {run.run_id!r} has the status {run.status!r}, unknown to this seawall"
+    for row in loaded.steps:
+        if row.status not in _STEP_STATUSES:
+            return (
+                f"step {row.name!r} of run {run.run_id!r} has the status {row.status!r}, "
+                "unknown to this seawall"
+            )
+    return None
+
+
+def without_holds(text: str | None) -> str | None:
+    """The retry state with its budget holds cleared: an operator's retry does not ask the
+    budget first (the holds are the core's, in the snapshot; the first schema kept them beside
+    it)."""
+    if text is None:
+        return None
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        return text
+    retry = data.get("retry")
+    if data.get("holds") or (isinstance(retry, dict) and retry.get("holds")):
+        data.pop("holds", None)
+        if isinstance(retry, dict):
+            retry["holds"] = 0
+        return dumps(data)
+    return text
+
+
+def operate(store: Store, run_id: str, operation: str, now: float | None = None) -> str:
+    """Apply *operation* to *run_id* in *store*: at once when no worker holds the run, else as
+    a request its worker applies after the attempt it is running. Returns ``"applied"`` or
+    ``"requested"``. Times are the store's (*now* is not used: kept for callers of the first
+    version).
+
+    Raises:
+        KeyError: no such run.
+        ValueError: the operation does not apply to the run's status.
+    """
+    if operation not in OPERATIONS:
+        raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
+    with store.transaction():
+        now = store.now()  # the store's clock judges the lease, not the caller's
+        loaded = store.lock(run_id)
+        if loaded is None:
+            raise KeyError(f"no run {run_id!r} in {store.redacted()}")
+        run = loaded.run
+        held = run.lease_owner is not None and run.due_at is not None and run.due_at > now
+        if held and run.status in ACTIVE:
+            store.request(run_id, operation)
+            return "requested"
+        token = run.token
+        apply_operation(loaded, operation, now)
+        run.token = token + 1  # fences out a worker whose lease expired
+        run.lease_owner = None
+        if store.save(loaded, token) is not None:  # pragma: no cover - the row is locked
+            raise RuntimeError(f"run {run_id!r} changed while locked")
+    return "applied"
