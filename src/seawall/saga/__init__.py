@@ -14,6 +14,7 @@ Example:
     >>> order = saga.Saga("order", [saga.Step("reserve", lambda ctx: {"ok": True})])
 """
 
+from seawall.saga._hooks import Hook, logging_hook
 from seawall.saga._metrics import MetricsHook
 from seawall.saga._model import (
     DEFAULT_POLICY,
@@ -29,7 +30,7 @@ from seawall.saga._model import (
     StepRecord,
     WorkerLost,
 )
-from seawall.saga._orchestrator import Hook, Orchestrator, logging_hook
+from seawall.saga._orchestrator import Orchestrator
 from seawall.saga._store import SCHEMA_VERSION
 
 __all__ = [

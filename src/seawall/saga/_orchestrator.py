@@ -47,6 +47,7 @@ from seawall._core.errors import (
 from seawall._core.switch import one_attempt
 from seawall._strategies.deadline import Deadline, deadline
 from seawall._strategies.retry import RetryState
+from seawall.saga._hooks import Hook, emit, logging_hook
 from seawall.saga._model import (
     HistoryEntry,
     Run,
@@ -63,74 +64,14 @@ from seawall.saga._store import Store
 from seawall.saga._stores import open_store
 from seawall.testing import VirtualEventLoop
 
-__all__ = ["Hook", "Orchestrator", "logging_hook"]
+__all__ = ["Orchestrator"]
 
 logger = logging.getLogger("seawall.saga")
-
-Hook = Callable[[SagaEvent], None]
 
 S = Status
 #: The shortest idle wait of a worker that found due work it could not claim (seconds).
 MIN_IDLE: Final = 0.01
 _MAX_RUN_ID = 200
-
-
-def logging_hook(event: SagaEvent) -> None:
-    """The default hook: one line per attempt (attempt, delay, error) and per run outcome, to
-    the ``seawall.saga`` logger."""
-    if event.kind == "run":
-        level = logging.WARNING if event.status is S.NEEDS_ATTENTION else logging.INFO
-        if logger.isEnabledFor(level):
-            logger.log(
-                level,
-                "saga %s run %s: %s%s",
-                event.saga,
-                event.run_id,
-                event.status.value,
-                f" ({event.reason})" if event.reason else "",
-                extra={"seawall_saga": event.saga, "seawall_run": event.run_id},
-            )
-        return
-    what = "compensation of step" if event.phase == "compensation" else "step"
-    error = event.error
-    shown = error_summary(error) if isinstance(error, BaseException) else error
-    args: tuple[Any, ...]
-    if event.kind == "hold" and event.delay is None:
-        message, args = "held back (%s) once too often: gave up", (event.reason,)
-        level = logging.WARNING
-    elif event.kind == "hold":
-        message = "held back (%s): next attempt in %.3f s"
-        args = (event.reason, event.delay)
-        level = logging.INFO
-    elif error is None:
-        message, args, level = "succeeded in %.3f s", (event.duration,), logging.INFO
-    elif event.delay is not None and event.reason is not None:
-        message, args = "failed: %s; held back (%s)", (shown, event.reason)
-        level = logging.INFO
-    elif event.delay is not None:
-        message, args, level = "failed: %s; retry in %.3f s", (shown, event.delay), logging.INFO
-    else:
-        message, args = "failed: %s; gave up (%s)", (shown, event.reason)
-        level = logging.WARNING
-    if logger.isEnabledFor(level):
-        logger.log(
-            level,
-            "saga %s run %s %s %s attempt %d " + message,
-            event.saga,
-            event.run_id,
-            what,
-            event.step,
-            event.attempt,
-            *args,
-            extra={
-                "seawall_saga": event.saga,
-                "seawall_run": event.run_id,
-                "seawall_step": event.step,
-                "seawall_attempt": event.attempt,
-                "seawall_delay": event.delay,
-                "seawall_error": shown,
-            },
-        )
 
 
 class _Recorded(Exception):
@@ -1531,12 +1472,7 @@ class Orchestrator:
             )
 
     def _emit(self, events: list[SagaEvent]) -> None:
-        for event in events:
-            for hook in self._hooks:
-                try:
-                    hook(event)
-                except Exception:
-                    logger.exception("seawall saga hook %r failed on a %s event", hook, event.kind)
+        emit(self._hooks, events)
 
     # -- running attempts ------------------------------------------------------------------------
 
