@@ -597,15 +597,16 @@ class Simulation:
             return None
         worker.orch = orch
         _make_crashing(orch._store, worker)
-        beat = getattr(orch, "_heartbeat", None)
+        execution = orch._execution  # its lease heartbeat and its thread pool
+        beat = getattr(execution, "heartbeat", None)
         if all(callable(getattr(beat, m, None)) for m in ("hold", "release", "close")):
             worker.heartbeat = SimHeartbeat(orch, worker)
-            orch._heartbeat = worker.heartbeat
+            execution.heartbeat = worker.heartbeat
         if CONCURRENCY:
             worker.executor = InlineExecutor(self, at_once=worker.heartbeat is None)
-            orch._pool = worker.executor
+            execution._pool = worker.executor
             if worker.heartbeat is not None and self.sabotage != "deaf":
-                worker.heartbeat.executor = orch._pool
+                worker.heartbeat.executor = execution._pool
         self.workers.append(worker)
         self.stats["workers"] += 1
         self.stats["skewed_workers"] += bool(worker.clock.offset)

@@ -14,20 +14,14 @@ retry states run on that same timeline, so their deadlines and retry times need 
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import concurrent.futures
 import contextlib
 import contextvars
-import dataclasses
-import inspect
 import json
 import logging
-import math
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -44,9 +38,8 @@ from seawall._core.errors import (
     permanent,
     retry_after_of,
 )
-from seawall._core.switch import one_attempt
-from seawall._strategies.deadline import Deadline, deadline
 from seawall._strategies.retry import RetryState
+from seawall.saga._execution import Executor, Heartbeat
 from seawall.saga._hooks import Hook, emit, logging_hook
 from seawall.saga._model import (
     HistoryEntry,
@@ -62,7 +55,7 @@ from seawall.saga._operations import ACTIVE, SETTLED, apply_operation, operate, 
 from seawall.saga._rows import HistoryRow, Loaded, RunRow, StepRow, dumps, to_history, to_run
 from seawall.saga._store import Store
 from seawall.saga._stores import open_store
-from seawall.testing import VirtualEventLoop
+from seawall.saga._work import Outcome, Pending, Work, is_async
 
 __all__ = ["Orchestrator"]
 
@@ -76,46 +69,6 @@ _MAX_RUN_ID = 200
 
 class _Recorded(Exception):
     """An earlier attempt's error, known only by its summary (after a restart)."""
-
-
-@dataclasses.dataclass(slots=True)
-class _Pending:
-    """An attempt the log says has started: run it, then record its outcome."""
-
-    index: int
-    phase: str  # "action" | "compensation"
-    state: RetryState
-    deadline: float  # wall clock; inf for none
-    fn: Callable[[StepContext], Any]
-    ctx: StepContext
-    started: float
-    is_async: bool
-
-
-#: An attempt's outcome: (succeeded, its value or exception, seconds it took).
-Outcome = tuple[bool, Any, float]
-
-
-class _Work:
-    __slots__ = ("events", "loaded", "lost", "outcome", "pending", "problem", "saga", "token")
-
-    def __init__(self, loaded: Loaded, saga: Saga | None, problem: str | None = None) -> None:
-        self.loaded = loaded
-        #: The definition the run started under; ``None`` when it is not registered here
-        #: (``problem`` says why): the run parks, and no function runs for it.
-        self.saga: Saga = saga  # type: ignore[assignment]
-        self.problem = problem
-        self.token = loaded.run.token
-        self.pending: _Pending | None = None
-        self.outcome: Outcome | None = None
-        self.lost = False
-        self.events: list[SagaEvent] = []
-
-
-def _is_async(fn: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - a callable object's async __call__
-    )
 
 
 def changed_reason(run: RunRow, names: Sequence[str], versions: dict[int, Saga]) -> str:
@@ -145,117 +98,6 @@ def changed_reason(run: RunRow, names: Sequence[str], versions: dict[int, Saga])
 
 
 # -- the orchestrator ---------------------------------------------------------------------------
-
-
-class _Heartbeat:
-    """Renews the leases of the runs whose attempts are running, every third of the lease.
-
-    A thread renews them; on the system clock a process of its own (:mod:`._keeper`) does too,
-    which a step holding the GIL cannot starve: while the worker is alive, its leases hold. On
-    virtual time (tests, simulations) the thread alone.
-    """
-
-    def __init__(self, orch: Orchestrator, use_process: bool) -> None:
-        self._orch = orch
-        self._held: dict[str, int] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._store: Store | None = None
-        self._use_process = use_process
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def hold(self, leases: dict[str, int]) -> None:
-        with self._lock:
-            if leases == self._held:
-                return
-            self._held = dict(leases)
-            if self._use_process:
-                self._tell(leases)
-            # The thread renews too: from the first moment (the keeper takes a moment to
-            # start), and should the keeper fail; a renewal is conditional on the lease's
-            # token, so two renewals of one lease are harmless.
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._loop, name="seawall-saga-lease", daemon=True
-                )
-                self._thread.start()
-
-    def release(self) -> None:
-        self.hold({})
-
-    def prepare(self) -> None:
-        """Start the keeper process before leases are taken (it takes a moment to start)."""
-        if self._use_process and self._process is None:
-            with self._lock:
-                self._tell(self._held)
-
-    def _tell(self, leases: dict[str, int]) -> bool:
-        """Send the keeper process the leases to renew; ``False`` if it cannot run (the
-        thread alone renews them then)."""
-        try:
-            if self._process is None or self._process.poll() is not None:
-                self._process = subprocess.Popen(  # this interpreter, a module of its own
-                    [sys.executable, "-m", "seawall.saga._keeper"],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                )
-                self._write({"url": self._orch._store.url, "lease": self._orch.lease})
-                # Wait until it can renew: the attempt about to start may hold the GIL from
-                # its first instant, and leave no thread of this process a chance.
-                assert self._process.stdout is not None
-                if self._process.stdout.readline() != b"ready\n":
-                    self._process.wait()
-                    self._process.stdout.close()
-                    raise OSError("the lease keeper exited")
-            self._write({"hold": [[run_id, token] for run_id, token in leases.items()]})
-        except OSError:
-            logger.warning("seawall saga: the lease keeper process could not run")
-            self._use_process = False
-            return False
-        return True
-
-    def _write(self, message: dict[str, Any]) -> None:
-        assert self._process is not None and self._process.stdin is not None
-        self._process.stdin.write(json.dumps(message).encode() + b"\n")
-        self._process.stdin.flush()
-
-    def _loop(self) -> None:
-        orch = self._orch
-        while not self._stop.wait(orch.lease / 3.0):
-            with self._lock:
-                leases = list(self._held.items())
-            if not leases:
-                continue
-            try:
-                if self._store is None:
-                    self._store = orch._store.clone()
-                self._store.renew(leases, orch.lease)
-            except Exception:  # the next tick tries again; the lease may lapse meanwhile
-                logger.exception("seawall saga: renewing leases failed")
-                if self._store is not None:
-                    with contextlib.suppress(Exception):
-                        self._store.close()
-                    self._store = None
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5.0)
-        if self._store is not None:
-            self._store.close()
-        process = self._process
-        if process is not None:
-            with contextlib.suppress(OSError):
-                assert process.stdin is not None
-                process.stdin.close()  # the keeper exits at the end of its input
-            try:
-                process.wait(5.0)
-            except subprocess.TimeoutExpired:  # pragma: no cover - a keeper stuck in a call
-                process.kill()
-                process.wait()
-            if process.stdout is not None:
-                process.stdout.close()
 
 
 class Orchestrator:
@@ -364,13 +206,12 @@ class Orchestrator:
             self._store.close()
             raise
         # A keeper process renews the leases on the system clock, with the store's own clock.
-        self._heartbeat = _Heartbeat(
-            self, use_process=type(self.clock) is SystemClock and store_clock is None
+        heartbeat = Heartbeat(
+            lambda: self._store,
+            self.lease,
+            use_process=type(self.clock) is SystemClock and store_clock is None,
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._aloop: asyncio.AbstractEventLoop | None = None
-        self._aloop_thread: threading.Thread | None = None
+        self._execution = Executor(self.clock, self.concurrency, heartbeat)
         # Decisions and attempts run in a context of the orchestrator's own: a durable run does
         # not inherit the ambient deadline or one_attempt() of whoever called run_due().
         self._context = contextvars.Context()
@@ -389,16 +230,7 @@ class Orchestrator:
         if self._closed:
             return
         self._closed = True
-        self._heartbeat.close()
-        if self._loop is not None:
-            self._loop.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-        if self._aloop is not None and self._aloop_thread is not None:
-            self._aloop.call_soon_threadsafe(self._aloop.stop)
-            self._aloop_thread.join(5.0)
-            if not self._aloop.is_running():
-                self._aloop.close()
+        self._execution.close()
         self._store.close()
 
     def __enter__(self) -> Orchestrator:
@@ -729,11 +561,11 @@ class Orchestrator:
 
     def _claim_and_run(self, run_id: str | None) -> tuple[int, int]:
         store = self._store
-        self._heartbeat.prepare()
-        works: list[_Work] = []
+        self._execution.heartbeat.prepare()
+        works: list[Work] = []
         # Claimed runs beyond `concurrency` wait here, leased but not begun: each one's attempt
         # begins (and counts) in the commit that records another's outcome, when a slot frees.
-        queued: collections.deque[_Work] = collections.deque()
+        queued: collections.deque[Work] = collections.deque()
         with store.transaction():
             now = store.now()
             busy = 0
@@ -742,7 +574,7 @@ class Orchestrator:
                 saga = None
                 if problem is None:
                     saga, problem = self._definition(loaded)
-                work = _Work(loaded, saga, problem)
+                work = Work(loaded, saga, problem)
                 loaded.run.token = work.token + 1
                 loaded.run.lease_owner = self.worker_id
                 if busy < self.concurrency:
@@ -758,110 +590,27 @@ class Orchestrator:
             w.events = []
         ran = 0
         pending = [w for w in works if w.pending is not None and not w.lost]
-        running: dict[concurrent.futures.Future[Outcome], _Work] = {}
+        running: dict[concurrent.futures.Future[Outcome], Work] = {}
         try:
             while pending or running or queued:
-                self._start(pending, running, queued)
-                finished = self._finished(running) if running else []
+                self._execution.start(pending, running, queued)
+                finished = self._execution.finished(running) if running else []
                 ran += len(finished)
                 pending = self._record_all(finished, queued, self.concurrency - len(running))
         finally:
-            self._heartbeat.release()
+            self._execution.heartbeat.release()
         return len(works), ran
 
-    def _start(
-        self,
-        works: list[_Work],
-        running: dict[concurrent.futures.Future[Outcome], _Work],
-        queued: collections.deque[_Work],
-    ) -> None:
-        """Start the attempts the log says began, all at once: each began when its start was
-        committed, so a crash charges each run only the attempt it interrupted, and none
-        waits behind another's (threads for ``def`` steps, tasks for ``async def`` ones)."""
-        if not works:
-            return
-        first = works[0].pending
-        assert first is not None
-        if len(works) == 1 and not running and not first.is_async:
-            # One attempt: run it here, as a plain call.
-            w = works[0]
-            self._heartbeat.hold({x.loaded.run.run_id: x.loaded.run.token for x in (w, *queued)})
-            future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
-            future.set_result(self._call(works[0].pending))  # type: ignore[arg-type]
-            running[future] = works[0]
-            return
-        virtual = isinstance(self.clock, VirtualClock)
-        later: list[_Work] = []
-        for w in works:
-            p = w.pending
-            assert p is not None
-            if p.is_async and virtual:
-                later.append(w)  # on the virtual event loop, below
-                continue
-            if p.is_async:
-                future = asyncio.run_coroutine_threadsafe(self._acall(p), self._event_loop())
-            else:
-                future = self._threads().submit(contextvars.copy_context().run, self._call, p)
-            running[future] = w
-        self._heartbeat.hold(
-            {w.loaded.run.run_id: w.loaded.run.token for w in (*running.values(), *queued)}
-        )
-        if later:
-            # Virtual time: the async attempts run together on this thread's virtual loop,
-            # while the sync ones run in their threads.
-            outcomes = self._run_async([self._acall(w.pending) for w in later])  # type: ignore[arg-type]
-            for w, outcome in zip(later, outcomes, strict=True):
-                future = concurrent.futures.Future()
-                future.set_result(outcome)
-                running[future] = w
-
-    def _finished(self, running: dict[concurrent.futures.Future[Outcome], _Work]) -> list[_Work]:
-        """Wait for attempts to end: on the system clock, for the first ones (their outcomes
-        are committed while the others run: group commit, and no finished attempt waits for
-        a slow one to be recorded); on virtual time, for all (in a fixed order)."""
-        if isinstance(self.clock, VirtualClock):
-            done = set(running)
-            concurrent.futures.wait(done)
-        else:
-            done, _ = concurrent.futures.wait(
-                running, return_when=concurrent.futures.FIRST_COMPLETED
-            )
-        finished = [w for f, w in running.items() if f in done]
-        outcomes = [f.result() for f in running if f in done]  # a crash propagates from here
-        for f in done:
-            del running[f]
-        for w, outcome in zip(finished, outcomes, strict=True):
-            w.outcome = outcome
-        return finished
-
-    def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(
-                self.concurrency, thread_name_prefix="seawall-saga-step"
-            )
-        return self._pool
-
-    def _event_loop(self) -> asyncio.AbstractEventLoop:
-        """The event loop of this orchestrator's async attempts, in a thread of its own."""
-        if self._aloop is None:
-            loop = asyncio.new_event_loop()
-            thread = threading.Thread(
-                target=loop.run_forever, name="seawall-saga-loop", daemon=True
-            )
-            thread.start()
-            self._aloop, self._aloop_thread = loop, thread
-        return self._aloop
-
     def _record_all(
-        self, pending: list[_Work], queued: collections.deque[_Work], free: int
-    ) -> list[_Work]:
+        self, pending: list[Work], queued: collections.deque[Work], free: int
+    ) -> list[Work]:
         """Record the outcomes of *pending* (``w.outcome``) and begin what follows, in one
         transaction: their runs' next attempts, then queued runs' while fewer than *free*
         attempts began. Returns the works whose attempts began."""
         if not pending and not (queued and free > 0):
             return []
         store = self._store
-        begun: list[_Work] = []
+        begun: list[Work] = []
         with store.transaction():
             now = store.now()
             asked = store.requested([w.loaded.run.run_id for w in pending])
@@ -897,7 +646,7 @@ class Orchestrator:
             w.events = []
         return begun
 
-    def _save(self, w: _Work) -> None:
+    def _save(self, w: Work) -> None:
         """Write the run (in the open transaction); apply an operator's request first if one
         arrived while the attempt ran."""
         loaded, run = w.loaded, w.loaded.run
@@ -922,7 +671,7 @@ class Orchestrator:
         raise RuntimeError(f"run {run.run_id!r}: could not save")  # pragma: no cover
 
     def _fenced(
-        self, w: _Work, done: _Pending, outcome: tuple[bool, Any, float], now: float
+        self, w: Work, done: Pending, outcome: tuple[bool, Any, float], now: float
     ) -> HistoryRow:
         """The history line of an attempt whose outcome is not recorded: its worker's lease
         was taken (fencing); the log still says what it did."""
@@ -948,13 +697,13 @@ class Orchestrator:
 
     # -- deciding what runs next ---------------------------------------------------------------
 
-    def _advance_safely(self, w: _Work, now: float) -> None:
+    def _advance_safely(self, w: Work, now: float) -> None:
         try:
             self._advance(w, now)
         except Exception as exc:
             self._unreadable(w, exc, now)
 
-    def _unreadable(self, w: _Work, exc: Exception, now: float) -> None:
+    def _unreadable(self, w: Work, exc: Exception, now: float) -> None:
         """A row this worker cannot read (edited by hand, or written by a newer version): the
         run waits for a person instead of stopping the worker on every claim."""
         loaded, run = w.loaded, w.loaded.run
@@ -968,7 +717,7 @@ class Orchestrator:
             w, S.NEEDS_ATTENTION, now, f"the run's log cannot be read: {error_summary(exc)}"
         )
 
-    def _advance(self, w: _Work, now: float) -> None:
+    def _advance(self, w: Work, now: float) -> None:
         """Decide the run's next move at *now*: start an attempt (its start is logged in the
         open transaction, and ``w.pending`` is set), or leave a wait in the log, or finish."""
         loaded, run = w.loaded, w.loaded.run
@@ -1014,7 +763,7 @@ class Orchestrator:
                 return
         raise RuntimeError(f"run {run.run_id!r}: no progress")  # pragma: no cover
 
-    def _compensation_index(self, w: _Work) -> int | None:
+    def _compensation_index(self, w: Work) -> int | None:
         steps = w.saga.steps
         for i in range(len(w.loaded.steps) - 1, -1, -1):
             row = w.loaded.steps[i]
@@ -1024,7 +773,7 @@ class Orchestrator:
                 return i
         return None
 
-    def _step(self, w: _Work, index: int, phase: str, now: float) -> bool:
+    def _step(self, w: Work, index: int, phase: str, now: float) -> bool:
         """Start (or wait for, or give up on) the attempt of step *index* due in *phase*;
         ``True`` once the run's next move is decided, ``False`` to look again."""
         loaded, run = w.loaded, w.loaded.run
@@ -1120,16 +869,16 @@ class Orchestrator:
             idempotency_key=key,
             compensating=comp,
         )
-        w.pending = _Pending(index, phase, state, attempt_deadline, fn, ctx, now, _is_async(fn))
+        w.pending = Pending(index, phase, state, attempt_deadline, fn, ctx, now, is_async(fn))
         return True
 
-    def _release(self, w: _Work, due_at: float | None, now: float) -> None:
+    def _release(self, w: Work, due_at: float | None, now: float) -> None:
         run = w.loaded.run
         run.due_at = due_at
         run.lease_owner = None
         run.updated_at = now
 
-    def _lost(self, w: _Work, index: int, phase: str, now: float) -> None:
+    def _lost(self, w: Work, index: int, phase: str, now: float) -> None:
         """The attempt the log says is running has no worker any more (the lease expired)."""
         row = w.loaded.steps[index]
         attempt = row.compensation_attempt_count if phase == "compensation" else row.attempt_count
@@ -1154,7 +903,7 @@ class Orchestrator:
 
     # -- recording outcomes ---------------------------------------------------------------------
 
-    def _record(self, w: _Work, outcome: tuple[bool, Any, float], now: float) -> None:
+    def _record(self, w: Work, outcome: tuple[bool, Any, float], now: float) -> None:
         pending = w.pending
         assert pending is not None
         w.pending = None
@@ -1218,7 +967,7 @@ class Orchestrator:
 
     def _failure(
         self,
-        w: _Work,
+        w: Work,
         index: int,
         phase: str,
         state: RetryState,
@@ -1291,7 +1040,7 @@ class Orchestrator:
         )
         self._event(w, "attempt", row.name, phase, attempt, exc, delay, None, duration)
 
-    def _throttled(self, w: _Work, index: int, phase: str, exc: BaseException, now: float) -> None:
+    def _throttled(self, w: Work, index: int, phase: str, exc: BaseException, now: float) -> None:
         """A throttle refused the call before it started: hold it as the core holds a refused
         retry (:meth:`RetryState.defer`), or give up (reason ``"overloaded"``)."""
         policy = w.saga.steps[index].retry_policy
@@ -1303,7 +1052,7 @@ class Orchestrator:
 
     def _hold(
         self,
-        w: _Work,
+        w: Work,
         index: int,
         phase: str,
         state: RetryState | None,
@@ -1355,7 +1104,7 @@ class Orchestrator:
         self._event(w, "hold", row.name, phase, attempt or 0, exc, delay, reason, 0.0)
 
     def _give_up(
-        self, w: _Work, index: int, phase: str, reason: str, summary: str | None, now: float
+        self, w: Work, index: int, phase: str, reason: str, summary: str | None, now: float
     ) -> None:
         loaded, run = w.loaded, w.loaded.run
         row = loaded.steps[index]
@@ -1392,7 +1141,7 @@ class Orchestrator:
         row.finished_at = now
         self._exhausted(w, index, reason, now)
 
-    def _exhausted(self, w: _Work, index: int, reason: str, now: float) -> None:
+    def _exhausted(self, w: Work, index: int, reason: str, now: float) -> None:
         run = w.loaded.run
         row = w.loaded.steps[index]
         why = f"step {row.name!r} gave up ({reason}): {row.last_error}"
@@ -1420,7 +1169,7 @@ class Orchestrator:
             )
             self._event(w, "run", None, None, 0, None, None, reason, 0.0)
 
-    def _finish(self, w: _Work, status: Status, now: float, reason: str | None) -> None:
+    def _finish(self, w: Work, status: Status, now: float, reason: str | None) -> None:
         run = w.loaded.run
         run.status = status.value
         run.reason = reason
@@ -1443,7 +1192,7 @@ class Orchestrator:
 
     def _event(
         self,
-        w: _Work,
+        w: Work,
         kind: Any,
         step: str | None,
         phase: str | None,
@@ -1473,70 +1222,3 @@ class Orchestrator:
 
     def _emit(self, events: list[SagaEvent]) -> None:
         emit(self._hooks, events)
-
-    # -- running attempts ------------------------------------------------------------------------
-
-    def _call(self, p: _Pending) -> tuple[bool, Any, float]:
-        clock, wall = self.clock, self._wall
-        started = wall()
-        try:
-            with one_attempt():
-                if p.deadline == math.inf:
-                    value = p.fn(p.ctx)
-                else:
-                    # The time left when the attempt began (on the store's clock), from now on
-                    # this worker's clock: the two clocks may disagree, their intervals do not.
-                    at = Deadline(clock.now() + (p.deadline - p.started), clock)
-                    with deadline(at=at):
-                        value = p.fn(p.ctx)
-                if inspect.isawaitable(value):
-                    close = getattr(value, "close", None)
-                    if close is not None:
-                        close()
-                    raise permanent(
-                        TypeError(
-                            f"step {p.ctx.step!r}: {p.fn!r} returned an awaitable; "
-                            "declare it `async def`"
-                        )
-                    )
-        except Exception as exc:
-            return False, exc, wall() - started
-        return True, value, wall() - started
-
-    async def _acall(self, p: _Pending) -> tuple[bool, Any, float]:
-        clock, wall = self.clock, self._wall
-        started = wall()
-        try:
-            with one_attempt():
-                if p.deadline == math.inf:
-                    value = await p.fn(p.ctx)
-                else:
-                    at = Deadline(clock.now() + (p.deadline - p.started), clock)
-                    async with deadline(at=at):
-                        value = await p.fn(p.ctx)
-        except Exception as exc:
-            return False, exc, wall() - started
-        return True, value, wall() - started
-
-    def _run_async(self, coros: list[Any]) -> list[tuple[bool, Any, float]]:
-        async def together() -> list[tuple[bool, Any, float]]:
-            return list(await asyncio.gather(*coros))
-
-        loop = self._loop
-        if loop is None:
-            if isinstance(self.clock, VirtualClock):
-                loop = VirtualEventLoop(self.clock)
-                # Epoch-sized readings: asyncio adds its clock resolution to the time to find
-                # due timers, and 1e-9 vanishes next to 1.7e9 (one ulp there is 2.4e-7), so a
-                # timer due exactly now would never run. A microsecond is enough.
-                loop._clock_resolution = max(getattr(loop, "_clock_resolution", 0.0), 1e-6)
-            else:
-                loop = asyncio.new_event_loop()
-            self._loop = loop
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return loop.run_until_complete(together())
-        # Called from inside a running loop (an async application): run ours in a thread.
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            return pool.submit(loop.run_until_complete, together()).result()
