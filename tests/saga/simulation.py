@@ -246,7 +246,7 @@ class SimHeartbeat:
         if not self.held:
             return
         if self.store is None:
-            self.store = self.orch._store.clone()
+            self.store = self.orch.store.clone()
         leases = list(self.held.items())
         if "due_at" in inspect.signature(self.store.renew).parameters:  # on the worker's clock
             self.store.renew(leases, self.worker.clock.now() + self.orch.lease)
@@ -596,8 +596,8 @@ class Simulation:
             self.stats["deploys_refused"] += 1
             return None
         worker.orch = orch
-        _make_crashing(orch._store, worker)
-        execution = orch._execution  # its lease heartbeat and its thread pool
+        _make_crashing(orch.store, worker)
+        execution = orch._worker._execution  # its lease heartbeat and its thread pool
         beat = getattr(execution, "heartbeat", None)
         if all(callable(getattr(beat, m, None)) for m in ("hold", "release", "close")):
             worker.heartbeat = SimHeartbeat(orch, worker)

@@ -1,90 +1,35 @@
-"""The orchestrator: a durable driver over :class:`seawall.lowlevel.RetryState`.
+"""The orchestrator: the public API of sagas (start runs, read them, operate on them), over a
+worker (:mod:`._worker`) that runs them from the durable log.
 
-For each step, the step's :class:`~seawall.RetryPolicy` decides (through the sans-I/O core):
-whether an error is retried, after which delay, whether the step's time or the budget allows
-it. The orchestrator stores each decision, then acts on it: an attempt starts only once the log
-says it started, and a wait is a ``next_retry_at`` in the log, which any worker picks up when it
-is due. The retry state itself travels in the step's row (``RetryState.snapshot`` /
-``restore``), so a restart, a deploy or another worker continues the same backoff.
-
-Times in the log are wall-clock seconds since the epoch: ``time.time()`` with the system
-clock, or a :class:`~seawall.VirtualClock`'s ``now()`` (read as seconds since the epoch). The
-retry states run on that same timeline, so their deadlines and retry times need no conversion.
+Each step's :class:`~seawall.RetryPolicy` decides through the sans-I/O core
+(:class:`seawall.lowlevel.RetryState`); each decision is in the log before it is acted on
+(:mod:`._transitions`), so a restart, a deploy or another worker continues the same backoff.
 """
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
-import contextlib
-import contextvars
 import json
-import logging
 import os
 import socket
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from seawall._core import validate as _validate
 from seawall._core.clock import SYSTEM_CLOCK, Clock, SystemClock, VirtualClock
-from seawall._core.errors import error_summary
-from seawall.saga._execution import Executor, Heartbeat
-from seawall.saga._hooks import Hook, emit, logging_hook
-from seawall.saga._model import (
-    HistoryEntry,
-    Run,
-    Saga,
-    SagaEvent,
-    Status,
-    check_json,
-)
-from seawall.saga._operations import ACTIVE, SETTLED, operate, unknown_status
-from seawall.saga._rows import HistoryRow, Loaded, RunRow, StepRow, dumps, to_history, to_run
+from seawall.saga._hooks import Hook, logging_hook
+from seawall.saga._model import HistoryEntry, Run, Saga, SagaEvent, Status, check_json
+from seawall.saga._operations import operate
+from seawall.saga._rows import Loaded, RunRow, StepRow, dumps, to_history, to_run
 from seawall.saga._store import Store
 from seawall.saga._stores import open_store
-from seawall.saga._transitions import Transitions
-from seawall.saga._work import Outcome, Pending, Work
+from seawall.saga._worker import Worker
 
 __all__ = ["Orchestrator"]
 
-logger = logging.getLogger("seawall.saga")
-
 S = Status
-#: The shortest idle wait of a worker that found due work it could not claim (seconds).
-MIN_IDLE: Final = 0.01
 _MAX_RUN_ID = 200
-
-
-def changed_reason(run: RunRow, names: Sequence[str], versions: dict[int, Saga]) -> str:
-    """Why a run cannot go on here: what changed between the definition it started under (its
-    step rows' *names*) and the newest one registered, in words a person can act on."""
-    started = f"version {run.version}" if isinstance(run.version, int) else "its first version"
-    if not versions:  # pragma: no cover - runs are claimed for registered sagas only
-        return f"saga {run.saga!r} is not registered in this worker"
-    newest = versions[max(versions)]
-    new = list(newest.names)
-    changes = []
-    for i, name in enumerate(names):
-        if name not in new:
-            changes.append(f"step {name!r} is gone")
-        elif new.index(name) != i:
-            changes.append(f"step {name!r} is now at position {new.index(name) + 1}")
-    changes += [f"step {name!r} is new" for name in new if name not in names]
-    if not changes:
-        changes.append(f"version {newest.version} has the same steps")
-    shown = "; ".join(changes[:3]) + ("; ..." if len(changes) > 3 else "")
-    registered = ", ".join(str(v) for v in sorted(versions))
-    return (
-        f"saga {run.saga!r} changed under run {run.run_id!r}: {shown} (the run started under "
-        f"{started}; this worker has version {registered}). Register the definition it started "
-        "under beside the new one to let it finish, or cancel it"
-    )
-
-
-# -- the orchestrator ---------------------------------------------------------------------------
 
 
 class Orchestrator:
@@ -160,9 +105,6 @@ class Orchestrator:
         if store_clock is not None and not isinstance(store_clock, Clock):
             raise TypeError(f"store_clock must implement seawall.Clock, got {store_clock!r}")
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
-        self._wall: Callable[[], float] = (
-            time.time if type(self.clock) is SystemClock else self.clock.now
-        )
         if hooks is None:
             self._hooks: tuple[Hook, ...] = (logging_hook,)
         else:
@@ -179,30 +121,29 @@ class Orchestrator:
         self.worker_id = worker_id
         #: The newest version of each saga, by name (what :meth:`start` starts).
         self.sagas: dict[str, Saga] = known
-        self._versions = versions
-        self._saga_names = tuple(known)
         if store_clock is None and isinstance(self.clock, VirtualClock):
             store_clock = self.clock
-        self._store = open_store(url, None if store_clock is None else store_clock.now)
+        store = open_store(url, None if store_clock is None else store_clock.now)
         try:
-            with self._store.transaction():
+            with store.transaction():
                 for by in versions.values():
                     for s in by.values():
-                        self._store.register(s.name, s.version, s.fingerprint, s.names)
+                        store.register(s.name, s.version, s.fingerprint, s.names)
         except BaseException:
-            self._store.close()
+            store.close()
             raise
-        # A keeper process renews the leases on the system clock, with the store's own clock.
-        heartbeat = Heartbeat(
-            lambda: self._store,
-            self.lease,
-            use_process=type(self.clock) is SystemClock and store_clock is None,
+        self._worker = Worker(
+            store,
+            versions,
+            lease=self.lease,
+            batch=self.batch,
+            concurrency=self.concurrency,
+            clock=self.clock,
+            worker_id=self.worker_id,
+            hooks=self._hooks,
+            # A keeper process renews the leases on the system clock, with the store's own clock.
+            keeper=type(self.clock) is SystemClock and store_clock is None,
         )
-        self._execution = Executor(self.clock, self.concurrency, heartbeat)
-        self._transitions = Transitions(self.lease, self.worker_id, bool(self._hooks))
-        # Decisions and attempts run in a context of the orchestrator's own: a durable run does
-        # not inherit the ambient deadline or one_attempt() of whoever called run_due().
-        self._context = contextvars.Context()
         self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -210,7 +151,7 @@ class Orchestrator:
     @property
     def store(self) -> Store:
         """The store (its ``commits`` counts transactions committed through it)."""
-        return self._store
+        return self._worker.store
 
     def close(self) -> None:
         """Close the store's connections (runs in progress are taken over once their leases
@@ -218,8 +159,7 @@ class Orchestrator:
         if self._closed:
             return
         self._closed = True
-        self._execution.close()
-        self._store.close()
+        self._worker.close()
 
     def __enter__(self) -> Orchestrator:
         return self
@@ -228,7 +168,7 @@ class Orchestrator:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<saga.Orchestrator {self._store.redacted()} sagas={list(self.sagas)}>"
+        return f"<saga.Orchestrator {self.store.redacted()} sagas={list(self.sagas)}>"
 
     # -- starting and reading -----------------------------------------------------------------
 
@@ -274,7 +214,7 @@ class Orchestrator:
             or len(run_ids) != len(inputs)
         ):
             raise ValueError("run_ids must be None or a sequence as long as inputs")
-        now = self._store.now()
+        now = self.store.now()
         items: list[Loaded] = []
         for k, value in enumerate(inputs):
             what = "input" if len(inputs) == 1 else f"inputs[{k}]"
@@ -285,8 +225,8 @@ class Orchestrator:
         if len(set(ids)) != len(ids):
             raise ValueError("run_ids: the same run id is given twice")
         texts = [item.run.input for item in items]
-        with self._store.transaction():
-            found = [self._store.insert(item) for item in items]
+        with self.store.transaction():
+            found = [self.store.insert(item) for item in items]
             for existing, run_id, text in zip(found, ids, texts, strict=True):
                 if existing is not None and (
                     existing.saga != name or json.loads(existing.input) != json.loads(text)
@@ -295,7 +235,7 @@ class Orchestrator:
                         f"run_id {run_id!r} is already a run of saga {existing.saga!r} with "
                         "another saga or input"
                     )
-        self._emit(
+        self._worker.emit(
             [
                 SagaEvent("run", saga.name, run_id, None, None, 0, None, None, None, S.RUNNING, 0.0)
                 for run_id, existing in zip(ids, found, strict=True)
@@ -375,14 +315,14 @@ class Orchestrator:
         Raises:
             KeyError: no such run.
         """
-        loaded = self._store.load(run_id)
+        loaded = self.store.load(run_id)
         if loaded is None:
-            raise KeyError(f"no run {run_id!r} in {self._store.redacted()}")
+            raise KeyError(f"no run {run_id!r} in {self.store.redacted()}")
         return to_run(loaded)
 
     def history(self, run_id: str) -> tuple[HistoryEntry, ...]:
         """The run's append-only history: every attempt, wait, compensation and operation."""
-        return to_history(self._store.history(run_id))
+        return to_history(self.store.history(run_id))
 
     def runs(
         self, status: Status | str | None = None, *, saga: str | None = None, limit: int = 100
@@ -390,11 +330,11 @@ class Orchestrator:
         """The latest runs (most recently changed first), optionally of one status or saga."""
         _validate.count("limit", limit, minimum=1)
         value = None if status is None else Status(status).value
-        return [to_run(item) for item in self._store.runs(value, saga, limit)]
+        return [to_run(item) for item in self.store.runs(value, saga, limit)]
 
     def counts(self) -> dict[Status, int]:
         """How many runs the store holds in each status (of every saga)."""
-        return {Status(k): v for k, v in self._store.counts().items()}
+        return {Status(k): v for k, v in self.store.counts().items()}
 
     # -- operations ---------------------------------------------------------------------------
 
@@ -412,7 +352,7 @@ class Orchestrator:
         return self._operate(run_id, "cancel")
 
     def _operate(self, run_id: str, operation: str) -> Run:
-        operate(self._store, run_id, operation)
+        operate(self.store, run_id, operation)
         return self.get(run_id)
 
     # -- running ------------------------------------------------------------------------------
@@ -423,12 +363,7 @@ class Orchestrator:
         Returns:
             How many attempts ran.
         """
-        ran = 0
-        while True:
-            claimed, count = self._round(None)
-            ran += count
-            if not claimed:
-                return ran
+        return self._worker.run_due()
 
     def run_until_settled(self, run_id: str) -> Run:
         """Drive one run until it is SUCCEEDED, COMPENSATED, FAILED or NEEDS_ATTENTION,
@@ -438,25 +373,7 @@ class Orchestrator:
             KeyError: no such run.
             ValueError: the run's saga is not one of this orchestrator's.
         """
-        while True:
-            loaded = self._store.load(run_id)
-            if loaded is None:
-                raise KeyError(f"no run {run_id!r} in {self._store.redacted()}")
-            run = loaded.run
-            if run.status in SETTLED or run.status not in ACTIVE:
-                return to_run(loaded)  # over, or in a status only a newer seawall runs
-            if run.saga not in self.sagas:
-                raise ValueError(f"run {run_id!r} is of saga {run.saga!r}, unknown here")
-            claimed, _ = self._round(run_id)
-            if claimed:
-                continue
-            now = self._store.now()
-            due = run.due_at if run.due_at is not None else now + self.poll
-            wait = due - now
-            if type(self.clock) is SystemClock:
-                wait = min(wait, self.poll)  # another process may change the run meanwhile
-            if wait > 0:
-                self.clock.sleep(wait)
+        return self._worker.run_until_settled(run_id, self.poll)
 
     def work(self, stop: threading.Event | None = None) -> int:
         """A worker loop: claim due work, run it, until *stop* is set; returns attempts run.
@@ -466,222 +383,4 @@ class Orchestrator:
         """
         if stop is not None and not callable(getattr(stop, "is_set", None)):
             raise TypeError(f"stop must be a threading.Event or None, got {stop!r}")
-        ran = 0
-        while stop is None or not stop.is_set():
-            try:
-                claimed, count = self._round(None)
-                ran += count
-                if claimed:
-                    continue
-                due = self._next_due()
-            except Exception as exc:
-                # The store went away (a restart, a failover, a full disk): the log keeps every
-                # run; this worker reconnects and goes on. Its attempts in flight are recorded as
-                # lost by whoever claims their runs after the leases expire.
-                if not self._store.unavailable(exc):
-                    raise
-                logger.warning(
-                    "saga worker %s: the store is unavailable (%s); trying again in %.1f s",
-                    self.worker_id,
-                    error_summary(exc),
-                    self.poll,
-                )
-                self._reconnect()
-                due = None
-            wait = self.poll if due is None else min(self.poll, due - self._store_now())
-            # Due but not claimed: other workers hold those rows for a moment.
-            wait = max(wait, MIN_IDLE)
-            if stop is not None and type(self.clock) is SystemClock:
-                stop.wait(wait)
-            else:
-                self.clock.sleep(wait)
-        return ran
-
-    def _reconnect(self) -> None:
-        try:
-            store = self._store.clone()
-        except Exception as exc:
-            if not self._store.unavailable(exc):
-                raise
-            return  # still down: the next round tries again
-        with contextlib.suppress(Exception):
-            self._store.close()
-        self._store = store
-
-    def _next_due(self) -> float | None:
-        return self._store.next_due(self._saga_names)
-
-    def _store_now(self) -> float:
-        try:
-            return self._store.now()
-        except Exception as exc:
-            if not self._store.unavailable(exc):
-                raise
-            return self._wall()  # only to size an idle wait while the store is away
-
-    def _definition(self, loaded: Loaded) -> tuple[Saga | None, str | None]:
-        """The definition *loaded* started under, or ``None`` and why it is not here."""
-        run = loaded.run
-        versions = self._versions.get(run.saga, {})
-        names = [row.name for row in loaded.steps]
-        if run.fingerprint is not None:
-            saga = versions.get(run.version) if isinstance(run.version, int) else None
-            if (
-                saga is not None
-                and saga.fingerprint == run.fingerprint
-                and list(saga.names) == names
-            ):
-                return saga, None
-        else:
-            # A run of the first schema recorded no definition: the newest version with the
-            # same step names is the one it started under (and is recorded now).
-            for version in sorted(versions, reverse=True):
-                saga = versions[version]
-                if list(saga.names) == names:
-                    run.version, run.fingerprint = saga.version, saga.fingerprint
-                    return saga, None
-        return None, changed_reason(run, names, versions)
-
-    # -- one round: claim, then run and record until every claimed run is released ------------
-
-    def _round(self, run_id: str | None) -> tuple[int, int]:
-        return self._context.run(self._claim_and_run, run_id)
-
-    def _claim_and_run(self, run_id: str | None) -> tuple[int, int]:
-        store = self._store
-        self._execution.heartbeat.prepare()
-        works: list[Work] = []
-        # Claimed runs beyond `concurrency` wait here, leased but not begun: each one's attempt
-        # begins (and counts) in the commit that records another's outcome, when a slot frees.
-        queued: collections.deque[Work] = collections.deque()
-        with store.transaction():
-            now = store.now()
-            busy = 0
-            for loaded in store.claim(now, 1 if run_id else self.batch, self._saga_names, run_id):
-                problem = unknown_status(loaded)
-                saga = None
-                if problem is None:
-                    saga, problem = self._definition(loaded)
-                work = Work(loaded, saga, problem)
-                loaded.run.token = work.token + 1
-                loaded.run.lease_owner = self.worker_id
-                if busy < self.concurrency:
-                    self._transitions.advance_safely(work, now)
-                    busy += work.pending is not None
-                else:
-                    loaded.run.due_at = now + self.lease
-                    queued.append(work)
-                self._save(work)
-                works.append(work)
-        self._emit([e for w in works for e in w.events])
-        for w in works:
-            w.events = []
-        ran = 0
-        pending = [w for w in works if w.pending is not None and not w.lost]
-        running: dict[concurrent.futures.Future[Outcome], Work] = {}
-        try:
-            while pending or running or queued:
-                self._execution.start(pending, running, queued)
-                finished = self._execution.finished(running) if running else []
-                ran += len(finished)
-                pending = self._record_all(finished, queued, self.concurrency - len(running))
-        finally:
-            self._execution.heartbeat.release()
-        return len(works), ran
-
-    def _record_all(
-        self, pending: list[Work], queued: collections.deque[Work], free: int
-    ) -> list[Work]:
-        """Record the outcomes of *pending* (``w.outcome``) and begin what follows, in one
-        transaction: their runs' next attempts, then queued runs' while fewer than *free*
-        attempts began. Returns the works whose attempts began."""
-        if not pending and not (queued and free > 0):
-            return []
-        store = self._store
-        begun: list[Work] = []
-        with store.transaction():
-            now = store.now()
-            asked = store.requested([w.loaded.run.run_id for w in pending])
-            for w in pending:
-                outcome = w.outcome
-                assert outcome is not None
-                w.loaded.run.requested = asked.get(w.loaded.run.run_id)
-                done = w.pending
-                try:
-                    self._transitions.record(w, outcome, now)
-                except Exception as exc:
-                    self._transitions.unreadable(w, exc, now)
-                else:
-                    self._transitions.advance_safely(w, now)
-                self._save(w)
-                if w.lost and done is not None:
-                    store.append_history([self._fenced(w, done, outcome, now)])
-            begun = [w for w in pending if w.pending is not None and not w.lost]
-            while queued and len(begun) < free:
-                w = queued.popleft()
-                if w.lost:  # pragma: no cover - a queued run is written only at its claim
-                    continue
-                w.loaded.run.requested = store.requested([w.loaded.run.run_id]).get(
-                    w.loaded.run.run_id
-                )
-                self._transitions.advance_safely(w, now)
-                self._save(w)
-                pending.append(w)
-                if w.pending is not None and not w.lost:
-                    begun.append(w)
-        self._emit([e for w in pending for e in w.events])
-        for w in pending:
-            w.events = []
-        return begun
-
-    def _save(self, w: Work) -> None:
-        """Write the run (in the open transaction); apply an operator's request first if one
-        arrived while the attempt ran."""
-        loaded, run = w.loaded, w.loaded.run
-        for _ in range(3):
-            answer = self._store.save(loaded, w.token)
-            if answer is None:
-                w.token = run.token
-                return
-            if answer == "lost":
-                w.lost = True
-                w.pending = None
-                logger.warning(
-                    "saga %s run %s: the lease was lost (another worker holds the run); "
-                    "this worker's outcome is not recorded",
-                    run.saga,
-                    run.run_id,
-                )
-                return
-            # A request that arrived between the check and the write: the attempt just planned
-            # stays in the history, and the operation applies on top (advance applies it).
-            self._transitions.advance(w, self._store.now())
-        raise RuntimeError(f"run {run.run_id!r}: could not save")  # pragma: no cover
-
-    def _fenced(
-        self, w: Work, done: Pending, outcome: tuple[bool, Any, float], now: float
-    ) -> HistoryRow:
-        """The history line of an attempt whose outcome is not recorded: its worker's lease
-        was taken (fencing); the log still says what it did."""
-        ok, value, duration = outcome
-        error = None if ok else error_summary(value)
-        return (
-            w.loaded.run.run_id,
-            now,
-            done.ctx.step,
-            done.phase,
-            "fenced",
-            done.ctx.attempt,
-            None,
-            error,
-            dumps(
-                {
-                    "worker": self.worker_id,
-                    "outcome": "success" if ok else "failure",
-                    "duration": round(duration, 6),
-                }
-            ),
-        )
-
-    def _emit(self, events: list[SagaEvent]) -> None:
-        emit(self._hooks, events)
+        return self._worker.work(stop, self.poll)

@@ -1,0 +1,385 @@
+"""The worker: claims due runs, runs their attempts, and records the outcomes.
+
+A round claims up to ``batch`` due runs in one transaction, decides the next move of up to
+``concurrency`` of them (:mod:`._transitions`) and saves it before anything runs; then it runs
+the attempts those moves started, at once (:mod:`._execution`), and records each outcome with
+the move that follows as the attempts end, those that ended together in one transaction (group
+commit), where the claimed runs still waiting begin as slots free, until every claimed run is
+released. Each write is fenced by the run's lease token: a worker whose lease
+was taken records nothing but a ``fenced`` line in the history.
+
+Times in the log are wall-clock seconds since the epoch: ``time.time()`` with the system
+clock, or a :class:`~seawall.VirtualClock`'s ``now()`` (read as seconds since the epoch). The
+retry states run on that same timeline, so their deadlines and retry times need no conversion.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Final, NamedTuple
+
+from seawall._core.clock import Clock, SystemClock
+from seawall._core.errors import error_summary
+from seawall.saga._execution import Executor, Heartbeat
+from seawall.saga._hooks import Hook, emit
+from seawall.saga._model import Run, Saga, SagaEvent
+from seawall.saga._operations import ACTIVE, SETTLED, unknown_status
+from seawall.saga._rows import HistoryRow, Loaded, RunRow, dumps, to_run
+from seawall.saga._store import Store
+from seawall.saga._transitions import Transitions
+from seawall.saga._work import Outcome, Pending, Work
+
+__all__ = ["MIN_IDLE", "Round", "Worker", "changed_reason"]
+
+logger = logging.getLogger("seawall.saga")
+
+#: The shortest idle wait of a worker that found due work it could not claim (seconds).
+MIN_IDLE: Final = 0.01
+
+
+class Round(NamedTuple):
+    """What one round did."""
+
+    claimed: int  # runs claimed
+    ran: int  # attempts run
+
+
+def changed_reason(run: RunRow, names: Sequence[str], versions: dict[int, Saga]) -> str:
+    """Why a run cannot go on here: what changed between the definition it started under (its
+    step rows' *names*) and the newest one registered, in words a person can act on."""
+    started = f"version {run.version}" if isinstance(run.version, int) else "its first version"
+    if not versions:  # pragma: no cover - runs are claimed for registered sagas only
+        return f"saga {run.saga!r} is not registered in this worker"
+    newest = versions[max(versions)]
+    new = list(newest.names)
+    changes = []
+    for i, name in enumerate(names):
+        if name not in new:
+            changes.append(f"step {name!r} is gone")
+        elif new.index(name) != i:
+            changes.append(f"step {name!r} is now at position {new.index(name) + 1}")
+    changes += [f"step {name!r} is new" for name in new if name not in names]
+    if not changes:
+        changes.append(f"version {newest.version} has the same steps")
+    shown = "; ".join(changes[:3]) + ("; ..." if len(changes) > 3 else "")
+    registered = ", ".join(str(v) for v in sorted(versions))
+    return (
+        f"saga {run.saga!r} changed under run {run.run_id!r}: {shown} (the run started under "
+        f"{started}; this worker has version {registered}). Register the definition it started "
+        "under beside the new one to let it finish, or cancel it"
+    )
+
+
+class Worker:
+    """Runs the sagas of *versions* (name -> version -> definition) from *store*.
+
+    Args:
+        store: the store (replaced by a new connection after an outage).
+        versions: every definition this worker runs, by name and version.
+        lease: seconds a claimed run stays claimed, renewed while its attempt runs.
+        batch: runs claimed together.
+        concurrency: attempts run at once (the other claimed runs wait, leased, for a slot).
+        clock: the worker's clock (its waits, each attempt's time limit).
+        worker_id: how leases name this worker.
+        hooks: told of every attempt and run status change, once it is in the log.
+        keeper: renew leases from a process of its own too (system clock only).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        versions: dict[str, dict[int, Saga]],
+        *,
+        lease: float,
+        batch: int,
+        concurrency: int,
+        clock: Clock,
+        worker_id: str,
+        hooks: tuple[Hook, ...],
+        keeper: bool,
+    ) -> None:
+        self.store = store
+        self.lease = lease
+        self.batch = batch
+        self.concurrency = concurrency
+        self.clock = clock
+        self.worker_id = worker_id
+        self.hooks = hooks
+        self._wall: Callable[[], float] = time.time if type(clock) is SystemClock else clock.now
+        self._versions = versions
+        self._saga_names = tuple(versions)
+        heartbeat = Heartbeat(lambda: self.store, lease, use_process=keeper)
+        self._execution = Executor(clock, concurrency, heartbeat)
+        self._transitions = Transitions(lease, worker_id, bool(hooks))
+        # Decisions and attempts run in a context of the orchestrator's own: a durable run does
+        # not inherit the ambient deadline or one_attempt() of whoever called run_due().
+        self._context = contextvars.Context()
+
+    def close(self) -> None:
+        """Stop renewing leases, stop the threads and event loops, close the store."""
+        self._execution.close()
+        self.store.close()
+
+    # -- the loops ------------------------------------------------------------------------------
+
+    def run_due(self) -> int:
+        """Rounds until one claims nothing; returns the attempts run."""
+        ran = 0
+        while True:
+            claimed, count = self._round(None)
+            ran += count
+            if not claimed:
+                return ran
+
+    def run_until_settled(self, run_id: str, poll: float) -> Run:
+        """Rounds of *run_id* alone until it settles, sleeping until it is due between them."""
+        while True:
+            loaded = self.store.load(run_id)
+            if loaded is None:
+                raise KeyError(f"no run {run_id!r} in {self.store.redacted()}")
+            run = loaded.run
+            if run.status in SETTLED or run.status not in ACTIVE:
+                return to_run(loaded)  # over, or in a status only a newer seawall runs
+            if run.saga not in self._versions:
+                raise ValueError(f"run {run_id!r} is of saga {run.saga!r}, unknown here")
+            claimed, _ = self._round(run_id)
+            if claimed:
+                continue
+            now = self.store.now()
+            due = run.due_at if run.due_at is not None else now + poll
+            wait = due - now
+            if type(self.clock) is SystemClock:
+                wait = min(wait, poll)  # another process may change the run meanwhile
+            if wait > 0:
+                self.clock.sleep(wait)
+
+    def work(self, stop: threading.Event | None, poll: float) -> int:
+        """Rounds until *stop* is set, idle at most *poll* seconds between them; returns the
+        attempts run. An unavailable store is reconnected to, not raised."""
+        ran = 0
+        while stop is None or not stop.is_set():
+            try:
+                claimed, count = self._round(None)
+                ran += count
+                if claimed:
+                    continue
+                due = self._next_due()
+            except Exception as exc:
+                # The store went away (a restart, a failover, a full disk): the log keeps every
+                # run; this worker reconnects and goes on. Its attempts in flight are recorded as
+                # lost by whoever claims their runs after the leases expire.
+                if not self.store.unavailable(exc):
+                    raise
+                logger.warning(
+                    "saga worker %s: the store is unavailable (%s); trying again in %.1f s",
+                    self.worker_id,
+                    error_summary(exc),
+                    poll,
+                )
+                self._reconnect()
+                due = None
+            wait = poll if due is None else min(poll, due - self._store_now())
+            # Due but not claimed: other workers hold those rows for a moment.
+            wait = max(wait, MIN_IDLE)
+            if stop is not None and type(self.clock) is SystemClock:
+                stop.wait(wait)
+            else:
+                self.clock.sleep(wait)
+        return ran
+
+    def _reconnect(self) -> None:
+        try:
+            store = self.store.clone()
+        except Exception as exc:
+            if not self.store.unavailable(exc):
+                raise
+            return  # still down: the next round tries again
+        with contextlib.suppress(Exception):
+            self.store.close()
+        self.store = store
+
+    def _next_due(self) -> float | None:
+        return self.store.next_due(self._saga_names)
+
+    def _store_now(self) -> float:
+        try:
+            return self.store.now()
+        except Exception as exc:
+            if not self.store.unavailable(exc):
+                raise
+            return self._wall()  # only to size an idle wait while the store is away
+
+    def _definition(self, loaded: Loaded) -> tuple[Saga | None, str | None]:
+        """The definition *loaded* started under, or ``None`` and why it is not here."""
+        run = loaded.run
+        versions = self._versions.get(run.saga, {})
+        names = [row.name for row in loaded.steps]
+        if run.fingerprint is not None:
+            saga = versions.get(run.version) if isinstance(run.version, int) else None
+            if (
+                saga is not None
+                and saga.fingerprint == run.fingerprint
+                and list(saga.names) == names
+            ):
+                return saga, None
+        else:
+            # A run of the first schema recorded no definition: the newest version with the
+            # same step names is the one it started under (and is recorded now).
+            for version in sorted(versions, reverse=True):
+                saga = versions[version]
+                if list(saga.names) == names:
+                    run.version, run.fingerprint = saga.version, saga.fingerprint
+                    return saga, None
+        return None, changed_reason(run, names, versions)
+
+    # -- one round: claim, then run and record until every claimed run is released ------------
+
+    def _round(self, run_id: str | None) -> Round:
+        return self._context.run(self._claim_and_run, run_id)
+
+    def _claim_and_run(self, run_id: str | None) -> Round:
+        store = self.store
+        self._execution.heartbeat.prepare()
+        works: list[Work] = []
+        # Claimed runs beyond `concurrency` wait here, leased but not begun: each one's attempt
+        # begins (and counts) in the commit that records another's outcome, when a slot frees.
+        queued: collections.deque[Work] = collections.deque()
+        with store.transaction():
+            now = store.now()
+            busy = 0
+            for loaded in store.claim(now, 1 if run_id else self.batch, self._saga_names, run_id):
+                problem = unknown_status(loaded)
+                saga = None
+                if problem is None:
+                    saga, problem = self._definition(loaded)
+                work = Work(loaded, saga, problem)
+                loaded.run.token = work.token + 1
+                loaded.run.lease_owner = self.worker_id
+                if busy < self.concurrency:
+                    self._transitions.advance_safely(work, now)
+                    busy += work.pending is not None
+                else:
+                    loaded.run.due_at = now + self.lease
+                    queued.append(work)
+                self._save(work)
+                works.append(work)
+        self.emit([e for w in works for e in w.events])
+        for w in works:
+            w.events = []
+        ran = 0
+        pending = [w for w in works if w.pending is not None and not w.lost]
+        running: dict[concurrent.futures.Future[Outcome], Work] = {}
+        try:
+            while pending or running or queued:
+                self._execution.start(pending, running, queued)
+                finished = self._execution.finished(running) if running else []
+                ran += len(finished)
+                pending = self._record_all(finished, queued, self.concurrency - len(running))
+        finally:
+            self._execution.heartbeat.release()
+        return Round(claimed=len(works), ran=ran)
+
+    def _record_all(
+        self, pending: list[Work], queued: collections.deque[Work], free: int
+    ) -> list[Work]:
+        """Record the outcomes of *pending* (``w.outcome``) and begin what follows, in one
+        transaction: their runs' next attempts, then queued runs' while fewer than *free*
+        attempts began. Returns the works whose attempts began."""
+        if not pending and not (queued and free > 0):
+            return []
+        store = self.store
+        begun: list[Work] = []
+        with store.transaction():
+            now = store.now()
+            asked = store.requested([w.loaded.run.run_id for w in pending])
+            for w in pending:
+                outcome = w.outcome
+                assert outcome is not None
+                w.loaded.run.requested = asked.get(w.loaded.run.run_id)
+                done = w.pending
+                try:
+                    self._transitions.record(w, outcome, now)
+                except Exception as exc:
+                    self._transitions.unreadable(w, exc, now)
+                else:
+                    self._transitions.advance_safely(w, now)
+                self._save(w)
+                if w.lost and done is not None:
+                    store.append_history([self._fenced(w, done, outcome, now)])
+            begun = [w for w in pending if w.pending is not None and not w.lost]
+            while queued and len(begun) < free:
+                w = queued.popleft()
+                if w.lost:  # pragma: no cover - a queued run is written only at its claim
+                    continue
+                w.loaded.run.requested = store.requested([w.loaded.run.run_id]).get(
+                    w.loaded.run.run_id
+                )
+                self._transitions.advance_safely(w, now)
+                self._save(w)
+                pending.append(w)
+                if w.pending is not None and not w.lost:
+                    begun.append(w)
+        self.emit([e for w in pending for e in w.events])
+        for w in pending:
+            w.events = []
+        return begun
+
+    def _save(self, w: Work) -> None:
+        """Write the run (in the open transaction); apply an operator's request first if one
+        arrived while the attempt ran."""
+        loaded, run = w.loaded, w.loaded.run
+        for _ in range(3):
+            answer = self.store.save(loaded, w.token)
+            if answer is None:
+                w.token = run.token
+                return
+            if answer == "lost":
+                w.lost = True
+                w.pending = None
+                logger.warning(
+                    "saga %s run %s: the lease was lost (another worker holds the run); "
+                    "this worker's outcome is not recorded",
+                    run.saga,
+                    run.run_id,
+                )
+                return
+            # A request that arrived between the check and the write: the attempt just planned
+            # stays in the history, and the operation applies on top (advance applies it).
+            self._transitions.advance(w, self.store.now())
+        raise RuntimeError(f"run {run.run_id!r}: could not save")  # pragma: no cover
+
+    def _fenced(
+        self, w: Work, done: Pending, outcome: tuple[bool, Any, float], now: float
+    ) -> HistoryRow:
+        """The history line of an attempt whose outcome is not recorded: its worker's lease
+        was taken (fencing); the log still says what it did."""
+        ok, value, duration = outcome
+        error = None if ok else error_summary(value)
+        return (
+            w.loaded.run.run_id,
+            now,
+            done.ctx.step,
+            done.phase,
+            "fenced",
+            done.ctx.attempt,
+            None,
+            error,
+            dumps(
+                {
+                    "worker": self.worker_id,
+                    "outcome": "success" if ok else "failure",
+                    "duration": round(duration, 6),
+                }
+            ),
+        )
+
+    def emit(self, events: list[SagaEvent]) -> None:
+        """Tell the hooks (a failing hook is logged and changes nothing)."""
+        emit(self.hooks, events)
