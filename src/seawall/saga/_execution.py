@@ -253,7 +253,7 @@ class Executor:
             self._aloop, self._aloop_thread = loop, thread
         return self._aloop
 
-    def _call(self, p: Pending) -> tuple[bool, Any, float]:
+    def _call(self, p: Pending) -> Outcome:
         clock, wall = self.clock, self._wall
         started = wall()
         try:
@@ -277,10 +277,10 @@ class Executor:
                         )
                     )
         except Exception as exc:
-            return False, exc, wall() - started
-        return True, value, wall() - started
+            return Outcome(ok=False, value=exc, duration=wall() - started)
+        return Outcome(ok=True, value=value, duration=wall() - started)
 
-    async def _acall(self, p: Pending) -> tuple[bool, Any, float]:
+    async def _acall(self, p: Pending) -> Outcome:
         clock, wall = self.clock, self._wall
         started = wall()
         try:
@@ -292,11 +292,11 @@ class Executor:
                     async with deadline(at=at):
                         value = await p.fn(p.ctx)
         except Exception as exc:
-            return False, exc, wall() - started
-        return True, value, wall() - started
+            return Outcome(ok=False, value=exc, duration=wall() - started)
+        return Outcome(ok=True, value=value, duration=wall() - started)
 
-    def _run_async(self, coros: list[Any]) -> list[tuple[bool, Any, float]]:
-        async def together() -> list[tuple[bool, Any, float]]:
+    def _run_async(self, coros: list[Any]) -> list[Outcome]:
+        async def together() -> list[Outcome]:
             return list(await asyncio.gather(*coros))
 
         loop = self._loop

@@ -7,7 +7,7 @@ import json
 from typing import Any, Final
 
 from seawall.saga._model import Status
-from seawall.saga._rows import Loaded, StepRow, dumps
+from seawall.saga._rows import HistoryRow, Loaded, StepRow, dumps
 from seawall.saga._store import Store
 
 __all__ = [
@@ -47,7 +47,7 @@ def apply_operation(loaded: Loaded, operation: str, now: float) -> None:
 
     def note(**detail: Any) -> None:
         loaded.history.append(
-            (run.run_id, now, None, None, "operator", None, None, None, dumps(detail))
+            HistoryRow(run_id=run.run_id, at=now, event="operator", detail=dumps(detail))
         )
 
     def touch(step: StepRow) -> None:
@@ -120,7 +120,9 @@ def apply_operation(loaded: Loaded, operation: str, now: float) -> None:
         run.reason = "cancelled by an operator"
         run.due_at = None
         loaded.history.append(
-            (run.run_id, now, None, None, "status", None, None, None, dumps({"status": "FAILED"}))
+            HistoryRow(
+                run_id=run.run_id, at=now, event="status", detail=dumps({"status": "FAILED"})
+            )
         )
     else:
         raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")

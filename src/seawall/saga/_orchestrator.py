@@ -21,7 +21,7 @@ from seawall._core.clock import SYSTEM_CLOCK, Clock, SystemClock, VirtualClock
 from seawall.saga._hooks import Hook, logging_hook
 from seawall.saga._model import HistoryEntry, Run, Saga, SagaEvent, Status, check_json
 from seawall.saga._operations import operate
-from seawall.saga._rows import Loaded, RunRow, StepRow, dumps, to_history, to_run
+from seawall.saga._rows import HistoryRow, Loaded, RunRow, StepRow, dumps, to_history, to_run
 from seawall.saga._store import Store
 from seawall.saga._stores import open_store
 from seawall.saga._worker import Worker
@@ -237,7 +237,19 @@ class Orchestrator:
                     )
         self._worker.emit(
             [
-                SagaEvent("run", saga.name, run_id, None, None, 0, None, None, None, S.RUNNING, 0.0)
+                SagaEvent(
+                    kind="run",
+                    saga=saga.name,
+                    run_id=run_id,
+                    step=None,
+                    phase=None,
+                    attempt=0,
+                    error=None,
+                    delay=None,
+                    reason=None,
+                    status=S.RUNNING,
+                    duration=0.0,
+                )
                 for run_id, existing in zip(ids, found, strict=True)
                 if existing is None
             ]
@@ -255,56 +267,49 @@ class Orchestrator:
             )
         name = saga.name
         run = RunRow(
-            (
-                run_id,
-                name,
-                S.RUNNING.value,
-                text,
-                None,
-                now,
-                now,
-                now,
-                None,
-                0,
-                None,
-                saga.version,
-                saga.fingerprint,
-            )
+            run_id=run_id,
+            saga=name,
+            status=S.RUNNING.value,
+            input=text,
+            reason=None,
+            created_at=now,
+            updated_at=now,
+            due_at=now,
+            lease_owner=None,
+            token=0,
+            requested=None,
+            version=saga.version,
+            fingerprint=saga.fingerprint,
         )
         steps = [
             StepRow(
-                (
-                    run_id,
-                    i,
-                    step.name,
-                    S.PENDING.value,
-                    0,
-                    0,
-                    0,
-                    None,
-                    None,
-                    None,
-                    None,
-                    f"{run_id}:{step.name}",
-                    None,
-                    None,
-                    now,
-                )
+                run_id=run_id,
+                position=i,
+                name=step.name,
+                status=S.PENDING.value,
+                running=False,
+                attempt_count=0,
+                compensation_attempt_count=0,
+                next_retry_at=None,
+                last_error=None,
+                result=None,
+                retry_state=None,
+                idempotency_key=f"{run_id}:{step.name}",
+                started_at=None,
+                finished_at=None,
+                updated_at=now,
             )
             for i, step in enumerate(saga.steps)
         ]
         loaded = Loaded(run, steps)
         loaded.history.append(
-            (
-                run_id,
-                now,
-                None,
-                None,
-                "started",
-                None,
-                None,
-                None,
-                dumps({"saga": name, "version": saga.version, "fingerprint": saga.fingerprint}),
+            HistoryRow(
+                run_id=run_id,
+                at=now,
+                event="started",
+                detail=dumps(
+                    {"saga": name, "version": saga.version, "fingerprint": saga.fingerprint}
+                ),
             )
         )
         return loaded

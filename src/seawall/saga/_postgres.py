@@ -20,7 +20,7 @@ except ImportError as err:  # pragma: no cover - the extra is installed in the t
         "a postgresql:// saga store needs psycopg 3: pip install 'seawall[postgres]'"
     ) from err
 
-from seawall.saga._store import Store
+from seawall.saga._store import ColumnTypes, Store
 
 __all__ = ["PostgresStore"]
 
@@ -79,8 +79,12 @@ class PostgresStore(Store):
     def unavailable(self, exc: BaseException) -> bool:
         return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, ConnectionError))
 
-    def types(self) -> tuple[str, str, str]:
-        return "DOUBLE PRECISION", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", "BIGINT"
+    def types(self) -> ColumnTypes:
+        return ColumnTypes(
+            real="DOUBLE PRECISION",
+            serial="BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+            big="BIGINT",
+        )
 
     def has_schema_table(self) -> bool:
         rows = self.execute("SELECT to_regclass('seawall_saga_schema') IS NOT NULL").fetchall()

@@ -7,9 +7,10 @@ the values in SQL.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from seawall.saga._model import HistoryEntry, Run, Status, StepRecord, utc
 
@@ -26,39 +27,47 @@ __all__ = [
     "to_run",
 ]
 
+#: The columns of a run's row, in the order of :class:`RunRow`'s fields.
 RUN_COLUMNS: Final = (
     "run_id, saga, status, input, reason, created_at, updated_at, due_at, lease_owner, "
     "lease_token, requested, saga_version, fingerprint"
 )
+#: The columns of a step's row, in the order of :class:`StepRow`'s fields.
 STEP_COLUMNS: Final = (
     "run_id, position, name, status, running, attempt_count, compensation_attempt_count, "
     "next_retry_at, last_error, result, retry_state, idempotency_key, started_at, finished_at, "
     "updated_at"
 )
-HISTORY_COLUMNS: Final = "run_id, at, step, phase, event, attempt, delay, error, detail"
+#: The columns of a history line, in the order of :class:`HistoryRow`'s fields.
+HISTORY_COLUMNS: Final = "run_id, at, event, step, phase, attempt, delay, error, detail"
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class RunRow:
     """A run's row in memory (mutable while a worker holds it)."""
 
-    __slots__ = (
-        "created_at",
-        "due_at",
-        "fingerprint",
-        "input",
-        "lease_owner",
-        "reason",
-        "requested",
-        "run_id",
-        "saga",
-        "status",
-        "token",
-        "updated_at",
-        "version",
-    )
+    run_id: str
+    saga: str
+    status: str
+    input: str  # JSON text
+    reason: str | None
+    created_at: float
+    updated_at: float
+    due_at: float | None
+    lease_owner: str | None
+    token: int  # the lease token (column lease_token)
+    requested: str | None
+    version: int | None  # the definition's version (column saga_version)
+    fingerprint: str | None
 
-    def __init__(self, row: Sequence[Any]) -> None:
-        (
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> RunRow:
+        """The run of a row selected as :data:`RUN_COLUMNS`."""
+        return cls(*row)
+
+    def values(self) -> tuple[Any, ...]:
+        """The row's values, in the order of :data:`RUN_COLUMNS`."""
+        return (
             self.run_id,
             self.saga,
             self.status,
@@ -72,53 +81,39 @@ class RunRow:
             self.requested,
             self.version,
             self.fingerprint,
-        ) = row
+        )
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class StepRow:
     """A step's row in memory; ``dirty`` once changed and not yet written."""
 
-    __slots__ = (
-        "attempt_count",
-        "compensation_attempt_count",
-        "dirty",
-        "finished_at",
-        "idempotency_key",
-        "last_error",
-        "name",
-        "next_retry_at",
-        "position",
-        "result",
-        "retry_state",
-        "run_id",
-        "running",
-        "started_at",
-        "status",
-        "updated_at",
-    )
+    run_id: str
+    position: int
+    name: str
+    status: str
+    running: bool  # an attempt is running (the log says it started, and no outcome yet)
+    attempt_count: int
+    compensation_attempt_count: int
+    next_retry_at: float | None
+    last_error: str | None
+    result: str | None  # JSON text
+    retry_state: str | None  # JSON text of RetryState.snapshot()
+    idempotency_key: str
+    started_at: float | None
+    finished_at: float | None
+    updated_at: float
+    dirty: bool = False
 
-    def __init__(self, row: Sequence[Any]) -> None:
-        (
-            self.run_id,
-            self.position,
-            self.name,
-            self.status,
-            running,
-            self.attempt_count,
-            self.compensation_attempt_count,
-            self.next_retry_at,
-            self.last_error,
-            self.result,
-            self.retry_state,
-            self.idempotency_key,
-            self.started_at,
-            self.finished_at,
-            self.updated_at,
-        ) = row
-        self.running = bool(running)
-        self.dirty = False
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> StepRow:
+        """The step of a row selected as :data:`STEP_COLUMNS`."""
+        step = cls(*row)
+        step.running = bool(step.running)  # an INTEGER column
+        return step
 
     def values(self) -> tuple[Any, ...]:
+        """The row's values, in the order of :data:`STEP_COLUMNS`."""
         return (
             self.run_id,
             self.position,
@@ -138,10 +133,18 @@ class StepRow:
         )
 
 
-#: One history line: run_id, at, step, phase, event, attempt, delay, error, detail (JSON text).
-HistoryRow = tuple[
-    str, float, str | None, str | None, str, int | None, float | None, str | None, str | None
-]
+class HistoryRow(NamedTuple):
+    """One history line (appended, never changed), in the order of :data:`HISTORY_COLUMNS`."""
+
+    run_id: str
+    at: float
+    event: str
+    step: str | None = None
+    phase: str | None = None
+    attempt: int | None = None
+    delay: float | None = None
+    error: str | None = None
+    detail: str | None = None  # JSON text
 
 
 class Loaded:
@@ -196,21 +199,22 @@ def to_run(loaded: Loaded) -> Run:
     )
 
 
-def to_history(rows: Iterable[Sequence[Any]]) -> tuple[HistoryEntry, ...]:
+def to_history(rows: Iterable[HistoryRow]) -> tuple[HistoryEntry, ...]:
+    """The public :class:`HistoryEntry` of each history line."""
     entries = []
-    for _run_id, at, step, phase, event, attempt, delay, error, detail in rows:
-        at_utc = utc(at)
-        assert at_utc is not None
+    for row in rows:
+        at = utc(row.at)
+        assert at is not None
         entries.append(
             HistoryEntry(
-                at=at_utc,
-                event=event,
-                step=step,
-                phase=phase,
-                attempt=attempt,
-                delay=delay,
-                error=error,
-                detail=json.loads(detail) if detail else {},
+                at=at,
+                event=row.event,
+                step=row.step,
+                phase=row.phase,
+                attempt=row.attempt,
+                delay=row.delay,
+                error=row.error,
+                detail=json.loads(row.detail) if row.detail else {},
             )
         )
     return tuple(entries)

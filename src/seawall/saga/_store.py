@@ -17,7 +17,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from seawall._core.redact import redact_text
 from seawall.saga._model import SchemaVersionError, Status
@@ -38,12 +38,21 @@ ACTIVE_STATUSES: Final = (
     Status.COMPENSATING.value,
 )
 
-__all__ = ["SCHEMA_VERSION", "Store"]
+__all__ = ["SCHEMA_VERSION", "ColumnTypes", "Store"]
 
 #: The version of the tables this seawall writes; a store of a newer version is refused.
 #: Version 2 adds the definition a run started under (``saga_version``, ``fingerprint``) and
 #: the table of registered definitions.
 SCHEMA_VERSION: Final = 2
+
+
+class ColumnTypes(NamedTuple):
+    """A dialect's column types."""
+
+    real: str  # a float
+    serial: str  # an auto-increment primary key
+    big: str  # a 64-bit int
+
 
 _UPDATE_RUN: Final = (
     "UPDATE seawall_saga_runs SET status = ?, reason = ?, updated_at = ?, due_at = ?, "
@@ -115,27 +124,13 @@ class Store:
         cur = self.execute(
             f"INSERT INTO seawall_saga_runs ({RUN_COLUMNS}) VALUES "
             "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
-            (
-                run.run_id,
-                run.saga,
-                run.status,
-                run.input,
-                run.reason,
-                run.created_at,
-                run.updated_at,
-                run.due_at,
-                run.lease_owner,
-                run.token,
-                run.requested,
-                run.version,
-                run.fingerprint,
-            ),
+            run.values(),
         )
         if cur.rowcount != 1:
             rows = self.execute(
                 f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs WHERE run_id = ?", (run.run_id,)
             ).fetchall()
-            return RunRow(rows[0])
+            return RunRow.from_row(rows[0])
         self.executemany(
             f"INSERT INTO seawall_saga_steps ({STEP_COLUMNS}) VALUES "
             "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -157,11 +152,11 @@ class Store:
             tuple(run_ids),
         ).fetchall()
         for row in rows:
-            found[row[0]].append(StepRow(row))
+            found[row[0]].append(StepRow.from_row(row))
         return found
 
     def _with_steps(self, rows: Sequence[Sequence[Any]]) -> list[Loaded]:
-        runs = [RunRow(r) for r in rows]
+        runs = [RunRow.from_row(r) for r in rows]
         steps = self._steps([r.run_id for r in runs])
         return [Loaded(r, steps[r.run_id]) for r in runs]
 
@@ -378,13 +373,12 @@ class Store:
         ).fetchall()
         return {str(r[0]): int(r[1]) for r in rows}
 
-    def history(self, run_id: str) -> list[Sequence[Any]]:
-        return list(
-            self.execute(
-                f"SELECT {HISTORY_COLUMNS} FROM seawall_saga_history WHERE run_id = ? ORDER BY id",
-                (run_id,),
-            ).fetchall()
-        )
+    def history(self, run_id: str) -> list[HistoryRow]:
+        rows = self.execute(
+            f"SELECT {HISTORY_COLUMNS} FROM seawall_saga_history WHERE run_id = ? ORDER BY id",
+            (run_id,),
+        ).fetchall()
+        return [HistoryRow(*row) for row in rows]
 
     def next_due(self, sagas: Sequence[str]) -> float | None:
         """The earliest due time of a run of *sagas* (``None`` if none has work)."""
@@ -460,7 +454,7 @@ class Store:
 
     def ddl_definitions(self) -> list[str]:
         """The table of registered definitions (schema version 2)."""
-        real = self.types()[0]
+        real = self.types().real
         return [
             f"""CREATE TABLE IF NOT EXISTS seawall_saga_definitions (
                 saga TEXT NOT NULL,
@@ -471,9 +465,9 @@ class Store:
                 PRIMARY KEY (saga, version))"""
         ]
 
-    def types(self) -> tuple[str, str, str]:
-        """(float, auto-increment primary key, 64-bit int) column types."""
-        return "REAL", "INTEGER PRIMARY KEY AUTOINCREMENT", "INTEGER"
+    def types(self) -> ColumnTypes:
+        """The column types of this dialect."""
+        return ColumnTypes(real="REAL", serial="INTEGER PRIMARY KEY AUTOINCREMENT", big="INTEGER")
 
     def has_schema_table(self) -> bool:
         raise NotImplementedError

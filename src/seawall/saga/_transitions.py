@@ -27,8 +27,8 @@ from seawall._core.errors import (
 from seawall._strategies.retry import RetryState
 from seawall.saga._model import SagaEvent, Status, StepContext, WorkerLost, check_json
 from seawall.saga._operations import ACTIVE, apply_operation
-from seawall.saga._rows import dumps
-from seawall.saga._work import Pending, Work, is_async
+from seawall.saga._rows import HistoryRow, dumps
+from seawall.saga._work import Outcome, Pending, Work, is_async
 
 __all__ = ["Recorded", "Transitions"]
 
@@ -176,7 +176,15 @@ class Transitions:
             delay = state.resume(now, error)  # the budget asked again
             if delay is None:  # refused once too often, or the deadline: a give-up at last
                 done = row.compensation_attempt_count if comp else row.attempt_count
-                self._event(w, "hold", row.name, phase, done, row.last_error, None, "budget", 0.0)
+                self._event(
+                    w,
+                    "hold",
+                    step=row.name,
+                    phase=phase,
+                    attempt=done,
+                    error=row.last_error,
+                    reason="budget",
+                )
                 self._give_up(w, index, phase, "budget", row.last_error, now)
                 return False
             if delay > 0.0:
@@ -207,7 +215,14 @@ class Transitions:
         row.updated_at = now
         row.dirty = True
         loaded.history.append(
-            (run.run_id, now, row.name, phase, "attempt", attempt, None, None, None)
+            HistoryRow(
+                run_id=run.run_id,
+                at=now,
+                event="attempt",
+                step=row.name,
+                phase=phase,
+                attempt=attempt,
+            )
         )
         run.status = S.COMPENSATING.value if comp else S.RUNNING.value
         run.updated_at = now
@@ -227,7 +242,16 @@ class Transitions:
             idempotency_key=key,
             compensating=comp,
         )
-        w.pending = Pending(index, phase, state, attempt_deadline, fn, ctx, now, is_async(fn))
+        w.pending = Pending(
+            index=index,
+            phase=phase,
+            state=state,
+            deadline=attempt_deadline,
+            fn=fn,
+            ctx=ctx,
+            started=now,
+            is_async=is_async(fn),
+        )
         return True
 
     def _release(self, w: Work, due_at: float | None, now: float) -> None:
@@ -245,7 +269,14 @@ class Transitions:
             f"the worker running attempt {attempt} stopped before recording its outcome"
         )
         w.loaded.history.append(
-            (w.loaded.run.run_id, now, row.name, phase, "lost", attempt, None, None, None)
+            HistoryRow(
+                run_id=w.loaded.run.run_id,
+                at=now,
+                event="lost",
+                step=row.name,
+                phase=phase,
+                attempt=attempt,
+            )
         )
         row.running = False
         row.dirty = True
@@ -261,7 +292,7 @@ class Transitions:
 
     # -- recording outcomes ---------------------------------------------------------------------
 
-    def record(self, w: Work, outcome: tuple[bool, Any, float], now: float) -> None:
+    def record(self, w: Work, outcome: Outcome, now: float) -> None:
         pending = w.pending
         assert pending is not None
         w.pending = None
@@ -293,33 +324,31 @@ class Transitions:
             row.status = S.SUCCEEDED.value
             row.result = dumps(value)
         loaded.history.append(
-            (
-                run.run_id,
-                now,
-                row.name,
-                pending.phase,
-                "success",
-                attempt,
-                None,
-                None,
-                dumps({"duration": round(duration, 6)}),
+            HistoryRow(
+                run_id=run.run_id,
+                at=now,
+                event="success",
+                step=row.name,
+                phase=pending.phase,
+                attempt=attempt,
+                detail=dumps({"duration": round(duration, 6)}),
             )
         )
         run.updated_at = now
         run.due_at = now
         w.events.append(
             SagaEvent(
-                "attempt",
-                run.saga,
-                run.run_id,
-                row.name,
-                pending.phase,
-                attempt,
-                None,
-                None,
-                None,
-                Status(run.status),
-                duration,
+                kind="attempt",
+                saga=run.saga,
+                run_id=run.run_id,
+                step=row.name,
+                phase=pending.phase,
+                attempt=attempt,
+                error=None,
+                delay=None,
+                reason=None,
+                status=Status(run.status),
+                duration=duration,
             )
         )
 
@@ -371,9 +400,26 @@ class Transitions:
         if delay is None:
             reason = state.reason or "not_retryable"
             loaded.history.append(
-                (run.run_id, now, row.name, phase, "failure", attempt, None, summary, None)
+                HistoryRow(
+                    run_id=run.run_id,
+                    at=now,
+                    event="failure",
+                    step=row.name,
+                    phase=phase,
+                    attempt=attempt,
+                    error=summary,
+                )
             )
-            self._event(w, "attempt", row.name, phase, attempt, exc, None, reason, duration)
+            self._event(
+                w,
+                "attempt",
+                step=row.name,
+                phase=phase,
+                attempt=attempt,
+                error=exc,
+                reason=reason,
+                duration=duration,
+            )
             self._give_up(w, index, phase, reason, summary, now)
             return
         at = now + delay
@@ -384,19 +430,28 @@ class Transitions:
         run.status = S.COMPENSATING.value if comp else S.RETRYING.value
         run.due_at = at
         loaded.history.append(
-            (
-                run.run_id,
-                now,
-                row.name,
-                phase,
-                "failure",
-                attempt,
-                delay,
-                summary,
-                dumps({"next_retry_at": at}),
+            HistoryRow(
+                run_id=run.run_id,
+                at=now,
+                event="failure",
+                step=row.name,
+                phase=phase,
+                attempt=attempt,
+                delay=delay,
+                error=summary,
+                detail=dumps({"next_retry_at": at}),
             )
         )
-        self._event(w, "attempt", row.name, phase, attempt, exc, delay, None, duration)
+        self._event(
+            w,
+            "attempt",
+            step=row.name,
+            phase=phase,
+            attempt=attempt,
+            error=exc,
+            delay=delay,
+            duration=duration,
+        )
 
     def _throttled(self, w: Work, index: int, phase: str, exc: BaseException, now: float) -> None:
         """A throttle refused the call before it started: hold it as the core holds a refused
@@ -430,10 +485,28 @@ class Transitions:
         summary = error_summary(exc) if not isinstance(exc, Recorded) else row.last_error
         if attempt is not None:
             loaded.history.append(
-                (run.run_id, now, row.name, phase, "failure", attempt, None, summary, None)
+                HistoryRow(
+                    run_id=run.run_id,
+                    at=now,
+                    event="failure",
+                    step=row.name,
+                    phase=phase,
+                    attempt=attempt,
+                    error=summary,
+                )
             )
             # The attempt failed and its retry waits: held back, not given up.
-            self._event(w, "attempt", row.name, phase, attempt, exc, delay, reason, duration)
+            self._event(
+                w,
+                "attempt",
+                step=row.name,
+                phase=phase,
+                attempt=attempt,
+                error=exc,
+                delay=delay,
+                reason=reason,
+                duration=duration,
+            )
         at = now + delay
         row.running = False
         row.next_retry_at = at
@@ -446,20 +519,29 @@ class Transitions:
         row.dirty = True
         run.status = S.COMPENSATING.value if comp else S.RETRYING.value
         loaded.history.append(
-            (
-                run.run_id,
-                now,
-                row.name,
-                phase,
-                "hold",
-                attempt,
-                delay,
-                summary,
-                dumps({"next_retry_at": at, "reason": reason}),
+            HistoryRow(
+                run_id=run.run_id,
+                at=now,
+                event="hold",
+                step=row.name,
+                phase=phase,
+                attempt=attempt,
+                delay=delay,
+                error=summary,
+                detail=dumps({"next_retry_at": at, "reason": reason}),
             )
         )
         self._release(w, at, now)
-        self._event(w, "hold", row.name, phase, attempt or 0, exc, delay, reason, 0.0)
+        self._event(
+            w,
+            "hold",
+            step=row.name,
+            phase=phase,
+            attempt=attempt or 0,
+            error=exc,
+            delay=delay,
+            reason=reason,
+        )
 
     def _give_up(
         self, w: Work, index: int, phase: str, reason: str, summary: str | None, now: float
@@ -473,16 +555,14 @@ class Transitions:
         if summary is not None:
             row.last_error = summary
         loaded.history.append(
-            (
-                run.run_id,
-                now,
-                row.name,
-                phase,
-                "give_up",
-                None,
-                None,
-                summary,
-                dumps({"reason": reason}),
+            HistoryRow(
+                run_id=run.run_id,
+                at=now,
+                event="give_up",
+                step=row.name,
+                phase=phase,
+                error=summary,
+                detail=dumps({"reason": reason}),
             )
         )
         if phase == "compensation":
@@ -513,19 +593,14 @@ class Transitions:
             run.reason = why
             run.due_at = now
             w.loaded.history.append(
-                (
-                    run.run_id,
-                    now,
-                    None,
-                    None,
-                    "status",
-                    None,
-                    None,
-                    None,
-                    dumps({"status": "COMPENSATING"}),
+                HistoryRow(
+                    run_id=run.run_id,
+                    at=now,
+                    event="status",
+                    detail=dumps({"status": "COMPENSATING"}),
                 )
             )
-            self._event(w, "run", None, None, 0, None, None, reason, 0.0)
+            self._event(w, "run", reason=reason)
 
     def _finish(self, w: Work, status: Status, now: float, reason: str | None) -> None:
         run = w.loaded.run
@@ -534,46 +609,40 @@ class Transitions:
         run.updated_at = now
         self._release(w, None, now)
         w.loaded.history.append(
-            (
-                run.run_id,
-                now,
-                None,
-                None,
-                "status",
-                None,
-                None,
-                None,
-                dumps({"status": status.value}),
+            HistoryRow(
+                run_id=run.run_id, at=now, event="status", detail=dumps({"status": status.value})
             )
         )
-        self._event(w, "run", None, None, 0, None, None, reason, now - run.created_at)
+        self._event(w, "run", reason=reason, duration=now - run.created_at)
 
     def _event(
         self,
         w: Work,
         kind: Any,
-        step: str | None,
-        phase: str | None,
-        attempt: int,
-        error: BaseException | str | None,
-        delay: float | None,
-        reason: str | None,
-        duration: float,
+        *,
+        step: str | None = None,
+        phase: str | None = None,
+        attempt: int = 0,
+        error: BaseException | str | None = None,
+        delay: float | None = None,
+        reason: str | None = None,
+        duration: float = 0.0,
     ) -> None:
+        """Queue a hooks' event of *w*'s run (emitted once the transaction is committed)."""
         if self.notify:
             run = w.loaded.run
             w.events.append(
                 SagaEvent(
-                    kind,
-                    run.saga,
-                    run.run_id,
-                    step,
-                    phase,
-                    attempt,
-                    error,
-                    delay,
-                    reason,
-                    Status(run.status),
-                    duration,
+                    kind=kind,
+                    saga=run.saga,
+                    run_id=run.run_id,
+                    step=step,
+                    phase=phase,
+                    attempt=attempt,
+                    error=error,
+                    delay=delay,
+                    reason=reason,
+                    status=Status(run.status),
+                    duration=duration,
                 )
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from seawall._strategies.retry import RetryState
 from seawall.saga._model import Saga, SagaEvent, StepContext
@@ -28,8 +28,12 @@ class Pending:
     is_async: bool
 
 
-#: An attempt's outcome: (succeeded, its value or exception, seconds it took).
-Outcome = tuple[bool, Any, float]
+class Outcome(NamedTuple):
+    """How an attempt ended."""
+
+    ok: bool  # it returned (else it raised)
+    value: Any  # what it returned, or the exception it raised
+    duration: float  # seconds it took, on the worker's clock
 
 
 class Work:

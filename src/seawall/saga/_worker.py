@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Final, NamedTuple
 
 from seawall._core.clock import Clock, SystemClock
 from seawall._core.errors import error_summary
@@ -355,27 +355,22 @@ class Worker:
             self._transitions.advance(w, self.store.now())
         raise RuntimeError(f"run {run.run_id!r}: could not save")  # pragma: no cover
 
-    def _fenced(
-        self, w: Work, done: Pending, outcome: tuple[bool, Any, float], now: float
-    ) -> HistoryRow:
+    def _fenced(self, w: Work, done: Pending, outcome: Outcome, now: float) -> HistoryRow:
         """The history line of an attempt whose outcome is not recorded: its worker's lease
         was taken (fencing); the log still says what it did."""
-        ok, value, duration = outcome
-        error = None if ok else error_summary(value)
-        return (
-            w.loaded.run.run_id,
-            now,
-            done.ctx.step,
-            done.phase,
-            "fenced",
-            done.ctx.attempt,
-            None,
-            error,
-            dumps(
+        return HistoryRow(
+            run_id=w.loaded.run.run_id,
+            at=now,
+            event="fenced",
+            step=done.ctx.step,
+            phase=done.phase,
+            attempt=done.ctx.attempt,
+            error=None if outcome.ok else error_summary(outcome.value),
+            detail=dumps(
                 {
                     "worker": self.worker_id,
-                    "outcome": "success" if ok else "failure",
-                    "duration": round(duration, 6),
+                    "outcome": "success" if outcome.ok else "failure",
+                    "duration": round(outcome.duration, 6),
                 }
             ),
         )
