@@ -31,6 +31,7 @@ from seawall.saga._execution import Executor, Heartbeat
 from seawall.saga._hooks import Hook, emit
 from seawall.saga._model import Run, Saga, SagaEvent
 from seawall.saga._operations import ACTIVE, SETTLED, unknown_status
+from seawall.saga._outcomes import Outcomes
 from seawall.saga._rows import HistoryRow, Loaded, RunRow, dumps, to_run
 from seawall.saga._store import Store
 from seawall.saga._transitions import Transitions
@@ -117,7 +118,8 @@ class Worker:
         self._saga_names = tuple(versions)
         heartbeat = Heartbeat(lambda: self.store, lease, use_process=keeper)
         self._execution = Executor(clock, concurrency, heartbeat)
-        self._transitions = Transitions(lease, worker_id, bool(hooks))
+        self._outcomes = Outcomes(notify=bool(hooks))
+        self._transitions = Transitions(lease, worker_id, self._outcomes)
         # Decisions and attempts run in a context of the orchestrator's own: a durable run does
         # not inherit the ambient deadline or one_attempt() of whoever called run_due().
         self._context = contextvars.Context()
@@ -305,9 +307,9 @@ class Worker:
                 w.loaded.run.requested = asked.get(w.loaded.run.run_id)
                 done = w.pending
                 try:
-                    self._transitions.record(w, outcome, now)
+                    self._outcomes.record(w, outcome, now)
                 except Exception as exc:
-                    self._transitions.unreadable(w, exc, now)
+                    self._outcomes.unreadable(w, exc, now)
                 else:
                     self._transitions.advance_safely(w, now)
                 self._save(w)
