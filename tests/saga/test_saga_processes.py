@@ -66,7 +66,15 @@ def check_exactly_once(orch: saga.Orchestrator, log: list[dict[str, Any]], expec
             done = finished[(run.run_id, step.name, "action")]
             undone = finished[(run.run_id, step.name, "compensation")]
             if step.status in (saga.Status.SUCCEEDED, saga.Status.COMPENSATED):
-                assert done == 1, (run.run_id, step)
+                assert done == 1, (
+                    run.run_id,
+                    step,
+                    [e for e in log if e["run"] == run.run_id and e["step"] == step.name],
+                    [
+                        (h.event, h.step, h.attempt, dict(h.detail))
+                        for h in orch.history(run.run_id)
+                    ],
+                )
             else:
                 assert done == 0, (run.run_id, step)
             assert undone == (1 if step.status is saga.Status.COMPENSATED else 0), (
