@@ -268,10 +268,10 @@ def test_time_left_is_sent_as_the_timeout(server: Scripted) -> None:
     key = server.script(b"k", "ok")
     ch, stub = seawall_stub(server, seawall.RetryPolicy(), budget=None)
     with ch:
-        with seawall.deadline(2.0):
+        with seawall.deadline(20.0):
             assert stub(key) == b"ok:k"  # no timeout given: the deadline's time left is sent
         (seen,) = server.time_remaining
-        assert seen is not None and 1.0 < seen <= 2.01  # grpc-timeout rounding
+        assert seen is not None and 10.0 < seen <= 20.2  # grpc-timeout: rounded up to 0.1 s
         stub(key, timeout=0.5)  # the caller's own timeout, when shorter, is kept
         second = server.time_remaining[1]
         # grpc-timeout carries 8 digits: the server may read a hair more than was sent.
@@ -441,10 +441,10 @@ async def test_aio_throttling_and_deadline(server: Scripted) -> None:
         assert [server.attempts[k] for k in keys] == [3, 2] + [1] * 8
         ok = server.script(b"ok", "ok")
         server.time_remaining.clear()
-        async with seawall.deadline(2.0):
+        async with seawall.deadline(20.0):
             assert await ch.unary_unary(METHOD)(ok) == b"ok:ok"
         (seen,) = server.time_remaining
-        assert seen is not None and 1.0 < seen <= 2.01  # grpc-timeout rounding
+        assert seen is not None and 10.0 < seen <= 20.2  # grpc-timeout: rounded up to 0.1 s
 
 
 async def test_aio_gives_up_with_marks(server: Scripted) -> None:
