@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import random
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,6 +27,8 @@ import seawall
 import seawall.httpx
 import seawall.requests
 from seawall.http import DEFAULT_TOTAL_TIMEOUT, MIN_ATTEMPT_TIME
+
+TLS = ssl.create_default_context()
 
 # What a caller may see near a deadline: the answer, the policy's refusal to start an attempt,
 # or the library's timeout (the attempt started but its time ran out).
@@ -171,7 +174,9 @@ def test_time_lost_between_decision_and_send(server: Server, client_kind: str) -
                     session.mount("http://", seawall.requests.RetryAdapter(policy, budget=None))
                     response: Any = session.get(server.url + "/ok")
             else:
-                transport = seawall.httpx.RetryTransport(policy, budget=None)
+                # One certificate store for all (each default transport loads its own).
+                inner = httpx.HTTPTransport(verify=TLS)
+                transport = seawall.httpx.RetryTransport(policy, inner, budget=None)
                 with httpx.Client(transport=transport) as client:
                     response = client.get(server.url + "/ok")
             seen[f"HTTP {response.status_code}"] += 1
