@@ -479,8 +479,10 @@ async def test_aio_a_wait_that_overruns_the_deadline_leaves_the_last_status(
 
 
 async def test_aio_hedges_idempotent_methods_and_cancels_the_loser(server: Scripted) -> None:
-    """The first attempt of each key stalls on the server; the hedge sent after 50 ms answers,
-    and the stalled one is cancelled (the server sees its context go inactive)."""
+    """The first attempt of each key stalls on the server; the hedge sent after 1 s answers,
+    and the stalled one is cancelled (the server sees its context go inactive). The delay is
+    long enough that the first attempt reaches the server before its copy on a loaded machine
+    too (at 50 ms the copy sometimes came first, and stalled)."""
     stalled_cancelled = threading.Event()
     first_seen: set[bytes] = set()
 
@@ -499,7 +501,7 @@ async def test_aio_hedges_idempotent_methods_and_cancels_the_loser(server: Scrip
 
     server.on_attempt = stall_first
     key = server.script(b"hedged", "ok")
-    hedge = seawall.Hedge(delay=0.05, max_attempts=2)
+    hedge = seawall.Hedge(delay=1.0, max_attempts=2)
     interceptor = sg.AsyncRetryInterceptor(
         fast_policy(), budget=None, hedge=hedge, hedge_methods=[METHOD]
     )
