@@ -48,10 +48,13 @@ services:
 	fi
 
 # The whole suite, slow tests included, with branch coverage (the floor is fail_under in
-# pyproject.toml). For a quick run while working, skip the tests marked slow (the demo, goodput
-# on a real server) and coverage: .venv/bin/pytest -m "not slow"
+# pyproject.toml), on every core: pytest-xdist's workers take a test module each (--dist
+# loadscope), so that a module's fixtures are made once. For a quick run while working, skip
+# the tests marked slow (the demo, goodput on a real server) and coverage:
+# .venv/bin/pytest -m "not slow"
 unit: $(VENV)/.dev-installed services
-	$(BIN)/pytest --cov=seawall --cov-branch --cov-report=term-missing:skip-covered
+	$(BIN)/pytest -n auto --dist loadscope \
+	  --cov=seawall --cov-branch --cov-report=term-missing:skip-covered
 
 # Real-time proofs, each in a pytest run of its own: the WSGI goodput test, then a client fleet
 # and a shedding server under injected faults (about a minute of real time).
