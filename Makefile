@@ -30,7 +30,10 @@ typecheck: $(VENV)/.dev-installed
 
 # Servers the tests start themselves on loopback ports, and the headless Chromium (with its
 # driver) that tests/web drives, from Debian's packages: installed once (apt-get update, then one
-# install of whatever is missing), skipped when present.
+# install of whatever is missing), skipped when present. Without the recommended packages
+# (Chromium alone recommends over a hundred: a desktop's sound, printing, GPU drivers and
+# fonts): the headless browser runs without a GPU or a sandbox of its own (tests/web), and the
+# PostgreSQL server binaries come with the postgresql package's dependencies.
 services:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
@@ -41,14 +44,17 @@ services:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  echo "installing:$$missing"; \
-	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y $$missing; \
+	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y --no-install-recommends $$missing; \
 	fi
 
 # The whole suite, slow tests included, with branch coverage (the floor is fail_under in
-# pyproject.toml). For a quick run while working, skip the tests marked slow (the demo, goodput
-# on a real server) and coverage: .venv/bin/pytest -m "not slow"
+# pyproject.toml), on every core: pytest-xdist's workers take a test module each (--dist
+# loadscope), so that a module's fixtures are made once. For a quick run while working, skip
+# the tests marked slow (the demo, goodput on a real server) and coverage:
+# .venv/bin/pytest -m "not slow"
 unit: $(VENV)/.dev-installed services
-	$(BIN)/pytest --cov=seawall --cov-branch --cov-report=term-missing:skip-covered
+	$(BIN)/pytest -n auto --dist loadscope \
+	  --cov=seawall --cov-branch --cov-report=term-missing:skip-covered
 
 # Real-time proofs, each in a pytest run of its own: the WSGI goodput test, then a client fleet
 # and a shedding server under injected faults (about a minute of real time).

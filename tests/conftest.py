@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 import seawall.testing
 from backends import backend, run  # noqa: F401 - fixtures: the async backends
@@ -22,6 +23,14 @@ from seawall._policy import http as _http
 from seawall._strategies import deadline as _deadline
 from seawall.sim import _metrics as _sim_metrics
 from seawall.sim import _registry as _sim_registry
+
+# Hypothesis times each example against a deadline (200 ms) and the drawing of data against a
+# health check: both time the machine, and fail a property on a loaded one. The properties hold
+# or fail whatever the time they take (a test that needs a bound on time says so itself).
+settings.register_profile(
+    "seawall", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile("seawall")
 
 # Importing seawall.sim registered the built-in scenarios: every test starts with those only.
 _BUILT_IN_SCENARIOS = dict(_sim_registry.SCENARIOS)

@@ -10,7 +10,7 @@ import pytest
 
 import seawall
 
-SERVER_MAX = 1.0
+SERVER_MAX = 10.0
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -51,11 +51,12 @@ def get(url: str, headers: dict[str, str]) -> dict[str, float]:
 
 
 def test_the_server_sees_the_clients_time_left(url: str) -> None:
-    with seawall.deadline(0.5):
+    with seawall.deadline(5.0):
         headers = seawall.propagation.deadline_headers(margin=0.01)
         seen = get(url, headers)
-    # The client had 0.5 s, kept back 0.01 s; a local round trip takes far less than 0.2 s.
-    assert 0.29 < seen["allowed"] <= 0.49
+    # The client had 5 s, kept back 0.01 s; a local round trip takes far less than 2 s, on a
+    # loaded machine too.
+    assert 2.99 < seen["allowed"] <= 4.99
     assert seen["left"] <= seen["allowed"]
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -268,6 +269,9 @@ def use_nothing(obj: object, clock: seawall.VirtualClock) -> None:
     """Constructors whose objects are exercised against real servers elsewhere."""
 
 
+INNER = httpx.HTTPTransport()
+AINNER = httpx.AsyncHTTPTransport()
+
 # (constructor, valid keyword arguments, the exercise); the clock is injected where accepted.
 CONSTRUCTORS: dict[str, tuple[Callable[..., Any], dict[str, Any], Callable[..., None]]] = {
     "Backoff": (seawall.Backoff, {}, use_backoff),
@@ -329,10 +333,13 @@ CONSTRUCTORS: dict[str, tuple[Callable[..., Any], dict[str, Any], Callable[..., 
         use_nothing,
     ),
     "faults.FaultAdapter": (faults.FaultAdapter, {"plan": faults.FaultPlan([])}, use_nothing),
-    "RetryTransport": (seawall.httpx.RetryTransport, {}, use_nothing),
+    # One real inner transport each, built once: httpx's default one loads the certificate
+    # store (tens of milliseconds) on every construction, thousands of times here. A hostile
+    # value of `transport` itself replaces it.
+    "RetryTransport": (seawall.httpx.RetryTransport, {"transport": INNER}, use_nothing),
     "AsyncRetryTransport": (
         seawall.httpx.AsyncRetryTransport,
-        {"hedge": seawall.Hedge(0.1)},
+        {"hedge": seawall.Hedge(0.1), "transport": AINNER},
         use_nothing,
     ),
     "RetryAdapter": (seawall.requests.RetryAdapter, {}, use_nothing),

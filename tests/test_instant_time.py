@@ -118,6 +118,7 @@ def test_grace_is_validated() -> None:
 
 
 def test_the_fixture_makes_attempt_timeouts_instant(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile(
         """
 import asyncio, time
@@ -135,5 +136,5 @@ def test_hang(seawall_instant):
     assert time.monotonic() - start < 5.0
 """
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)

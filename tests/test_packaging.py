@@ -47,12 +47,15 @@ def test_wheel_and_sdist_build_and_install(tmp_path: pathlib.Path) -> None:
     assert {f"seawall/web/static/{n}" for n in ("index.html", "app.js", "style.css")} <= names
     for artefact in (wheels[0], sdists[0]):
         env = tmp_path / f"venv-{artefact.suffix}"
-        venv.create(env, with_pip=True)
+        # A fresh environment without pip of its own (ensurepip costs seconds per environment):
+        # this interpreter's pip installs into it (--python).
+        venv.create(env, with_pip=False)
         python = env / "bin" / "python"
         # The core has no dependencies: nothing but the artefact is installed (the sdist
         # builds with hatchling, which pip fetches for its build environment).
+        pip = [sys.executable, "-m", "pip", "--python", str(python)]
         subprocess.run(
-            [str(python), "-m", "pip", "install", "--no-deps", "-q", str(artefact)],
+            [*pip, "install", "--no-deps", "-q", str(artefact)],
             check=True,
             capture_output=True,
             text=True,

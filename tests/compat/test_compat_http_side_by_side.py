@@ -246,5 +246,7 @@ def test_docs_table_is_this_runs_figures(table: list[compat_tables.Row]) -> None
             a, b = shown["cells"][client], measured["cells"][client]
             where = f"{shown['case']} / {client}"
             assert (a["attempts"], a["result"]) == (b["attempts"], b["result"]), where
-            # Times drift on a shared machine: the page's must be this run's, roughly.
-            assert abs(a["seconds"] - b["seconds"]) <= 0.3 + 0.5 * a["seconds"], where
+            # Times drift on a shared machine: the page's must be this run's, roughly. A loaded
+            # machine only adds to a run's times (a few tenths of a second at load 10).
+            slack = 0.3 + 0.5 * a["seconds"]
+            assert -slack <= b["seconds"] - a["seconds"] <= slack + 0.3, where

@@ -8,11 +8,13 @@ Behaviours are chosen by path; counts are per (method, path) so that each test s
   (sent verbatim as Retry-After), ``overloaded=envoy|seawall``.
 - ``/reset-head/<n>``: the first n requests: half a status line, then a TCP reset.
 - ``/reset-body/<n>``: the first n requests: headers declaring 100 bytes, 10 bytes, then a reset.
-- ``/stall/<n>``: the first n requests: no answer for up to ``STALL_SECONDS``, then 200.
+- ``/stall/<n>``: the first n requests: no answer for up to ``STALL_SECONDS`` (then the
+  connection is closed); later ones: 200.
 - ``/drip-head/<n>``: the first n requests: the whole response (status line, headers, body) one
-  byte every ``DRIP_INTERVAL`` (~2 s in all, each read answered well within any read timeout).
-- ``/drip-body/<n>``: the first n requests: the headers at once (``Content-Length: 40``), then
-  the body one byte every ``DRIP_INTERVAL``.
+  byte every ``DRIP_INTERVAL`` (``DRIP_SECONDS`` in all, each read answered well within any
+  read timeout).
+- ``/drip-body/<n>``: the first n requests: the headers at once (``Content-Length:
+  DRIP_BYTES``), then the body one byte every ``DRIP_INTERVAL``.
 - ``/odd-length``: 200 whose ``Content-Length`` is ``\xb2`` (a superscript two: a "digit" to
   ``str.isdigit`` that ``int()`` refuses), then the body ``ok`` and a close.
 - ``/huge-length/<digits>``: 200 whose ``Content-Length`` is that many nines (past 4,300 digits
@@ -30,8 +32,24 @@ import struct
 import threading
 import urllib.parse
 
-STALL_SECONDS = 2.0
+# A stalled or dripping answer lasts 10 s (the test's end releases it at once), and a test that
+# times how soon its client gave up bounds it at WELL_BEFORE: at load 10 on two cores a client
+# cut at 0.3 s is free well within 5 s, and one that waited for the server is not.
+STALL_SECONDS = 10.0
 DRIP_INTERVAL = 0.05
+DRIP_BYTES = 200
+DRIP_SECONDS = DRIP_BYTES * DRIP_INTERVAL
+WELL_BEFORE = min(STALL_SECONDS, DRIP_SECONDS) / 2
+# The hedge delay of tests that need a quick answer to come before the copy, and a copy sent
+# after the first request to reach the server after it: loopback answers here take milliseconds,
+# but at load 10 on two cores one in a hundred takes half a second.
+HEDGE_DELAY = 1.0
+# The read timeout that turns a stall into a retry, when the retry must then be answered within
+# it: far shorter than the stall, longer than a loaded machine's slowest loopback answer.
+READ_TIMEOUT = 1.0
+#: The head /drip-head/<n> drips: DRIP_BYTES long, padded with a header.
+_DRIP_HEAD = b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nX-Pad: \r\n\r\ndripped"
+DRIP_HEAD = _DRIP_HEAD.replace(b"X-Pad: ", b"X-Pad: " + b"p" * (DRIP_BYTES - len(_DRIP_HEAD)))
 
 
 @dataclasses.dataclass
@@ -157,10 +175,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             state.release.wait(STALL_SECONDS)  # bounded: the client's read timeout is far shorter
             self.close_connection = True
         elif kind == "drip-head" and n <= int(parts[1]):
-            self._drip(b"", b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\ndripped")
+            self._drip(b"", DRIP_HEAD)
         elif kind == "drip-body" and n <= int(parts[1]):
-            head = b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n"
-            self._drip(head, b"d" * 40)
+            head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % DRIP_BYTES
+            self._drip(head, b"d" * DRIP_BYTES)
         elif kind == "huge-length":
             length = b"9" * int(parts[1])
             self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: " + length + b"\r\n\r\nok")

@@ -114,7 +114,7 @@ async def test_async_transport_follows_reload_and_hedges_from_the_route(
 ) -> None:
     file = tmp_path / "policies.toml"
     file.write_text(
-        '[routes.users]\nretry_policy = { num_retries = 1 }\nhedge = { delay = "50ms" }\n'
+        '[routes.users]\nretry_policy = { num_retries = 1 }\nhedge = { delay = "1s" }\n'
     )
     registry = seawall.config.PolicyRegistry(file, clock=clock, hooks=())
     transport = AsyncRetryTransport.from_route(
@@ -124,7 +124,8 @@ async def test_async_transport_follows_reload_and_hedges_from_the_route(
     assert transport.hedge.name == "users"
     async with httpx.AsyncClient(transport=transport, timeout=5.0) as c:
         r = await c.get(server.url + "/stall/1")
-        assert r.text == "ok after 2"  # the hedge answered; the stall would hold for 2 s
+        assert r.text == "ok after 2"
+        assert transport.hedge.wins == 1  # the copy answered; the stall would hold for 10 s
         file.write_text("[routes.users]\nretry_policy = { num_retries = 2 }\n")
         registry.reload()
         await c.get(server.url + "/flaky/9/503")

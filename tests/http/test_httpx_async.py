@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from seawall_test_server import Server
+from seawall_test_server import READ_TIMEOUT, Server
 
 import seawall
 from seawall._strategies.deadline import decode_request_deadline
@@ -109,7 +109,7 @@ async def test_reset_on_patch_is_not_retried(server: Server, clock: seawall.Virt
 
 
 async def test_read_timeout_is_retried(server: Server, clock: seawall.VirtualClock) -> None:
-    async with aclient(clock, timeout=httpx.Timeout(5.0, read=0.2)) as c:
+    async with aclient(clock, timeout=httpx.Timeout(5.0, read=READ_TIMEOUT)) as c:
         r = await c.get(server.url + "/stall/1")
     assert r.status_code == 200
     assert server.count("GET", "/stall/1") == 2

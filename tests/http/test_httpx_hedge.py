@@ -1,6 +1,6 @@
 """Hedged requests in AsyncRetryTransport, against a real server: the first response wins and
 the slow copy is cancelled, its connection closed. Real waits are small and bounded: the stalled
-request would hold for 2 s; the hedge answers after ~50 ms."""
+request would hold for 10 s; the copy goes after HEDGE_DELAY (1 s) and answers at once."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from seawall_test_server import Server
+from seawall_test_server import HEDGE_DELAY, READ_TIMEOUT, WELL_BEFORE, Server
 
 import seawall
 from seawall.httpx import AsyncRetryTransport
@@ -38,14 +38,14 @@ def transport(
 
 
 async def test_stalled_request_is_answered_by_its_hedge(server: Server) -> None:
-    hedge = seawall.Hedge(0.05)
+    hedge = seawall.Hedge(HEDGE_DELAY)
     outer, inner = transport(hedge, frozenset({"GET"}))
     started = time.monotonic()
     async with httpx.AsyncClient(transport=outer, timeout=5.0) as c:
         r = await c.get(server.url + "/stall/1")
         elapsed = time.monotonic() - started
         assert r.text == "ok after 2"  # the second copy's answer
-        assert elapsed < 1.0  # the stalled copy would have held for 2 s
+        assert elapsed < WELL_BEFORE  # the stalled copy would hold for 10 s
         assert server.count("GET", "/stall/1") == 2  # exactly one copy more
         assert (hedge.calls, hedge.hedges, hedge.wins) == (1, 1, 1)
         # The loser was cancelled and its connection dropped: only the winner's is left, idle.
@@ -70,7 +70,8 @@ async def test_methods_not_listed_are_not_hedged(server: Server) -> None:
     # PUT is idempotent but not listed: no copy; the read timeout makes it a plain retry.
     hedge = seawall.Hedge(0.05)
     outer, _ = transport(hedge, {"GET"})
-    async with httpx.AsyncClient(transport=outer, timeout=httpx.Timeout(5.0, read=0.3)) as c:
+    timeout = httpx.Timeout(5.0, read=READ_TIMEOUT)
+    async with httpx.AsyncClient(transport=outer, timeout=timeout) as c:
         r = await c.put(server.url + "/stall/1", content=b"v")
     assert r.text == "ok after 2"
     assert server.count("PUT", "/stall/1") == 2
@@ -78,7 +79,7 @@ async def test_methods_not_listed_are_not_hedged(server: Server) -> None:
 
 
 async def test_a_hedged_503_is_retried_by_the_policy(server: Server) -> None:
-    hedge = seawall.Hedge(0.05)
+    hedge = seawall.Hedge(HEDGE_DELAY)
     outer, _ = transport(hedge)
     async with httpx.AsyncClient(transport=outer, timeout=5.0) as c:
         r = await c.get(server.url + "/flaky/1/503")
@@ -90,7 +91,8 @@ async def test_kill_switch_stops_hedges(server: Server) -> None:
     hedge = seawall.Hedge(0.05, name="reads")
     outer, _ = transport(hedge)
     seawall.set_enabled(False, name="reads")
-    async with httpx.AsyncClient(transport=outer, timeout=httpx.Timeout(5.0, read=0.3)) as c:
+    timeout = httpx.Timeout(5.0, read=READ_TIMEOUT)
+    async with httpx.AsyncClient(transport=outer, timeout=timeout) as c:
         r = await c.get(server.url + "/stall/1")
     assert r.text == "ok after 2"  # the read timeout, then a retry; no hedge
     assert hedge.hedges == 0
@@ -98,7 +100,7 @@ async def test_kill_switch_stops_hedges(server: Server) -> None:
 
 async def test_shared_budget_is_not_counted_twice(server: Server) -> None:
     budget = seawall.RetryBudget()
-    hedge = seawall.Hedge(0.05, budget=budget)
+    hedge = seawall.Hedge(HEDGE_DELAY, budget=budget)
     outer, _ = transport(hedge, budget=budget)
     async with httpx.AsyncClient(transport=outer, timeout=5.0) as c:
         await c.get(server.url + "/ok")

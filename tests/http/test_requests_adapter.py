@@ -12,7 +12,7 @@ import pytest
 import requests
 import requests.adapters
 import urllib3
-from seawall_test_server import Server
+from seawall_test_server import READ_TIMEOUT, Server
 
 import seawall
 from seawall._core import validate
@@ -152,7 +152,7 @@ def test_streaming_caller_gets_the_body_unread(server: Server, clock: seawall.Vi
 
 def test_read_timeout_is_retried(server: Server, clock: seawall.VirtualClock) -> None:
     with session(clock) as s:
-        r = s.get(server.url + "/stall/1", timeout=(5, 0.2))
+        r = s.get(server.url + "/stall/1", timeout=(5, READ_TIMEOUT))
     assert r.status_code == 200
     assert server.count("GET", "/stall/1") == 2
 

@@ -268,10 +268,10 @@ def test_time_left_is_sent_as_the_timeout(server: Scripted) -> None:
     key = server.script(b"k", "ok")
     ch, stub = seawall_stub(server, seawall.RetryPolicy(), budget=None)
     with ch:
-        with seawall.deadline(2.0):
+        with seawall.deadline(20.0):
             assert stub(key) == b"ok:k"  # no timeout given: the deadline's time left is sent
         (seen,) = server.time_remaining
-        assert seen is not None and 1.0 < seen <= 2.01  # grpc-timeout rounding
+        assert seen is not None and 10.0 < seen <= 20.2  # grpc-timeout: rounded up to 0.1 s
         stub(key, timeout=0.5)  # the caller's own timeout, when shorter, is kept
         second = server.time_remaining[1]
         # grpc-timeout carries 8 digits: the server may read a hair more than was sent.
@@ -441,10 +441,10 @@ async def test_aio_throttling_and_deadline(server: Scripted) -> None:
         assert [server.attempts[k] for k in keys] == [3, 2] + [1] * 8
         ok = server.script(b"ok", "ok")
         server.time_remaining.clear()
-        async with seawall.deadline(2.0):
+        async with seawall.deadline(20.0):
             assert await ch.unary_unary(METHOD)(ok) == b"ok:ok"
         (seen,) = server.time_remaining
-        assert seen is not None and 1.0 < seen <= 2.01  # grpc-timeout rounding
+        assert seen is not None and 10.0 < seen <= 20.2  # grpc-timeout: rounded up to 0.1 s
 
 
 async def test_aio_gives_up_with_marks(server: Scripted) -> None:
@@ -479,8 +479,10 @@ async def test_aio_a_wait_that_overruns_the_deadline_leaves_the_last_status(
 
 
 async def test_aio_hedges_idempotent_methods_and_cancels_the_loser(server: Scripted) -> None:
-    """The first attempt of each key stalls on the server; the hedge sent after 50 ms answers,
-    and the stalled one is cancelled (the server sees its context go inactive)."""
+    """The first attempt of each key stalls on the server; the hedge sent after 1 s answers,
+    and the stalled one is cancelled (the server sees its context go inactive). The delay is
+    long enough that the first attempt reaches the server before its copy on a loaded machine
+    too (at 50 ms the copy sometimes came first, and stalled)."""
     stalled_cancelled = threading.Event()
     first_seen: set[bytes] = set()
 
@@ -499,7 +501,7 @@ async def test_aio_hedges_idempotent_methods_and_cancels_the_loser(server: Scrip
 
     server.on_attempt = stall_first
     key = server.script(b"hedged", "ok")
-    hedge = seawall.Hedge(delay=0.05, max_attempts=2)
+    hedge = seawall.Hedge(delay=1.0, max_attempts=2)
     interceptor = sg.AsyncRetryInterceptor(
         fast_policy(), budget=None, hedge=hedge, hedge_methods=[METHOD]
     )

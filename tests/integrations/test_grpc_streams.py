@@ -309,9 +309,11 @@ def test_a_failing_request_stream_fails_the_call_unretried(server: Scripted) -> 
 
     with ours(server) as channel, pytest.raises(grpc.RpcError) as info:
         channel.stream_unary(SUM)(broken(), timeout=5.0)
-    # grpcio's own answer to a request iterator that raises; the server saw no complete call.
+    # grpcio's own answer to a request iterator that raises, and no retry: the server saw at
+    # most the one call. (Whether it saw it is grpcio's race: the cancellation and the end of the
+    # server's request stream arrive together, and on a loaded machine the end may come first.)
     assert info.value.code() is CODES.UNKNOWN  # type: ignore[attr-defined]
-    assert server.attempts == {}
+    assert server.attempts in ({}, {b"broken": 1}), server.attempts
 
 
 def test_cancelled_stream_is_not_retried(server: Scripted) -> None:
@@ -358,13 +360,13 @@ def test_a_wait_that_overruns_the_deadline_leaves_the_last_stream_status(
 def test_time_left_is_sent_as_the_timeout_of_a_stream(server: Scripted) -> None:
     key = server.script(b"k", "ok")
     with ours(server, seawall.RetryPolicy()) as channel:
-        with seawall.deadline(2.0):
+        with seawall.deadline(20.0):
             assert len(list(channel.unary_stream(LINES)(key))) == 3
-        with seawall.deadline(2.0):
+        with seawall.deadline(20.0):
             assert channel.stream_unary(SUM)(iter([b"k", b"x"])) == b"k+x"
     first, second = server.time_remaining
     for seen in (first, second):
-        assert seen is not None and 1.0 < seen <= 2.01  # grpc-timeout rounding
+        assert seen is not None and 10.0 < seen <= 20.2  # grpc-timeout: rounded up to 0.1 s
 
 
 # -- request streams ------------------------------------------------------------------------------
@@ -605,10 +607,10 @@ async def test_aio_time_left_and_no_attempt_once_gone(server: Scripted) -> None:
     key = server.script(b"k", "ok")
     clock = seawall.VirtualClock()
     async with aio_ours(server, seawall.RetryPolicy()) as channel:
-        async with seawall.deadline(2.0):
+        async with seawall.deadline(20.0):
             assert len([m async for m in channel.unary_stream(LINES)(key)]) == 3
         (seen,) = server.time_remaining
-        assert seen is not None and 1.0 < seen <= 2.01
+        assert seen is not None and 10.0 < seen <= 20.2  # grpc-timeout: rounded up to 0.1 s
     async with aio_ours(server, fast_policy(clock=clock)) as channel:
         with seawall.deadline(1.0, clock=clock):
             clock.advance(2.0)

@@ -3,9 +3,9 @@
 
 Run: python tests/sim/metastable_server.py [--shed]; it prints its port on the first line.
 
-Two slots of 50 ms (40 requests/s at most) and a FIFO queue without a limit, that finishes the
+Two slots of 100 ms (20 requests/s at most) and a FIFO queue without a limit, that finishes the
 work of requests whose clients have gone. With --shed the same application runs behind
-seawall.server.LoadShedder (2 at a time, a queue of 4 for at most 0.1 s).
+seawall.server.LoadShedder (2 at a time, a queue of 4 for at most 0.2 s).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import uvicorn
 from seawall.server import LoadShedder
 
 
-def metastable_app(slots: int = 2, work: float = 0.05) -> Any:
+def metastable_app(slots: int = 2, work: float = 0.1) -> Any:
     semaphore: asyncio.Semaphore | None = None
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -40,7 +40,7 @@ def metastable_app(slots: int = 2, work: float = 0.05) -> Any:
 def main() -> None:
     app = metastable_app()
     if "--shed" in sys.argv:
-        app = LoadShedder(app, max_concurrency=2, max_queue=4, max_queue_wait=0.1)
+        app = LoadShedder(app, max_concurrency=2, max_queue=4, max_queue_wait=0.2)
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))

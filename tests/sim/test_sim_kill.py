@@ -86,7 +86,7 @@ def _kill_mid_run(engine: list[str], sig: signal.Signals, *, group: bool) -> Non
             proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == EXIT[sig]
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 30
         while any(_alive(p) for p in started) and time.monotonic() < deadline:
             time.sleep(0.1)
         survivors = [p.pid for p in started if _alive(p)]

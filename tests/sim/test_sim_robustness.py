@@ -184,7 +184,7 @@ def test_killing_the_command_stops_its_worker_processes(sig: int) -> None:
         time.sleep(0.5)  # let them take their cells
         proc.send_signal(sig)
         proc.wait(timeout=30)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while any(_alive(w) for w in workers) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not any(_alive(w) for w in workers)

@@ -156,7 +156,7 @@ def test_the_endpoints_on_the_served_page(page_url: str) -> None:
     assert storm == _views.storm_histogram(clients=50, jitter="decorrelated", multiplier=3.0)
     status, names = get(page_url + "api/experiments")
     assert [n["name"] for n in names] == list(_adapter.EXPERIMENTS)
-    with urllib.request.urlopen(page_url, timeout=10) as response:
+    with urllib.request.urlopen(page_url, timeout=60) as response:
         page = response.read().decode()
     assert '<script src="/static/app.js"' in page
     assert "http" not in page.split("<body>", 1)[1].replace("http://www.w3.org", "")
@@ -168,7 +168,7 @@ def test_the_page_and_its_assets_are_served(app_url: str) -> None:
         ("static/app.js", "javascript"),
         ("static/style.css", "css"),
     ]:
-        with urllib.request.urlopen(app_url + path, timeout=10) as response:
+        with urllib.request.urlopen(app_url + path, timeout=60) as response:
             assert kind in response.headers["Content-Type"]
             assert response.read()
     status, data = get(app_url + "api/storm?clients=20&jitter=all&bins=10")
@@ -260,6 +260,6 @@ def test_demo_web_serves_the_page_too() -> None:
         assert [n["name"] for n in names] == list(_adapter.EXPERIMENTS)
     finally:
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=10) == 130  # Ctrl-C: stopped, as the shell reports it
+        assert process.wait(timeout=60) == 130  # Ctrl-C: stopped, as the shell reports it
         if process.stdout is not None:
             process.stdout.close()

@@ -19,11 +19,13 @@ pytest_plugins = ("web_fixtures",)
 
 pytestmark = pytest.mark.slow
 
-WAIT = 15.0  # seconds for the page to fetch and draw; far more than it takes
+# Seconds for the page to fetch and draw, and for an endpoint to answer: far more than they take
+# (a few seconds at most at load 10 on two cores, under coverage); only a failure waits this long.
+WAIT = 60.0
 
 
 def api(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=30) as response:
+    with urllib.request.urlopen(url, timeout=2 * WAIT) as response:
         return json.load(response)
 
 

@@ -63,7 +63,7 @@ def page_url() -> Iterator[str]:
         assert process.stdout is not None
         line = process.stdout.readline()  # the server listens before it prints this line
         if not line:
-            _, err = process.communicate(timeout=10)
+            _, err = process.communicate(timeout=60)
             pytest.fail(f"seawall web printed nothing; stderr: {err}")
         words = [w for w in line.split() if w.startswith("http://127.0.0.1:")]
         assert words, line
@@ -72,7 +72,7 @@ def page_url() -> Iterator[str]:
         # Ctrl-C, as a person stops it: the command exits cleanly (and coverage is saved).
         process.send_signal(signal.SIGINT)
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=60)
         except subprocess.TimeoutExpired:  # pragma: no cover - a server that ignores SIGTERM
             process.kill()
             process.wait()
@@ -136,7 +136,7 @@ def chromium() -> Iterator[Any]:
         driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
     except Exception as err:
         _unavailable(f"Chromium could not start: {err}")
-    driver.set_page_load_timeout(30)
+    driver.set_page_load_timeout(120)
     try:
         yield driver
     finally:
