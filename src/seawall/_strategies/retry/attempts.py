@@ -19,14 +19,13 @@ from seawall._strategies.deadline import (
     _DEADLINE,
     install,
 )
-
-__all__ = ["Attempt", "Attempts"]
-
 from seawall._strategies.retry.drivers import _timed_out
 
 if TYPE_CHECKING:
     from seawall._strategies.retry.policy import RetryPolicy
     from seawall._strategies.retry.state import RetryState
+
+__all__ = ["Attempt", "Attempts"]
 
 
 P = ParamSpec("P")

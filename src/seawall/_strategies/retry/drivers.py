@@ -21,14 +21,13 @@ from seawall._strategies.deadline import (
     _DEADLINE,
     install,
 )
-
-__all__ = ["acall_retrying", "call_retrying"]
-
 from seawall._strategies.retry.state import _INF, RetryState
 
 if TYPE_CHECKING:
     from seawall._strategies.retry.policy import RetryPolicy
     from seawall._strategies.retry.statistics import RetryStatistics
+
+__all__ = ["acall_retrying", "call_retrying"]
 
 
 P = ParamSpec("P")

@@ -21,12 +21,12 @@ from seawall._core.events import INFO, WARNING, logger
 from seawall._core.public import public
 from seawall._core.redact import redact_text
 
-__all__ = ["AttemptRecord", "GiveUpReason", "Hook", "Outcome", "RetryEvent", "logging_hook"]
-
 if TYPE_CHECKING:
     # At run time the budget module is imported by the first policy given a budget: a policy
     # without one (the first @seawall.retry of most programs) does not load it.
     from seawall._strategies.budget import Budget
+
+__all__ = ["AttemptRecord", "GiveUpReason", "Hook", "Outcome", "RetryEvent", "logging_hook"]
 
 
 P = ParamSpec("P")

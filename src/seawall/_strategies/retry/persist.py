@@ -19,14 +19,13 @@ from seawall._core.errors import (
     SUMMARY_LIMIT,
     error_summary,
 )
-
-__all__ = ["SNAPSHOT_VERSION", "restore", "snapshot"]
-
 from seawall._strategies.retry.events import _GIVE_UP_REASONS
 
 if TYPE_CHECKING:
     from seawall._strategies.retry.policy import RetryPolicy
     from seawall._strategies.retry.state import RetryState
+
+__all__ = ["SNAPSHOT_VERSION", "restore", "snapshot"]
 
 
 P = ParamSpec("P")

@@ -37,18 +37,22 @@ from seawall._core.events import check_hooks
 from seawall._core.public import public
 from seawall._strategies.backoff import DEFAULT_BACKOFF, Backoff
 from seawall._strategies.deadline import (
+    _DEADLINE,
+    SCOPES,
     call_deadline,
 )
-
-__all__ = ["RetryPolicy", "RetryingFunction", "RetryingMethod", "retry"]
-
 from seawall._strategies.retry.attempts import Attempts
-from seawall._strategies.retry.drivers import acall_retrying, call_retrying
+from seawall._strategies.retry.drivers import (
+    _COROUTINE,
+    _check_awaited,
+    _refuse_coroutine,
+    acall_retrying,
+    call_retrying,
+)
 from seawall._strategies.retry.events import Hook, Outcome, logging_hook
 from seawall._strategies.retry.first_attempt import (
     _bound_first_attempt,
     _first_attempts,
-    _install_first_attempt_methods,
     _Runner,
 )
 from seawall._strategies.retry.state import _SMALLEST_TIME, RetryState
@@ -59,6 +63,8 @@ if TYPE_CHECKING:
     # without one (the first @seawall.retry of most programs) does not load it.
     from seawall._strategies.budget import Budget
 
+__all__ = ["RetryPolicy", "RetryingFunction", "RetryingMethod", "retry"]
+
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -67,6 +73,8 @@ S = TypeVar("S")
 Q = ParamSpec("Q")
 
 
+# The ambient deadline's reader (a bound method, read once).
+_ambient: Final = _DEADLINE.get
 # Transient errors of the standard library and of the popular HTTP clients, by name.
 _DEFAULT_RETRY_ON: RetryOn = is_transient
 _DEFAULT_HOOKS: tuple[Hook, ...] = (logging_hook,)
@@ -341,8 +349,30 @@ class RetryPolicy:
                 how many attempts were made and why the policy gave up.
             DeadlineExceeded: the deadline left too little time to start an attempt.
         """
-        result: T = self._first(fn, args, kwargs)
-        return result
+        # The first attempt without bookkeeping (see the first_attempt module): no RetryState
+        # unless it fails. The decorators and call()'s runner (self._first) run the same path,
+        # instantiated from one template; a test holds them to this method.
+        if not self._fast or (SCOPES.used and _ambient() is not None):
+            return self._call_retrying(fn, args, kwargs, None)  # the deadline shapes attempts
+        before, after = self._before, self._after
+        if before is not None:
+            before()
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            error = exc
+        else:
+            if type(result) is _COROUTINE:
+                _refuse_coroutine(fn, result)
+            if after is not None:
+                after()
+            return result
+        # Outside the `except`, so that the retries' own errors are not raised while handling
+        # this one; and not left in this frame (the error's traceback holds it): no cycle.
+        try:
+            return self._call_retrying(fn, args, kwargs, error)
+        finally:
+            error = None  # type: ignore[assignment]
 
     def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T]:
         """Like :meth:`call`, but return an :class:`Outcome` instead of raising ``Exception``s."""
@@ -364,8 +394,24 @@ class RetryPolicy:
         ``attempt_timeout`` and deadlines are enforced by cancelling the attempt; the caller's own
         cancellation is never retried.
         """
-        result: T = await self._afirst(fn, args, kwargs)
-        return result
+        if not self._fast or (SCOPES.used and _ambient() is not None):
+            return await self._acall_retrying(fn, args, kwargs, None)
+        before, after = self._before, self._after
+        if before is not None:
+            before()
+        try:
+            result = await fn(*args, **kwargs)
+        except Exception as exc:
+            _check_awaited(fn, exc)
+            error = exc
+        else:
+            if after is not None:
+                after()
+            return result
+        try:
+            return await self._acall_retrying(fn, args, kwargs, error)
+        finally:
+            error = None  # type: ignore[assignment]
 
     async def arun(
         self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
@@ -490,6 +536,3 @@ def retry(fn: Callable[..., Any] | None = None, /, **kwargs: Any) -> Any:
             raise TypeError("retry() takes either a function or keyword arguments, not both")
         return RetryPolicy()(fn)
     return RetryPolicy(**kwargs)
-
-
-_install_first_attempt_methods(RetryPolicy)

@@ -35,9 +35,6 @@ from seawall._core.switch import ISOLATED, ONE_ATTEMPT, SWITCH
 from seawall._strategies.deadline import (
     attempt_deadline,
 )
-
-__all__ = ["MIN_HOLD", "RetryState"]
-
 from seawall._strategies.retry import persist as _persist
 from seawall._strategies.retry.events import AttemptRecord, GiveUpReason, Outcome, RetryEvent
 
@@ -46,6 +43,8 @@ if TYPE_CHECKING:
     # without one (the first @seawall.retry of most programs) does not load it.
     from seawall._strategies.budget import Budget
     from seawall._strategies.retry.policy import RetryPolicy
+
+__all__ = ["MIN_HOLD", "RetryState"]
 
 
 P = ParamSpec("P")

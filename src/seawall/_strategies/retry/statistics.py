@@ -13,11 +13,10 @@ from typing import (
 
 from seawall._core.public import public
 
-__all__ = ["RetryStatistics"]
-
-
 if TYPE_CHECKING:
     from seawall._strategies.retry.state import RetryState
+
+__all__ = ["RetryStatistics"]
 
 
 P = ParamSpec("P")
