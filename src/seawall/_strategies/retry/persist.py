@@ -42,21 +42,7 @@ SNAPSHOT_VERSION: Final = 2
 def snapshot(
     state: RetryState, *, now: float | None = None, wall_now: float | None = None
 ) -> dict[str, Any]:
-    """The state as JSON-compatible data, with times on the wall clock (seconds since the
-    epoch, UTC), for a durable driver to store and :meth:`restore` in another process.
-
-    Args:
-        now: the policy clock's reading (default: read it).
-        wall_now: the wall clock's reading at the same moment (default: ``time.time()``).
-
-    Returns:
-        ``{"version", "attempts", "total_delay", "previous_delay", "started_at",
-        "deadline_at", "next_retry_at", "last_error", "reason", "holds"}``:
-        ``deadline_at`` and ``next_retry_at`` are ``None`` when there is none;
-        ``last_error`` is ``"Type: message"`` (at most 500 characters) or ``None``;
-        ``holds`` counts the budget's refusals in a row while a retry is deferred
-        (:meth:`defer`).
-    """
+    """The data of :meth:`RetryState.snapshot`."""
     if now is None:
         now = state.policy._clock.now()
     if wall_now is None:
@@ -86,15 +72,7 @@ def restore(
     wall_now: float | None = None,
     defer_refusals: bool = False,
 ) -> RetryState:
-    """Continue a call from a :meth:`snapshot` (the budget's ``on_request`` is not called
-    again: it is the same logical call).
-
-    The data is untrusted (a database row, maybe written by a newer version): a newer
-    format is refused, and every field is checked.
-
-    Raises:
-        ValueError: *data* is not a snapshot this version can read.
-    """
+    """The state of :meth:`RetryState.restore`; *data* is untrusted, every field checked."""
     if not isinstance(data, Mapping):
         raise ValueError(f"a retry state snapshot must be a mapping, got {data!r}")
     version = data.get("version")

@@ -416,7 +416,19 @@ class RetryState:
     ) -> dict[str, Any]:
         """The state as JSON-compatible data, with times on the wall clock (seconds since the
         epoch, UTC), for a durable driver to store and :meth:`restore` in another process.
-        See :func:`seawall._strategies.retry.persist.snapshot` for the fields."""
+
+        Args:
+            now: the policy clock's reading (default: read it).
+            wall_now: the wall clock's reading at the same moment (default: ``time.time()``).
+
+        Returns:
+            ``{"version", "attempts", "total_delay", "previous_delay", "started_at",
+            "deadline_at", "next_retry_at", "last_error", "reason", "holds"}``:
+            ``deadline_at`` and ``next_retry_at`` are ``None`` when there is none;
+            ``last_error`` is ``"Type: message"`` (at most 500 characters) or ``None``;
+            ``holds`` counts the budget's refusals in a row while a retry is deferred
+            (:meth:`defer`).
+        """
         return _persist.snapshot(self, now=now, wall_now=wall_now)
 
     @classmethod
