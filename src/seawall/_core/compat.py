@@ -148,7 +148,7 @@ class _Skipping:
 def timeout_after(seconds: float) -> Any:
     """:func:`timeout_at` *seconds* from now on the running loop (a negative value: at once);
     on trio, a cancel scope with the same behaviour. Inside ``testing.instant()``, armed for
-    at most its grace in real time (see :class:`~seawall._core.clock._Instant`)."""
+    at most its grace in real time (see :class:`~seawall._core.runtime.Instant`)."""
     real, skip = TESTING.bounded(seconds)
     if running_trio():
         scope: Any = _TrioTimeout(real)

@@ -6,11 +6,11 @@ import contextvars
 import dataclasses
 import math
 import sys
-import threading
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Final, NamedTuple, Protocol
 
+from seawall._core import runtime as _runtime
 from seawall._core import validate as _validate
 from seawall._core.clock import SYSTEM_CLOCK, TESTING, Clock
 from seawall._core.errors import DeadlineExceeded
@@ -80,27 +80,14 @@ class Deadline(NamedTuple):
         return self.clock.now() >= self.at
 
 
-_DEADLINE: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar(
-    "seawall_deadline", default=None
-)
+# The ambient deadline: process-wide state, kept in the runtime module.
+_DEADLINE: contextvars.ContextVar[Deadline | None] = _runtime.DEADLINE
 # Bound once: policies call this on every call to see whether an ambient deadline applies.
 current_deadline = _DEADLINE.get
 
 
-class _Scopes:
-    """Whether a deadline has ever been made ambient in this process (by :func:`install`, the
-    only writer of the variable). Until then it holds its default in every context, and a hot
-    path may skip reading it: a context variable never set costs a lookup in the context's
-    map on every read (a few percent of a call that succeeds at once). Set once, never reset,
-    so a reader in any thread stays correct."""
-
-    __slots__ = ("used",)
-
-    def __init__(self) -> None:
-        self.used = False
-
-
-SCOPES: Final = _Scopes()
+# Whether a deadline has ever been made ambient (install() sets it): a latch of the runtime.
+SCOPES: Final = _runtime.SCOPES
 
 
 def remaining() -> float:
@@ -527,17 +514,7 @@ class DeadlineHeaderCounts:
     clamped: int = 0
 
 
-class _Counters:
-    __slots__ = ("accepted", "clamped", "invalid", "lock")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.accepted = 0
-        self.invalid = 0
-        self.clamped = 0
-
-
-_COUNTERS = _Counters()
+_COUNTERS: Final = _runtime.HEADER_COUNTS
 
 
 def deadline_header_counts() -> DeadlineHeaderCounts:
