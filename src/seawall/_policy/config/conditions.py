@@ -6,13 +6,16 @@ import asyncio
 import dataclasses
 import errno
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from seawall._core.classify import is_refused_stream, is_transient
-
-if TYPE_CHECKING:
-    pass
-
+from seawall._core.known_errors import (
+    CONNECT_CLASSES,
+    CONNECT_ERRNOS,
+    NEVER_RETRIED_NAMES,
+    TIMEOUT_CLASSES,
+    class_names,
+)
 
 __all__ = [
     "ERROR_CONDITIONS",
@@ -33,47 +36,13 @@ __all__ = [
 # (refused, connect timeout). Python's clients raise their own classes for these: they are
 # recognised by name, as the default retry_on does, so none is imported.
 
-# Connection-level errnos of a connection that was never made.
-_CONNECT_ERRNOS: Final = frozenset(
-    getattr(errno, name)
-    for name in ("ECONNREFUSED", "ENETUNREACH", "EHOSTUNREACH", "ENETDOWN", "EHOSTDOWN")
-    if hasattr(errno, name)
-)
-_CONNECT_CLASSES: Final = frozenset(
-    {
-        ("httpx", "ConnectError"),
-        ("httpx", "ConnectTimeout"),
-        ("requests", "ConnectTimeout"),
-        ("urllib3", "NewConnectionError"),
-        ("urllib3", "ConnectTimeoutError"),
-        ("aiohttp", "ClientConnectorError"),
-        ("aiohttp", "ConnectionTimeoutError"),
-    }
-)
-_TIMEOUT_CLASSES: Final = frozenset(
-    {
-        ("httpx", "TimeoutException"),
-        ("requests", "Timeout"),
-        ("urllib3", "TimeoutError"),
-        ("aiohttp", "ServerTimeoutError"),
-    }
-)
+# The classes and errnos of each condition: the table of error knowledge by class name.
+_CONNECT_ERRNOS: Final = CONNECT_ERRNOS
+_CONNECT_CLASSES: Final = CONNECT_CLASSES
+_TIMEOUT_CLASSES: Final = TIMEOUT_CLASSES
 # A retry repeats these, whatever their base classes say.
-_NEVER: Final = ("SSLError", "Certificate", "InvalidURL", "UnsupportedProtocol")
-
-
-_NAMES: dict[type, frozenset[tuple[str, str]]] = {}
-_NAMES_LIMIT: Final = 4096  # classes made at runtime must not grow the cache without bound
-
-
-def _names(cls: type) -> frozenset[tuple[str, str]]:
-    """``(top-level package, class name)`` of every class in *cls*'s hierarchy."""
-    names = _NAMES.get(cls)
-    if names is None:
-        names = frozenset((c.__module__.partition(".")[0], c.__name__) for c in cls.__mro__)
-        if len(_NAMES) < _NAMES_LIMIT:
-            _NAMES[cls] = names
-    return names
+_NEVER: Final = NEVER_RETRIED_NAMES
+_names = class_names
 
 
 def _excluded(names: frozenset[tuple[str, str]]) -> bool:

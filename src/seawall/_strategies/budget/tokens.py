@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from seawall._core.known_errors import named_like_throttling, named_like_timeout
 from seawall._core.public import public
 from seawall._strategies.budget.common import _count, _positive, milli_tokens
 from seawall._strategies.budget.protocol import FirstAttempt
@@ -106,21 +107,15 @@ def _looks_like_timeout(error: BaseException) -> bool:
     ``requests.Timeout``) that do not derive from ``TimeoutError``; matching the class names in
     the MRO recognises them without importing those libraries.
     """
-    if isinstance(error, TimeoutError):
-        return True
-    return any("Timeout" in cls.__name__ for cls in type(error).__mro__)
+    return isinstance(error, TimeoutError) or named_like_timeout(type(error))
 
 
-@public("seawall")
 def _looks_like_throttling(error: BaseException) -> bool:
     """Whether *error* says "slow down": an HTTP 429, or a class named like throttling
     (``ThrottlingException``, ``TooManyRequestsException``, ...)."""
     if getattr(error, "status", None) == 429 or getattr(error, "status_code", None) == 429:
         return True
-    return any(
-        "Throttl" in cls.__name__ or "TooManyRequests" in cls.__name__
-        for cls in type(error).__mro__
-    )
+    return named_like_throttling(type(error))
 
 
 def _aws_standard_cost(error: BaseException) -> int:
