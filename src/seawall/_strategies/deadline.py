@@ -291,9 +291,9 @@ class deadline:
         left = new.remaining()
         if math.isfinite(left):
             # Only async code reaches here: a plain import never loads asyncio.
-            from seawall._core.compat import timeout_after
+            from seawall._core.compat import TimeoutScope
 
-            self._timeout = timeout_after(left)
+            self._timeout = TimeoutScope(left, self._passed)
             await self._timeout.__aenter__()
         return new
 
@@ -306,16 +306,17 @@ class deadline:
         timeout, self._timeout = self._timeout, None
         try:
             if timeout is not None:
-                try:
-                    await timeout.__aexit__(exc_type, exc, tb)
-                except TimeoutError as err:
-                    if isinstance(exc, DeadlineExceeded):
-                        raise exc from None
-                    raise DeadlineExceeded(
-                        f"deadline of {self.deadline!r} passed; the work was cancelled"
-                    ) from err
+                await timeout.__aexit__(exc_type, exc, tb)
         finally:
             self._exit()
+
+    def _passed(
+        self, error: TimeoutError, exc: BaseException | None, expired: bool
+    ) -> BaseException:
+        # The deadline passed: said as DeadlineExceeded (one raised inside stays as it is).
+        if isinstance(exc, DeadlineExceeded):
+            return exc
+        return DeadlineExceeded(f"deadline of {self.deadline!r} passed; the work was cancelled")
 
 
 # -- propagation across hops: header codecs -----------------------------------------------------

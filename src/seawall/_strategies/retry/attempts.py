@@ -60,10 +60,10 @@ class Attempt:
     async def __aenter__(self) -> Attempt:
         self.__enter__()
         if self._deadline != math.inf:
-            from seawall._core.compat import timeout_after
+            from seawall._core.compat import TimeoutScope  # here: no asyncio import for sync users
 
             self._seconds = self._deadline - self._attempts._policy._clock.now()
-            self._timeout = timeout_after(self._seconds)
+            self._timeout = TimeoutScope(self._seconds, self._timed_out)
             await self._timeout.__aenter__()
         return self
 
@@ -78,12 +78,17 @@ class Attempt:
             try:
                 await timeout.__aexit__(exc_type, exc, tb)
             except TimeoutError as err:
-                # Our own cancellation at the attempt's deadline: a slow attempt.
-                err.args = (_timed_out(self._attempts._policy, self.number)(self._seconds),)
                 if self.__exit__(TimeoutError, err, err.__traceback__):
                     return True
                 raise
         return self.__exit__(exc_type, exc, tb)
+
+    def _timed_out(
+        self, error: TimeoutError, exc: BaseException | None, expired: bool
+    ) -> BaseException:
+        # The cancellation at the attempt's deadline: a slow attempt, said in its terms.
+        error.args = (_timed_out(self._attempts._policy, self.number)(self._seconds),)
+        return error
 
     def __enter__(self) -> Attempt:
         clock = self._attempts._policy._clock
