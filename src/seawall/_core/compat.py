@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
-from seawall._core.clock import TESTING
+from seawall._core.runtime import TESTING
 
 __all__ = [
     "checkpoint",
