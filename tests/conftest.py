@@ -1,10 +1,11 @@
 """Every test starts from the same process-wide state, and leaves none behind.
 
-seawall keeps a few things per process on purpose: the kill switch, the testing mode of
+seawall keeps a few things per process on purpose (the kill switch, the testing mode of
 ``seawall.testing.instant()``, one retry budget per HTTP host, the counters of deadline headers
-read by servers, and the simulator's scenario registry. A test that changes one of them (or
-fails half-way through a ``try``/``finally``) must not change the next test's outcome, so this
-file resets all of them around every test; test files do not reset them themselves.
+read by servers, the latches of its hot paths, the simulator's scenario registry): all of it in
+or known to ``seawall._core.runtime``. A test that changes one of them (or fails half-way through
+a ``try``/``finally``) must not change the next test's outcome, so this file resets all of them
+around every test, with the runtime's one ``reset()``; test files do not reset them themselves.
 """
 
 from __future__ import annotations
@@ -15,14 +16,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-import seawall.testing
+import seawall.sim  # noqa: F401 - its built-in scenarios are registered before the first reset
 from backends import backend, run  # noqa: F401 - fixtures: the async backends
-from seawall._core.clock import TESTING
-from seawall._core.switch import SWITCH
+from seawall._core import runtime
 from seawall._policy import http as _http
-from seawall._strategies import deadline as _deadline
-from seawall.sim import _metrics as _sim_metrics
-from seawall.sim import _registry as _sim_registry
 
 # Hypothesis times each example against a deadline (200 ms) and the drawing of data against a
 # health check: both time the machine, and fail a property on a loaded one. The properties hold
@@ -32,30 +29,13 @@ settings.register_profile(
 )
 settings.load_profile("seawall")
 
-# Importing seawall.sim registered the built-in scenarios: every test starts with those only.
-_BUILT_IN_SCENARIOS = dict(_sim_registry.SCENARIOS)
-
 
 def reset_process_state() -> None:
     """Put every piece of seawall's process-wide state back as a fresh process has it."""
-    # The kill switch (whatever SEAWALL_RETRIES says in the shell that runs the suite: the
-    # tests of the variable run in a subprocess), instant() blocks, the per-host HTTP budgets
-    # (each test's server, a new port or an old one reused, starts with a fresh budget) and the
-    # deadline-header counters: what seawall.testing.reset() offers users too.
-    seawall.testing.reset()
-    assert SWITCH.enabled and not SWITCH.disabled_names and TESTING.instant == 0
-    assert not _http._HOST_BUDGETS and _deadline._COUNTERS.accepted == 0
-    # The ambient deadline of the main thread's context (a scope a test entered and never left).
-    _deadline._DEADLINE.set(None)
-    # No override block nor deadline scope used yet, as in a fresh process: the HTTP
-    # integrations look their first-attempt record up themselves (see Policies.first) until a
-    # test enters one.
-    _http.OVERRIDES.used = False
-    _deadline.SCOPES.used = False
-    # The simulator: the built-in scenarios only, and no collect_metrics() block open.
-    _sim_registry.SCENARIOS.clear()
-    _sim_registry.SCENARIOS.update(_BUILT_IN_SCENARIOS)
-    _sim_metrics._hook = None
+    runtime.reset()
+    assert runtime.SWITCH.enabled and not runtime.SWITCH.disabled_names
+    assert runtime.TESTING.instant == 0 and runtime.HEADER_COUNTS.accepted == 0
+    assert not runtime.SCOPES.used and runtime.DEADLINE.get() is None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -72,7 +72,7 @@ def test_no_sphinx_role_is_left_in_any_docstring(converted: dict[str, str]) -> N
 def test_roles_link_to_the_public_path_and_outside_names_stay_code(
     converted: dict[str, str],
 ) -> None:
-    text = converted["seawall._strategies.retry.RetryPolicy"]
+    text = converted["seawall._strategies.retry.policy.RetryPolicy"]
     # :class:`~seawall.RetryBudget` shows the last name and links to the documented path.
     assert "[`RetryBudget`][seawall.RetryBudget]" in text
     # :class:`random.Random` is the standard library's: plain code, no link to resolve.
@@ -257,7 +257,7 @@ def test_special_members_are_left_out(referenced: Any) -> None:
     ]
     assert dunders == []
     # What a class offers stays.
-    assert "run" in referenced["_strategies.retry.RetryPolicy"].members
+    assert "run" in referenced["_strategies.retry.policy.RetryPolicy"].members
 
 
 def test_the_top_level_page_lists_every_name_once_the_main_ones_first() -> None:

@@ -20,12 +20,23 @@ PUBLIC_MODULES = (
     "seawall.propagation",
     "seawall.config",
     "seawall.http",
+    "seawall.testing",
+    "seawall.faults",
+    "seawall.instrumentation",
+    "seawall.server",
+    "seawall.grpc",
+    "seawall.redis",
+    "seawall.httpx",
+    "seawall.requests",
+    "seawall.aiohttp",
+    "seawall.web",
 )
+# Not yet: seawall.saga and seawall.sim, whose classes still show their private modules.
 
 
 @pytest.mark.parametrize("name", PUBLIC_MODULES)
 def test_public_classes_show_a_public_module(name: str) -> None:
-    module = importlib.import_module(name)
+    module = pytest.importorskip(name)  # the integrations need their extras
     private = []
     for attr in module.__all__:
         obj = getattr(module, attr)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import threading
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
+from seawall._core import runtime as _runtime
 from seawall._core import validate as _validate
 from seawall._core.aio import VirtualEventLoop
 from seawall._core.clock import DEFAULT_GRACE, TESTING, VirtualClock
@@ -16,7 +16,7 @@ from seawall._core.clock import DEFAULT_GRACE, TESTING, VirtualClock
 __all__ = ["VirtualClock", "VirtualEventLoop", "instant", "reset", "run", "trio_clock"]
 
 T = TypeVar("T")
-_INSTANT_LOCK = threading.Lock()
+_INSTANT_LOCK = _runtime.INSTANT_LOCK
 
 
 @contextlib.contextmanager
@@ -60,21 +60,8 @@ def reset() -> None:
     long suite as the shared budget fills), and the counters of deadline headers read by
     servers. The pytest plugin's ``seawall_reset`` fixture calls it around a test.
     """
-    from seawall._core.switch import SWITCH
-    from seawall._policy import http as _http
-    from seawall._strategies import deadline as _deadline
-
-    SWITCH.enabled = True
-    SWITCH.disabled_names = frozenset()
-    with _INSTANT_LOCK:
-        TESTING.instant = 0
-        TESTING.skipped = 0.0
-        TESTING.grace = DEFAULT_GRACE
-    with _http._HOST_BUDGETS_LOCK:
-        _http._HOST_BUDGETS.clear()
-    counters = _deadline._COUNTERS
-    with counters.lock:
-        counters.accepted = counters.invalid = counters.clamped = 0
+    # Not the latches: another thread may rely on them (seawall._core.runtime.reset).
+    _runtime.reset(latches=False)
 
 
 def run(

@@ -8,6 +8,7 @@ import selectors
 from typing import Any
 
 from seawall._core.clock import VirtualClock
+from seawall._core.public import public
 
 __all__ = ["VirtualEventLoop"]
 
@@ -44,6 +45,7 @@ class _JumpingSelector(selectors.BaseSelector):
         return self._inner.get_map()
 
 
+@public("seawall.testing")
 class VirtualEventLoop(asyncio.SelectorEventLoop):
     """An asyncio event loop whose time is a :class:`VirtualClock`.
 

@@ -8,10 +8,9 @@ Retry policies, hedges, breakers, the HTTP and gRPC rules and the simulator all 
 from __future__ import annotations
 
 import enum
-import errno
 import re
 from collections.abc import Callable
-from typing import Literal, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 from seawall._core.errors import (
     _EXHAUSTED_MARK,
@@ -21,6 +20,7 @@ from seawall._core.errors import (
     Permanent,
     RetryAfter,
 )
+from seawall._core.known_errors import NEVER_RETRIED_NAMES, TRANSIENT_CLASSES, TRANSIENT_ERRNOS
 from seawall._core.public import public
 
 __all__ = [
@@ -89,46 +89,12 @@ _RETRY, _FAILED, _ANSWERED, _OVERLOADED, _EXHAUSTED, _NEUTRAL = Verdict
 
 # -- the default retry_on: transient errors of the standard library and of the popular clients --
 
-# Connection-level errnos that a later attempt may not meet (a reset, a refusal while a server
-# restarts, an unreachable network during a failover). Not EACCES, ENOENT, EINVAL and the like.
-_TRANSIENT_ERRNOS = frozenset(
-    getattr(errno, name)
-    for name in (
-        "ECONNRESET",
-        "ECONNREFUSED",
-        "ECONNABORTED",
-        "ETIMEDOUT",
-        "EPIPE",
-        "ENETUNREACH",
-        "ENETDOWN",
-        "ENETRESET",
-        "EHOSTUNREACH",
-        "EHOSTDOWN",
-        "EAGAIN",
-    )
-    if hasattr(errno, name)
-)
-
-# The client libraries' transient errors, by (top-level package, class name) anywhere in the
-# error's class hierarchy, so that none of them is imported: httpx, requests and urllib3,
-# aiohttp. Certificate and protocol-misuse errors are not here: a retry repeats them.
-_TRANSIENT_CLASSES = frozenset(
-    {
-        ("httpx", "TimeoutException"),
-        ("httpx", "NetworkError"),
-        ("httpx", "RemoteProtocolError"),
-        ("requests", "ConnectionError"),
-        ("requests", "Timeout"),
-        ("requests", "ChunkedEncodingError"),
-        ("urllib3", "TimeoutError"),
-        ("urllib3", "ProtocolError"),
-        ("urllib3", "NewConnectionError"),
-        ("aiohttp", "ClientConnectionError"),
-        ("aiohttp", "ServerTimeoutError"),
-        ("aiohttp", "ClientPayloadError"),
-    }
-)
-_NOT_TRANSIENT_NAMES = ("SSLError", "Certificate", "InvalidURL", "UnsupportedProtocol")
+# The client libraries' transient errors and the connection-level errnos: the table of error
+# knowledge by class name (known_errors), so that none of those libraries is imported.
+# Certificate and protocol-misuse errors are not transient: a retry repeats them.
+_TRANSIENT_ERRNOS: Final = TRANSIENT_ERRNOS
+_TRANSIENT_CLASSES: Final = TRANSIENT_CLASSES
+_NOT_TRANSIENT_NAMES: Final = NEVER_RETRIED_NAMES
 
 _YES, _NO, _BY_ERRNO, _BY_GRPC_CODE = range(4)
 _TRANSIENT_KINDS: dict[type, int] = {}

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
 from seawall._core import validate as _validate
 from seawall._core.public import public
+from seawall._core.runtime import DEFAULT_GRACE, TESTING
 
 if TYPE_CHECKING:
     from seawall._core.aio import VirtualEventLoop
@@ -35,39 +36,7 @@ class Clock(Protocol):
         """Suspend the calling task for *seconds*."""
 
 
-class _Instant:
-    """The state of :func:`seawall.testing.instant`, process-wide.
-
-    Inside it, the system clock runs on *instant time*: its reading is the real monotonic clock
-    plus every wait skipped so far, so a wait passes at once and yet the deadlines that bound a
-    call (``timeout``, ``attempt_timeout``, :func:`seawall.deadline`) see it pass, as they
-    would in production. A timer that bounds blocked async code fires after ``grace`` real
-    seconds at most, and instant time then jumps to its deadline (trio's autojump clock does
-    the same for a whole run).
-    """
-
-    __slots__ = ("grace", "instant", "skipped")
-
-    def __init__(self) -> None:
-        self.instant = 0  # > 0 inside seawall.testing.instant()
-        self.skipped = 0.0  # seconds of waits skipped: added to the system clock's reading
-        self.grace = DEFAULT_GRACE
-
-    def bounded(self, seconds: float) -> tuple[float, float]:
-        """A timer of *seconds* as (real seconds to arm it for, seconds to skip if it fires)."""
-        if self.instant and seconds > self.grace:
-            return self.grace, seconds - self.grace
-        return seconds, 0.0
-
-    def skip(self, seconds: float) -> None:
-        if seconds > 0.0:
-            self.skipped += seconds
-
-
-#: How long blocked code inside ``instant()`` waits, in real time, for a timer seawall enforces.
-DEFAULT_GRACE: Final = 0.1
-
-TESTING: Final = _Instant()
+# The state of seawall.testing.instant() is process-wide: kept in the runtime module.
 
 
 @public("seawall")

@@ -10,13 +10,14 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
-from seawall._core.clock import TESTING
+from seawall._core.runtime import TESTING
 
 __all__ = [
     "checkpoint",
     "current_time",
     "running_trio",
     "sleep",
+    "TimeoutScope",
     "timeout_after",
     "timeout_at",
     "with_timeout",
@@ -148,7 +149,7 @@ class _Skipping:
 def timeout_after(seconds: float) -> Any:
     """:func:`timeout_at` *seconds* from now on the running loop (a negative value: at once);
     on trio, a cancel scope with the same behaviour. Inside ``testing.instant()``, armed for
-    at most its grace in real time (see :class:`~seawall._core.clock._Instant`)."""
+    at most its grace in real time (see :class:`~seawall._core.runtime.Instant`)."""
     real, skip = TESTING.bounded(seconds)
     if running_trio():
         scope: Any = _TrioTimeout(real)
@@ -187,16 +188,62 @@ async def checkpoint() -> None:
         await asyncio.sleep(0)
 
 
+class TimeoutScope:
+    """The one adapter from a timeout by cancellation to the error its owner raises.
+
+    An async block cancelled after *seconds* (:func:`timeout_after`: asyncio or trio, instant
+    time honoured). A ``TimeoutError`` leaving the block goes to ``on_timeout(error, exc,
+    expired)``, where *exc* is what the block raised and *expired* whether this scope's own
+    timeout fired; it returns the exception to raise: *error* itself (its message changed or
+    not), the block's own *exc*, or another, raised from *error*. Used with ``async with``, or
+    entered and left by hand from another context manager's ``__aenter__``/``__aexit__``.
+    """
+
+    __slots__ = ("_on_timeout", "_scope", "seconds")
+
+    def __init__(
+        self,
+        seconds: float,
+        on_timeout: Callable[[TimeoutError, BaseException | None, bool], BaseException],
+    ) -> None:
+        self.seconds = seconds
+        self._on_timeout = on_timeout
+        self._scope: Any = None
+
+    async def __aenter__(self) -> TimeoutScope:
+        self._scope = timeout_after(self.seconds)
+        await self._scope.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        scope, self._scope = self._scope, None
+        try:
+            result: bool | None = await scope.__aexit__(exc_type, exc, tb)
+        except TimeoutError as error:
+            raised = self._on_timeout(error, exc, bool(scope.expired()))
+            if raised is error:
+                raise
+            if raised is exc:
+                raise raised from None  # the block's own error, as it left the block
+            raise raised from error
+        return result
+
+
 async def with_timeout(
     aw: Awaitable[T], seconds: float, what: Callable[[float], str] | None = None
 ) -> T:
     """Await *aw*, cancelling it after *seconds* (raises the builtin :class:`TimeoutError`,
     whose message is ``what(seconds)``: asyncio's has none)."""
-    scope = timeout_after(seconds)
-    try:
-        async with scope:
-            return await aw
-    except TimeoutError as exc:
-        if what is not None and scope.expired():  # this scope's, not one raised inside
-            exc.args = (what(seconds),)
-        raise
+
+    def said(error: TimeoutError, exc: BaseException | None, expired: bool) -> BaseException:
+        if what is not None and expired:  # this scope's, not one raised inside
+            error.args = (what(seconds),)
+        return error
+
+    async with TimeoutScope(seconds, said):
+        return await aw

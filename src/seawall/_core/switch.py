@@ -4,54 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 from collections.abc import Iterator
 
-__all__ = ["is_enabled", "one_attempt", "set_enabled"]
+from seawall._core.runtime import ISOLATED, SWITCH
+
+__all__ = ["ISOLATED", "SWITCH", "is_enabled", "one_attempt", "set_enabled"]
 
 
-class _Switch:
-    # Read on the failure path only; the success path never looks at the switch.
-    __slots__ = ("_disabled_names", "delegating", "on")
-
-    def __init__(self) -> None:
-        #: The operator's setting, as set (the hot path reads it with ISOLATED: see enabled).
-        self.on = os.environ.get("SEAWALL_RETRIES", "").strip().lower() not in {
-            "off",
-            "0",
-            "false",
-            "no",
-            "disabled",
-        }
-        self._disabled_names: frozenset[str] = frozenset()
-        #: Whether one_attempt() has ever been entered in this process. Until then ONE_ATTEMPT
-        #: holds its default everywhere and the failure path need not read it (a context
-        #: variable never set costs a lookup in the context's map on every read).
-        self.delegating = False
-
-    # Inside isolated() (a simulated run) the operator's switch does not apply: it governs the
-    # process's real calls, not a model of other processes.
-    @property
-    def enabled(self) -> bool:
-        return self.on or ISOLATED.get()
-
-    @enabled.setter
-    def enabled(self, value: bool) -> None:
-        self.on = value
-
-    @property
-    def disabled_names(self) -> frozenset[str]:
-        return frozenset() if ISOLATED.get() else self._disabled_names
-
-    @disabled_names.setter
-    def disabled_names(self, value: frozenset[str]) -> None:
-        self._disabled_names = value
-
-
-ISOLATED: contextvars.ContextVar[bool] = contextvars.ContextVar("seawall_isolated", default=False)
-"""True in a simulated run (this context only): the kill switch is ignored there."""
-
-SWITCH = _Switch()
+# The switch itself, and ISOLATED, are process-wide state: kept in the runtime module.
 
 
 def set_enabled(enabled: bool, *, name: str | None = None) -> None:

@@ -6,11 +6,11 @@ import contextvars
 import dataclasses
 import math
 import sys
-import threading
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Final, NamedTuple, Protocol
 
+from seawall._core import runtime as _runtime
 from seawall._core import validate as _validate
 from seawall._core.clock import SYSTEM_CLOCK, TESTING, Clock
 from seawall._core.errors import DeadlineExceeded
@@ -80,27 +80,14 @@ class Deadline(NamedTuple):
         return self.clock.now() >= self.at
 
 
-_DEADLINE: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar(
-    "seawall_deadline", default=None
-)
+# The ambient deadline: process-wide state, kept in the runtime module.
+_DEADLINE: contextvars.ContextVar[Deadline | None] = _runtime.DEADLINE
 # Bound once: policies call this on every call to see whether an ambient deadline applies.
 current_deadline = _DEADLINE.get
 
 
-class _Scopes:
-    """Whether a deadline has ever been made ambient in this process (by :func:`install`, the
-    only writer of the variable). Until then it holds its default in every context, and a hot
-    path may skip reading it: a context variable never set costs a lookup in the context's
-    map on every read (a few percent of a call that succeeds at once). Set once, never reset,
-    so a reader in any thread stays correct."""
-
-    __slots__ = ("used",)
-
-    def __init__(self) -> None:
-        self.used = False
-
-
-SCOPES: Final = _Scopes()
+# Whether a deadline has ever been made ambient (install() sets it): a latch of the runtime.
+SCOPES: Final = _runtime.SCOPES
 
 
 def remaining() -> float:
@@ -304,9 +291,9 @@ class deadline:
         left = new.remaining()
         if math.isfinite(left):
             # Only async code reaches here: a plain import never loads asyncio.
-            from seawall._core.compat import timeout_after
+            from seawall._core.compat import TimeoutScope
 
-            self._timeout = timeout_after(left)
+            self._timeout = TimeoutScope(left, self._passed)
             await self._timeout.__aenter__()
         return new
 
@@ -319,16 +306,17 @@ class deadline:
         timeout, self._timeout = self._timeout, None
         try:
             if timeout is not None:
-                try:
-                    await timeout.__aexit__(exc_type, exc, tb)
-                except TimeoutError as err:
-                    if isinstance(exc, DeadlineExceeded):
-                        raise exc from None
-                    raise DeadlineExceeded(
-                        f"deadline of {self.deadline!r} passed; the work was cancelled"
-                    ) from err
+                await timeout.__aexit__(exc_type, exc, tb)
         finally:
             self._exit()
+
+    def _passed(
+        self, error: TimeoutError, exc: BaseException | None, expired: bool
+    ) -> BaseException:
+        # The deadline passed: said as DeadlineExceeded (one raised inside stays as it is).
+        if isinstance(exc, DeadlineExceeded):
+            return exc
+        return DeadlineExceeded(f"deadline of {self.deadline!r} passed; the work was cancelled")
 
 
 # -- propagation across hops: header codecs -----------------------------------------------------
@@ -527,17 +515,7 @@ class DeadlineHeaderCounts:
     clamped: int = 0
 
 
-class _Counters:
-    __slots__ = ("accepted", "clamped", "invalid", "lock")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.accepted = 0
-        self.invalid = 0
-        self.clamped = 0
-
-
-_COUNTERS = _Counters()
+_COUNTERS: Final = _runtime.HEADER_COUNTS
 
 
 def deadline_header_counts() -> DeadlineHeaderCounts:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
+from seawall._core.public import public
 from seawall.faults._plan import Drip, Error, FaultPlan, Refuse, Reset, Status
 
 __all__ = ["FaultMiddleware", "InjectedReset"]
@@ -16,11 +17,13 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+@public("seawall.faults")
 class InjectedReset(ConnectionResetError):
     """Raised by :class:`FaultMiddleware` after part of an answer, so that the server drops the
     connection (ASGI has no other way to reset one)."""
 
 
+@public("seawall.faults")
 class FaultMiddleware:
     """ASGI middleware that injects a :class:`FaultPlan`'s faults into HTTP requests.
 

@@ -7,6 +7,7 @@ from typing import Any, Final, TypeAlias
 
 import httpx
 
+from seawall._core.public import public
 from seawall.faults._plan import Drip, Error, FaultPlan, Refuse, Reset, Status
 
 __all__ = ["AsyncFaultTransport", "FaultTransport"]
@@ -68,6 +69,7 @@ def _script(plan: FaultPlan, request: httpx.Request) -> _Script:
     return response
 
 
+@public("seawall.faults")
 class FaultTransport(httpx.BaseTransport):
     """An httpx transport that injects a :class:`~seawall.faults.FaultPlan`'s faults.
 
@@ -122,6 +124,7 @@ class FaultTransport(httpx.BaseTransport):
         self._transport.close()
 
 
+@public("seawall.faults")
 class AsyncFaultTransport(httpx.AsyncBaseTransport):
     """The asyncio twin of :class:`FaultTransport` (waits with the plan clock's ``asleep``).
 

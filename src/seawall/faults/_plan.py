@@ -15,6 +15,7 @@ from typing import Final, NamedTuple, Protocol, TypeAlias, runtime_checkable
 
 from seawall._core import validate as _validate
 from seawall._core.clock import SYSTEM_CLOCK, Clock
+from seawall._core.public import public
 
 __all__ = [
     "Decision",
@@ -32,6 +33,7 @@ __all__ = [
 ]
 
 
+@public("seawall.faults")
 @runtime_checkable
 class Schedule(Protocol):
     """When a fault may fire: given the request's number (from 1) and the seconds since the
@@ -91,6 +93,7 @@ def _check_common(fault: object, rate: object, schedule: object) -> None:
         raise TypeError(f"schedule must be a callable (number, elapsed) -> bool, got {schedule!r}")
 
 
+@public("seawall.faults")
 @dataclasses.dataclass(frozen=True, slots=True)
 class Latency:
     """Delay the request by *seconds* before it goes on (Envoy's fault filter ``delay``).
@@ -108,6 +111,7 @@ class Latency:
         _check_common(self, self.rate, self.schedule)
 
 
+@public("seawall.faults")
 @dataclasses.dataclass(frozen=True, slots=True)
 class Status:
     """Answer with *status* (and *headers*, *body*) without reaching the server (Envoy's
@@ -134,6 +138,7 @@ class Status:
         _check_common(self, self.rate, self.schedule)
 
 
+@public("seawall.faults")
 @dataclasses.dataclass(frozen=True, slots=True)
 class Error:
     """Raise an exception instead of answering: *error* is an exception class (raised with a
@@ -163,6 +168,7 @@ class Error:
         return made
 
 
+@public("seawall.faults")
 @dataclasses.dataclass(frozen=True, slots=True)
 class Reset:
     """Reset the connection: the caller sees the library's "connection reset" error.
@@ -182,6 +188,7 @@ class Reset:
         _check_common(self, self.rate, self.schedule)
 
 
+@public("seawall.faults")
 @dataclasses.dataclass(frozen=True, slots=True)
 class Refuse:
     """Refuse the connection: the request never leaves (a client layer raises the library's
@@ -195,6 +202,7 @@ class Refuse:
         _check_common(self, self.rate, self.schedule)
 
 
+@public("seawall.faults")
 @dataclasses.dataclass(frozen=True, slots=True)
 class Drip:
     """Deliver the answer's body *chunk* bytes at a time, one chunk every *interval* seconds: a
@@ -227,6 +235,7 @@ Fault: TypeAlias = Latency | Status | Error | Reset | Refuse | Drip
 _KINDS: Final = (Latency, Status, Error, Reset, Refuse, Drip)
 
 
+@public("seawall.faults")
 class Decision(NamedTuple):
     """What to do with one request.
 
@@ -248,6 +257,7 @@ class Decision(NamedTuple):
         return self.delay, False
 
 
+@public("seawall.faults")
 class FaultPlan:
     """Faults to inject into requests, each at a rate and on an optional schedule, seeded.
 

@@ -11,6 +11,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError, ReadTimeoutError
 from urllib3.response import HTTPResponse
 
+from seawall._core.public import public
 from seawall.faults._plan import Drip, Error, FaultPlan, Refuse, Reset, Status
 
 __all__ = ["FaultAdapter"]
@@ -29,6 +30,7 @@ def _read_timeout(timeout: Any) -> float | None:
     return float(timeout)
 
 
+@public("seawall.faults")
 class FaultAdapter(HTTPAdapter):
     """A ``requests`` adapter that injects a :class:`~seawall.faults.FaultPlan`'s faults.
 

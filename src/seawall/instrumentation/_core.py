@@ -15,6 +15,7 @@ import threading
 from collections.abc import Mapping
 from typing import Final, Protocol, runtime_checkable
 
+from seawall._core.public import public
 from seawall._core.redact import redact_text
 from seawall._strategies.breaker import BreakerEvent
 from seawall._strategies.hedge import HedgeEvent
@@ -44,6 +45,7 @@ SHED_REASONS: Final = ("queue_full", "priority", "queue_timeout", "deadline")
 MAX_NAMES: Final = 200
 
 
+@public("seawall.instrumentation")
 @dataclasses.dataclass(frozen=True, slots=True)
 class Metric:
     """One metric every adapter exports, under the same name and labels.
@@ -151,6 +153,7 @@ LATENCY_BUCKETS: Final = (
 )
 
 
+@public("seawall.instrumentation")
 @runtime_checkable
 class Recorder(Protocol):
     """What seawall reports; implemented by the Prometheus, OpenTelemetry and in-memory adapters.
@@ -197,6 +200,7 @@ class _FleetEvent(Protocol):
     def policy(self) -> str: ...
 
 
+@public("seawall.instrumentation")
 class SagaRecorder(Recorder, Protocol):
     """A :class:`Recorder` that also counts saga runs (the in-memory, Prometheus and
     OpenTelemetry recorders are). :class:`seawall.saga.MetricsHook` calls :meth:`saga_run` when
@@ -232,6 +236,7 @@ class _Names:
             return label
 
 
+@public("seawall.instrumentation")
 class MetricsHook:
     """A :class:`~seawall.RetryPolicy` hook that reports every attempt to a :class:`Recorder`.
 
@@ -299,6 +304,7 @@ class MetricsHook:
         return f"MetricsHook({self.recorder!r})"
 
 
+@public("seawall.instrumentation")
 class Counters:
     """An in-memory :class:`Recorder`: counts and latency sums, thread-safe, bounded labels.
 

@@ -17,6 +17,7 @@ from typing import Any, Final, TypedDict
 
 from seawall._core import validate as _validate
 from seawall._core.clock import SYSTEM_CLOCK, Clock
+from seawall._core.public import public
 from seawall._strategies.deadline import Deadline, HeadersLike, timeout_from_headers
 from seawall.instrumentation._core import Recorder
 
@@ -44,6 +45,7 @@ _NO_LIMIT: Final = 1e9
 _SHED_REASONS: Final = ("queue_full", "priority", "queue_timeout", "deadline")
 
 
+@public("seawall.server")
 class ShedStats:
     """Live counts of a load shedder (they only grow, except the two gauges).
 
@@ -126,6 +128,7 @@ class Ticket:
         self._wake(self)
 
 
+@public("seawall.server")
 class ShedOptions(TypedDict, total=False):
     """The keyword arguments every seawall load shedder takes besides ``max_concurrency`` (all
     optional; the shedder validates them, naming a bad one).

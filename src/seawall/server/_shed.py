@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from seawall._core.compat import running_trio
 from seawall._core.errors import DeadlineExceeded
+from seawall._core.public import public
 from seawall._strategies.deadline import Deadline, deadline
 from seawall.server._admission import (
     EXPIRED,
@@ -89,6 +90,7 @@ def _wake(ticket: Ticket) -> None:
         handle.set()  # a trio.Event
 
 
+@public("seawall.server")
 class LoadShedder(AdmissionViews):
     """ASGI middleware: a concurrency limit with a short LIFO queue and cheap rejections.
 

@@ -1,0 +1,200 @@
+"""The retry loops: the synchronous and asyncio drivers over RetryState."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import (
+    Awaitable,
+    Callable,
+)
+from types import CoroutineType
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ParamSpec,
+    TypeVar,
+)
+
+from seawall._core.clock import TESTING
+from seawall._core.redact import redact_text
+from seawall._strategies.deadline import (
+    _DEADLINE,
+    install,
+)
+from seawall._strategies.retry.state import _INF, RetryState
+
+if TYPE_CHECKING:
+    from seawall._strategies.retry.policy import RetryPolicy
+    from seawall._strategies.retry.statistics import RetryStatistics
+
+__all__ = ["acall_retrying", "call_retrying"]
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+S = TypeVar("S")
+Q = ParamSpec("Q")
+
+
+def call_retrying(
+    policy: RetryPolicy,
+    fn: Callable[..., T],
+    args: Any,
+    kwargs: Any,
+    first_error: Exception | None,
+    state: RetryState | None = None,
+    stats: RetryStatistics | None = None,
+) -> T:
+    """The synchronous loop over :class:`RetryState`. With *first_error*, the first-attempt
+    path already made attempt 1 (and told the budget of the request). With *stats*, the
+    call is counted there when it ends."""
+    try:
+        clock = policy._clock
+        # policy._time(), inline: this is every retried call's path
+        clock_now = policy._now if not (TESTING.instant or TESTING.skipped) else clock.now
+        now = clock_now()
+        # Handed over by the first attempt (no deadline, no timeouts, no result check) with
+        # no hook to date events for: no decision of this call depends on the time, so the
+        # clock is read once, here (a reading costs as much as a tenth of a failed attempt),
+        # and each retry decision begins the next attempt itself.
+        timeless = first_error is not None and not policy._hooks
+        if first_error is not None:
+            state = RetryState(policy, now)
+            state.attempts = 1
+            state._begin_at_once = timeless
+            delay = state.on_error(first_error, now)
+            if delay is None:
+                raise first_error
+        else:
+            if state is None:
+                state = policy.new_state(now)
+            delay = None
+        check = policy.retry_if_result
+        # The system clock does nothing for a zero wait: neither a call to make nor time
+        # to read again (the next attempt starts at once).
+        zero_waits = policy._zero_instant
+        inf = _INF
+        begin_attempt, on_error = state.begin_attempt, state.on_error
+        while True:
+            if delay is not None and (delay > 0.0 or zero_waits):
+                clock.sleep(delay)
+                if not timeless:
+                    now = clock_now()
+            at = inf if timeless else begin_attempt(now)
+            token = None if at == inf else install(at, now, clock)
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                if not timeless:
+                    now = clock_now()
+                delay = on_error(exc, now)
+                if delay is None:
+                    raise
+            else:
+                if type(result) is _COROUTINE:
+                    _refuse_coroutine(fn, result)
+                if check is None:
+                    state.on_success(now if timeless else clock_now())
+                    break
+                delay = state.on_result(result, clock_now())
+                if delay is None:
+                    break
+            finally:
+                if token is not None:
+                    _DEADLINE.reset(token)
+    finally:
+        if stats is not None:
+            stats._ended(state)
+    return result
+
+
+async def acall_retrying(
+    policy: RetryPolicy,
+    fn: Callable[..., Awaitable[T]],
+    args: Any,
+    kwargs: Any,
+    first_error: Exception | None,
+    state: RetryState | None = None,
+    stats: RetryStatistics | None = None,
+) -> T:
+    """The async twin of :func:`call_retrying`."""
+    from seawall._core.compat import with_timeout
+
+    try:
+        clock = policy._clock
+        # policy._time(), inline: this is every retried call's path
+        clock_now = policy._now if not (TESTING.instant or TESTING.skipped) else clock.now
+        now = clock_now()
+        if first_error is not None:
+            state = RetryState(policy, now)
+            state.attempts = 1
+            delay = state.on_error(first_error, now)
+            if delay is None:
+                raise first_error
+        else:
+            if state is None:
+                state = policy.new_state(now)
+            delay = None
+        while True:
+            if delay is not None:
+                await clock.asleep(delay)
+                now = clock_now()
+            at = state.begin_attempt(now)
+            token = None if at == math.inf else install(at, now, clock)
+            try:
+                if at == math.inf:
+                    result = await fn(*args, **kwargs)
+                else:
+                    what = _timed_out(policy, state.attempts)
+                    result = await with_timeout(fn(*args, **kwargs), at - now, what)
+            except Exception as exc:
+                _check_awaited(fn, exc)
+                delay = state.on_error(exc, clock_now())
+                if delay is None:
+                    raise
+            else:
+                delay = state.on_result(result, clock_now())
+                if delay is None:
+                    break
+            finally:
+                if token is not None:
+                    _DEADLINE.reset(token)
+    finally:
+        if stats is not None:
+            stats._ended(state)
+    return result
+
+
+_COROUTINE = CoroutineType
+
+
+def _refuse_coroutine(fn: Callable[..., Any], coroutine: Any) -> None:
+    coroutine.close()  # never leave it un-awaited
+    raise TypeError(
+        f"{fn!r} returned a coroutine: it is async, so use `await policy.acall(fn)` "
+        "or decorate the async def itself"
+    )
+
+
+def _check_awaited(fn: Callable[..., Any], error: Exception) -> None:
+    """A sync function given to ``acall`` fails at our ``await``, after it ran: say so."""
+    if type(error) is TypeError and "can't be used in 'await' expression" in str(error):
+        raise TypeError(
+            f"{fn!r} is not async: acall() awaits what it returns; use policy.call() for a "
+            "plain function"
+        ) from error
+
+
+def _timed_out(policy: RetryPolicy, number: int) -> Callable[[float], str]:
+    """The message of attempt *number*'s ``TimeoutError`` when it is cancelled after the
+    seconds it was given: ``"attempt 2 of 'fetch' timed out after 0.250 s (attempt_timeout)"``
+    (asyncio's own says nothing)."""
+
+    def text(seconds: float) -> str:
+        name = f" of {redact_text(repr(policy.name))}" if policy.name else ""
+        limit = policy.attempt_timeout
+        why = "attempt_timeout" if limit is not None and seconds >= limit else "the deadline"
+        return f"attempt {number}{name} timed out after {max(seconds, 0.0):.3f} s ({why})"
+
+    return text

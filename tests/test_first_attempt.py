@@ -1,0 +1,244 @@
+"""The generated first-attempt paths behave as the readable one, RetryPolicy.call()/acall().
+
+The wrappers of decorated functions and the runners of pipelines and registry handles run the
+first attempt from one text compiled at import (seawall._strategies.retry.first_attempt); the
+methods ``call`` and ``acall`` are that path written out. Every scenario runs through the
+readable method and through each generated variant, on virtual time, and what the caller, the
+budget and the hooks see must be the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+import seawall
+from seawall import Overloaded, RetryEvent, RetryPolicy, Throttled, VirtualClock
+
+
+class Recorder:
+    """A budget that writes down what it is told (and refuses what it is told to)."""
+
+    def __init__(self, *, refuse_call: bool = False, refuse_retry: bool = False) -> None:
+        self.log: list[str] = []
+        self.refuse_call = refuse_call
+        self.refuse_retry = refuse_retry
+
+    def on_request(self) -> None:
+        self.log.append("request")
+        if self.refuse_call:
+            raise Throttled(1.0)
+
+    def allow_retry(self, error: BaseException) -> bool:
+        self.log.append(f"allow_retry {type(error).__name__}")
+        return not self.refuse_retry
+
+    def on_success(self) -> None:
+        self.log.append("success")
+
+    def on_answer(self, error: BaseException) -> None:
+        self.log.append(f"answer {type(error).__name__}")
+
+    def on_failure(self, error: BaseException) -> None:
+        self.log.append(f"failure {type(error).__name__}")
+
+
+class OfferingRecorder(Recorder):
+    """The same, with the first_attempt() capability (its own callables, told apart)."""
+
+    def first_attempt(self) -> tuple[Callable[[], None], Callable[[], None]]:
+        def before() -> None:
+            self.log.append("first request")
+            if self.refuse_call:
+                raise Throttled(1.0)
+
+        def after() -> None:
+            self.log.append("first success")
+
+        return before, after
+
+
+# name -> the outcomes of successive attempts: a value to return, or an exception to raise
+# (made anew for each run: a policy marks the errors it gives up on).
+SCENARIOS: dict[str, Callable[[], list[Any]]] = {
+    "success": lambda: [1],
+    "one failure": lambda: [ConnectionError("a"), 2],
+    "permanent": lambda: [ValueError("bad input")],
+    "exhausted": lambda: [TimeoutError("t1"), TimeoutError("t2"), TimeoutError("t3")],
+    "overloaded": lambda: [Overloaded("busy")],
+    "two failures": lambda: [ConnectionResetError("r"), ConnectionError("c"), 3],
+}
+BUDGETS: dict[str, Callable[[], Recorder | None]] = {
+    "no budget": lambda: None,
+    "budget": Recorder,
+    "offering budget": OfferingRecorder,
+    "refusing retries": lambda: Recorder(refuse_retry=True),
+    "refusing calls": lambda: OfferingRecorder(refuse_call=True),
+}
+
+
+def make(scenario: str, budget: str) -> tuple[RetryPolicy, list[Any], Recorder | None]:
+    """A fresh policy (virtual clock, seeded jitter, recording hook and budget) and its trace."""
+    trace: list[Any] = []
+    recorder = BUDGETS[budget]()
+
+    def hook(event: RetryEvent) -> None:
+        error = None if event.error is None else type(event.error).__name__
+        trace.append(("event", event.kind, event.attempt, error, event.delay, event.reason))
+
+    policy = RetryPolicy(
+        name="op",
+        clock=VirtualClock(),
+        rng=random.Random(7),
+        hooks=[hook],
+        budget=recorder,
+    )
+    return policy, trace, recorder
+
+
+def target(scenario: str) -> Callable[..., Any]:
+    outcomes = iter(SCENARIOS[scenario]())
+
+    def fn(x: int, *, y: int = 0) -> Any:
+        outcome = next(outcomes)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome * 10 + x + y
+
+    return fn
+
+
+def ended(trace: list[Any], recorder: Recorder | None, result: Any, error: Any) -> list[Any]:
+    if error is not None:
+        notes = getattr(error, "__notes__", [])
+        trace.append(("raised", type(error).__name__, str(error), notes))
+    else:
+        trace.append(("returned", result))
+    return [*trace, ("budget", None if recorder is None else recorder.log)]
+
+
+SYNC: dict[str, Callable[[RetryPolicy, Callable[..., Any]], Any]] = {
+    "call() (readable)": lambda p, fn: p.call(fn, 1, y=2),
+    "runner (generated)": lambda p, fn: p._first(fn, (1,), {"y": 2}),
+    "decorator (generated)": lambda p, fn: p(fn)(1, y=2),
+    "counting decorator (generated)": lambda p, fn: p.replace(statistics=True)(fn)(1, y=2),
+}
+
+
+def run_sync(way: str, scenario: str, budget: str, *, ambient: bool = False) -> list[Any]:
+    policy, trace, recorder = make(scenario, budget)
+    fn = target(scenario)
+    result = error = None
+    try:
+        if ambient:
+            with seawall.deadline(1e6, clock=policy._clock):
+                result = SYNC[way](policy, fn)
+        else:
+            result = SYNC[way](policy, fn)
+    except Exception as exc:
+        error = exc
+    return ended(trace, recorder, result, error)
+
+
+@pytest.mark.parametrize("budget", list(BUDGETS))
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_sync_generated_paths_do_what_call_does(scenario: str, budget: str) -> None:
+    reference = run_sync("call() (readable)", scenario, budget)
+    assert reference[-2][0] in ("returned", "raised")
+    for way in SYNC:
+        assert run_sync(way, scenario, budget) == reference, way
+
+
+@pytest.mark.parametrize("scenario", ["success", "one failure", "exhausted"])
+def test_sync_paths_agree_under_an_ambient_deadline(scenario: str) -> None:
+    reference = run_sync("call() (readable)", scenario, "budget", ambient=True)
+    # Under a deadline the first attempt is the loop's: the budget hears on_request itself.
+    assert ("budget", ["request", *reference[-1][1][1:]]) == reference[-1]
+    for way in SYNC:
+        assert run_sync(way, scenario, "budget", ambient=True) == reference, way
+
+
+def atarget(scenario: str) -> Callable[..., Awaitable[Any]]:
+    fn = target(scenario)
+
+    async def afn(x: int, *, y: int = 0) -> Any:
+        await asyncio.sleep(0)
+        return fn(x, y=y)
+
+    return afn
+
+
+ASYNC: dict[str, Callable[[RetryPolicy, Callable[..., Any]], Awaitable[Any]]] = {
+    "acall() (readable)": lambda p, fn: p.acall(fn, 1, y=2),
+    "runner (generated)": lambda p, fn: p._afirst(fn, (1,), {"y": 2}),
+    "decorator (generated)": lambda p, fn: p(fn)(1, y=2),
+    "counting decorator (generated)": lambda p, fn: p.replace(statistics=True)(fn)(1, y=2),
+}
+
+
+def run_async(way: str, scenario: str, budget: str) -> list[Any]:
+    policy, trace, recorder = make(scenario, budget)
+    fn = atarget(scenario)
+
+    async def main() -> list[Any]:
+        result = error = None
+        try:
+            result = await ASYNC[way](policy, fn)
+        except Exception as exc:
+            error = exc
+        return ended(trace, recorder, result, error)
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("budget", list(BUDGETS))
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_async_generated_paths_do_what_acall_does(scenario: str, budget: str) -> None:
+    reference = run_async("acall() (readable)", scenario, budget)
+    for way in ASYNC:
+        assert run_async(way, scenario, budget) == reference, way
+
+
+def test_a_coroutine_from_a_sync_call_is_refused_alike() -> None:
+    async def afn() -> int:
+        return 1
+
+    messages = set()
+    for way in ("call", "runner"):
+        policy = RetryPolicy(hooks=())
+        with pytest.raises(TypeError) as caught:
+            policy.call(afn) if way == "call" else policy._first(afn, (), {})
+        messages.add(str(caught.value).replace(repr(afn), "fn"))
+    assert len(messages) == 1
+    assert "is async" in messages.pop()
+
+
+def test_a_plain_function_given_to_acall_is_refused_alike() -> None:
+    def fn() -> int:
+        return 1
+
+    async def main(way: str) -> str:
+        policy = RetryPolicy(hooks=())
+        with pytest.raises(TypeError) as caught:
+            await (policy.acall(fn) if way == "acall" else policy._afirst(fn, (), {}))
+        return str(caught.value)
+
+    messages = {asyncio.run(main(way)) for way in ("acall", "runner")}
+    assert len(messages) == 1
+    assert "is not async" in messages.pop()
+
+
+def test_the_methods_that_run_are_the_ones_in_the_source() -> None:
+    # call() and acall() are not replaced at import by generated code: what one reads in
+    # seawall/_strategies/retry/policy.py is what runs.
+    for method in (RetryPolicy.call, RetryPolicy.acall):
+        source = inspect.getsourcefile(method)
+        assert source is not None
+        assert source.replace("\\", "/").endswith("_strategies/retry/policy.py")
+        assert method.__code__.co_filename == source
+        assert not hasattr(method, "__wrapped__")
