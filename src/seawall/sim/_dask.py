@@ -62,7 +62,7 @@ def dask_map(
             n_workers=max(1, workers),
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
+            dashboard_address=":0",  # any free port: never 8787 taken by another cluster
             silence_logs=50,  # logging.CRITICAL: a worker losing its scheduler at close
             preload=["seawall.sim._dask"],  # dask_setup, above
         )
