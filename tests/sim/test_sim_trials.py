@@ -117,6 +117,9 @@ def test_results_do_not_depend_on_the_processes() -> None:
     assert one == two
 
 
+# The local cluster's scheduler hosts a dashboard on 8787, or on another port when something else
+# holds it (another cluster on the machine, or another test worker's): a warning, not a failure.
+@pytest.mark.filterwarnings("ignore:Port 8787 is already in use:UserWarning")
 def test_a_dask_local_cluster_gives_the_same_results() -> None:
     pytest.importorskip("distributed")
     local = run_trials("sweep", _params(), [0, 1, 2], workers=1)

@@ -260,6 +260,9 @@ def test_demo_web_serves_the_page_too() -> None:
         assert [n["name"] for n in names] == list(_adapter.EXPERIMENTS)
     finally:
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=60) == 130  # Ctrl-C: stopped, as the shell reports it
-        if process.stdout is not None:
-            process.stdout.close()
+        try:
+            code = process.wait(timeout=60)
+        finally:  # the pipe is closed whatever the exit (a leaked one fails a later test)
+            if process.stdout is not None:
+                process.stdout.close()
+    assert code == 130  # Ctrl-C: stopped, as the shell reports it
