@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import seawall
 from seawall._policy import http as _http
+from seawall._policy.http import hosts as _hosts
 from seawall._policy.http import HttpRules, budget_for_host, is_overloaded, parse_retry_after
 
 NOW = 1_700_000_000.0  # a fixed wall-clock time for HTTP-dates
@@ -126,7 +127,7 @@ def test_rules_validation(kwargs: dict[str, object], error: type[Exception], nam
 
 
 def test_host_budgets_are_shared_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_http, "_MAX_HOST_BUDGETS", 3)
+    monkeypatch.setattr(_hosts, "MAX_HOSTS", 3)
     a = budget_for_host("http://a:80")
     assert isinstance(a, seawall.RetryBudget)
     assert budget_for_host("http://a:80") is a

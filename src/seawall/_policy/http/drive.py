@@ -1,0 +1,156 @@
+"""The drivers: every seawall HTTP integration sends through one of these two loops."""
+
+from __future__ import annotations
+
+import linecache
+import math
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from seawall._policy.http.wire import Resp
+
+if TYPE_CHECKING:
+    from seawall._policy.http.call import HttpCall
+
+R = TypeVar("R")
+
+
+# -- the drivers: every seawall HTTP integration sends through one of these two loops ----------
+#
+# The loop is written once, below, and compiled twice at import: a function for a thread and a
+# coroutine function for a task (as the retry core's first-attempt path is). A synchronous
+# driver stepping the coroutine would cost a frame and two coroutines on every request.
+
+_DRIVER = """
+{kind}def {name}(call, send, close):
+    try:
+        while (left := call.next_attempt()) is not None:
+            if call._kept is not None:  # (one call less than take() on every request)
+                {wait}close(call.take())  # a discarded attempt must not hold its connection
+            try:
+                response = {wait}send(left)
+            except Exception as exc:
+                if (delay := call.on_error(exc)) is None:
+                    raise
+            else:
+                try:
+                    delay = call.on_response(response)
+                except BaseException:
+                    {wait}close(response)  # retry_if_result raised: nobody reads this one
+                    raise
+                if delay is None:
+                    return call.answer(response)
+            {wait}call.clock.{sleep}(delay)
+        return call.answer_kept()
+    finally:
+        if call._kept is not None:
+            {wait}close(call.take())  # the wait was interrupted (or cancelled): nobody reads it
+"""
+
+
+def _compile_driver(asynchronous: bool) -> Callable[..., Any]:
+    name = "adrive" if asynchronous else "drive"
+    source = _DRIVER.format(
+        kind="async " if asynchronous else "",
+        name=name,
+        wait="await " if asynchronous else "",
+        sleep="asleep" if asynchronous else "sleep",
+    )
+    filename = f"<seawall HTTP driver: {name}>"
+    # Registered with linecache so that tracebacks and debuggers show the lines.
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace: dict[str, Any] = {}
+    exec(compile(source, filename, "exec"), namespace)
+    driver: Callable[..., Any] = namespace[name]
+    driver.__module__ = __name__
+    return driver
+
+
+if TYPE_CHECKING:
+
+    def drive(
+        call: HttpCall[Resp], send: Callable[[float], Resp], close: Callable[[Resp], object]
+    ) -> Resp:
+        """See below."""
+
+    async def adrive(
+        call: HttpCall[Resp],
+        send: Callable[[float], Awaitable[Resp]],
+        close: Callable[[Resp], Awaitable[object]],
+    ) -> Resp:
+        """See below."""
+
+else:
+    drive = _compile_driver(asynchronous=False)
+    adrive = _compile_driver(asynchronous=True)
+
+drive.__doc__ = """Run *call* in this thread: ``send(seconds_left)`` makes one attempt, ``close``
+releases a response nobody will read; waits sleep on the policy's clock."""
+adrive.__doc__ = """Run *call* in a task (asyncio or trio): ``send(seconds_left)`` makes one
+attempt, ``close`` releases a response nobody will read; waits ``await`` the policy clock's
+``asleep``. Cancellation of the caller is never retried."""
+
+
+def drive_from(
+    call: HttpCall[Resp],
+    outcome: Resp | Exception,
+    send: Callable[[float], Resp],
+    close: Callable[[Resp], object],
+) -> Resp:
+    """:func:`drive`, with the first attempt's *outcome* (its response, or the exception it
+    raised) in hand: where an integration's first-attempt path (:meth:`Policies.first`) hands
+    over to the decisions. Each decision is :func:`drive`'s own."""
+    pending = [outcome]
+
+    def again(left: float) -> Resp:
+        if not pending:
+            return send(left)
+        first = pending.pop()
+        if isinstance(first, Exception):
+            try:
+                raise first
+            finally:
+                first = None  # type: ignore[assignment]  # no cycle through the traceback
+        return first
+
+    return drive(call, again, close)
+
+
+async def adrive_from(
+    call: HttpCall[Resp],
+    outcome: Resp | Exception,
+    send: Callable[[float], Awaitable[Resp]],
+    close: Callable[[Resp], Awaitable[object]],
+) -> Resp:
+    """The async twin of :func:`drive_from` (see :func:`adrive`)."""
+    pending = [outcome]
+
+    async def again(left: float) -> Resp:
+        if not pending:
+            return await send(left)
+        first = pending.pop()
+        if isinstance(first, Exception):
+            try:
+                raise first
+            finally:
+                first = None  # type: ignore[assignment]  # no cycle through the traceback
+        return first
+
+    return await adrive(call, again, close)
+
+
+async def within(aw: Awaitable[R], seconds: float, timed_out: Callable[[str], Exception]) -> R:
+    """Await *aw* for at most *seconds* (``inf``: no limit), on asyncio or trio; past them it is
+    cancelled and ``timed_out(message)`` is raised (the client library's timeout error)."""
+    if seconds == math.inf:
+        return await aw
+    from seawall._core.compat import timeout_after  # here: no asyncio import for sync users
+
+    scope = timeout_after(seconds)
+    try:
+        async with scope:
+            return await aw
+    except TimeoutError as err:
+        if not scope.expired():
+            raise  # a timeout of the request itself, not of this scope
+        raise timed_out(f"seawall: the attempt ran out of time after {seconds:.3f} s") from err
