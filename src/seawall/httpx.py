@@ -21,7 +21,6 @@ from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
     EXTENSION_KEY,
     HISTORY_KEY,
-    HOST_KEY_SAMPLES,
     OVERRIDES,
     PER_HOST,
     FirstAttempt,
@@ -74,31 +73,6 @@ _NEVER_SENT: tuple[type[Exception], ...] = (
 _TIMEOUT_KEYS = ("connect", "read", "write", "pool")
 _N_TIMEOUTS = len(_TIMEOUT_KEYS)
 _FIT_ROOM = 0.001  # seconds: timeouts this far within the total time are remembered as fitting
-
-
-def _parsed_url_works() -> bool:
-    """Whether the per-host key can be read off httpx's parsed URL (``URL._uri_reference``:
-    its ``scheme``, ``host`` and ``port`` fields), which gives what the properties
-    ``URL.scheme``, ``URL.raw_host`` (decoded) and ``URL.port`` give, without their three
-    calls (about 1% of a bare request). Checked once, on URLs of every shape; when httpx
-    changes that attribute, the properties are read instead."""
-    try:
-        for text in HOST_KEY_SAMPLES:
-            url = httpx.URL(text)
-            parsed = url._uri_reference
-            if (parsed.scheme, parsed.host, parsed.port) != (
-                url.scheme,
-                url.raw_host.decode("ascii"),
-                url.port,
-            ):
-                return False
-    except Exception:  # any change of httpx's internals: the public way
-        return False
-    return True
-
-
-#: Whether the per-host key is read off ``URL._uri_reference`` (see _parsed_url_works).
-_PARSED_URL = _parsed_url_works()
 
 
 class _Wire(Wire[httpx.Response]):
@@ -311,11 +285,7 @@ class RetryTransport(_Base, httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        if _PARSED_URL:
-            parsed = url._uri_reference
-            host: HostKey = (parsed.scheme, parsed.host, parsed.port)
-        else:
-            host = (url.scheme, url.raw_host.decode("ascii"), url.port)
+        host: HostKey = (url.scheme, url.raw_host, url.port)
         extensions = request.extensions
         override = extensions.get(EXTENSION_KEY)
         ready = self._policies.ready
@@ -495,11 +465,7 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        if _PARSED_URL:
-            parsed = url._uri_reference
-            host: HostKey = (parsed.scheme, parsed.host, parsed.port)
-        else:
-            host = (url.scheme, url.raw_host.decode("ascii"), url.port)
+        host: HostKey = (url.scheme, url.raw_host, url.port)
         if self._hedge is not None and self._hedged(request):
             return await self._retrying(request, self._start(request, host), None)
         extensions = request.extensions

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Generic
 
 from seawall._core import validate as _validate
+from seawall._core.clock import SYSTEM_CLOCK, SystemClock
 from seawall._core.errors import (
     _EXHAUSTED_MARK,
     DeadlineExceeded,
@@ -32,6 +34,7 @@ from seawall._policy.http.rules import (
     parse_retry_after,
 )
 from seawall._policy.http.wire import Resp, RetryOnErrors, Wire
+from seawall._strategies.budget import first_attempt_callables
 from seawall._strategies.deadline import current_deadline as _ambient_deadline
 from seawall._strategies.deadline import deadline_headers as encode_deadline_headers
 from seawall._strategies.retry import RetryPolicy, RetryState
@@ -50,12 +53,51 @@ _NOT_REPLAYABLE_NOTE = (
 )
 
 
-def stateless_first(policy: RetryPolicy, rules: HttpRules) -> bool:
-    """Whether a first attempt under *policy* and *rules* needs no :class:`RetryState` (when no
-    ambient deadline is set): the policy's first-attempt capability, and a total time that
-    leaves room for an attempt."""
+class HostPolicy:
+    """A derived policy (see :class:`~seawall._policy.http.policies.PolicyCache`) and what an
+    HTTP call reads of it, read once, from its public fields: built once per policy and host.
+
+    Attributes:
+        policy: the derived :class:`~seawall.RetryPolicy`.
+        clock: its clock (the system clock when it has none).
+        now: what reads that clock: :func:`time.monotonic` itself for the system clock (one
+            call less, as the retry core reads it).
+        before, after: the budget's first-attempt callables (its ``first_attempt()``
+            capability, see :func:`~seawall.lowlevel.first_attempt_callables`), ``None`` for
+            nothing to do.
+        fast: a first attempt needs no :class:`RetryState` (the retry core's first-attempt
+            path): no ``timeout``, ``attempt_timeout`` nor ``retry_if_result``, and no hook
+            that observes attempts.
+    """
+
+    __slots__ = ("after", "before", "clock", "fast", "now", "policy")
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.policy = policy
+        clock = self.clock = policy.clock if policy.clock is not None else SYSTEM_CLOCK
+        self.now: Callable[[], float] = time.monotonic if type(clock) is SystemClock else clock.now
+        budget = policy.budget
+        self.before, self.after = (
+            (None, None) if budget is None else first_attempt_callables(budget)
+        )
+        observed = any(getattr(h, "observes_attempts", False) is True for h in policy.hooks or ())
+        self.fast = not (
+            policy.timeout is not None
+            or policy.attempt_timeout is not None
+            or policy.retry_if_result is not None
+            or observed
+        )
+
+    def __repr__(self) -> str:
+        return f"HostPolicy({self.policy!r})"
+
+
+def stateless_first(host: HostPolicy, rules: HttpRules) -> bool:
+    """Whether a first attempt under *host*'s policy and *rules* needs no :class:`RetryState`
+    (when no ambient deadline is set): the policy's first-attempt capability, and a total time
+    that leaves room for an attempt."""
     total = rules.total_timeout
-    return policy._fast and (total is None or total >= policy.min_attempt_time)
+    return host.fast and (total is None or total >= host.policy.min_attempt_time)
 
 
 class HttpCall(Generic[Resp]):
@@ -68,7 +110,7 @@ class HttpCall(Generic[Resp]):
     attempt, or ``None``: return that response (through :meth:`answer`) or raise that error.
 
     Args:
-        policy: the derived policy (see :class:`PolicyCache`).
+        host: the derived policy of the request's host (:class:`HostPolicy`).
         rules: the HTTP rules.
         method: the request method, in upper case.
         has_key: the request carries an ``Idempotency-Key``.
@@ -105,7 +147,7 @@ class HttpCall(Generic[Resp]):
 
     def __init__(
         self,
-        policy: RetryPolicy,
+        host: HostPolicy,
         rules: HttpRules,
         method: str,
         has_key: bool,
@@ -123,10 +165,9 @@ class HttpCall(Generic[Resp]):
         self.wire = wire
         self.retry_on = retry_on
         self.predicate = predicate
-        self.policy = policy
-        self.clock = policy._clock
-        # The clock's now() (time.monotonic itself for the system clock: one call less).
-        self._now = now_of = policy._now
+        self.policy = policy = host.policy
+        self.clock = host.clock
+        self._now = now_of = host.now
         self._status = 0
         now = self._started = now_of() if first is None else first
         #: The last response was given up on after retries (or said "overloaded"): see
@@ -138,7 +179,7 @@ class HttpCall(Generic[Resp]):
         # The attempts retried so far (the last one is added when the call ends).
         self._history: list[HttpAttempt] | None = None
         total = rules.total_timeout
-        if first is not None or (_ambient_deadline() is None and stateless_first(policy, rules)):
+        if first is not None or (_ambient_deadline() is None and stateless_first(host, rules)):
             # The policy's first-attempt capability: a first attempt without bookkeeping (no
             # timeouts, no ambient deadline, no hook observing attempts) needs no RetryState
             # until it fails (see _state()); the budget hears what its first_attempt() offers.
@@ -146,9 +187,9 @@ class HttpCall(Generic[Resp]):
             # first-attempt path (see Policies.first), which made the budget's deposit.
             self.state: RetryState | None = None
             self._implicit = self.attempt_deadline = math.inf if total is None else now + total
-            self._after = policy._after
-            if first is None and policy._before is not None:
-                policy._before()
+            self._after = host.after
+            if first is None and host.before is not None:
+                host.before()
             return
         self._after = None
         state = self.state = policy.new_state(now)

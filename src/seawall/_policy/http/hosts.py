@@ -25,9 +25,9 @@ HOST_KEY_SAMPLES: Final = (
 
 
 #: How an integration names the host of a request: ``"scheme://netloc"``, ``(scheme, netloc)``,
-#: or ``(scheme, host, port)`` (``host`` in lower case, IDNA-encoded; ``port`` ``None`` for the
-#: scheme's default), whichever is cheaper to read off its URLs.
-HostKey = str | tuple[str, str] | tuple[str, str, int | None]
+#: or ``(scheme, host, port)`` (``host`` in lower case, IDNA-encoded, as text or ASCII bytes;
+#: ``port`` ``None`` for the scheme's default), whichever is cheaper to read off its URLs.
+HostKey = str | tuple[str, str] | tuple[str, str | bytes, int | None]
 
 
 def origin(host: HostKey) -> str:
@@ -40,6 +40,8 @@ def origin(host: HostKey) -> str:
         if len(host) == 2:
             return origin(f"{host[0]}://{host[1]}")
         scheme_, name_, port_ = host
+        if isinstance(name_, bytes):
+            name_ = name_.decode("ascii", "replace")
         if ":" in name_:
             name_ = f"[{name_}]"  # an IPv6 address
         host = f"{scheme_}://{name_}" if port_ is None else f"{scheme_}://{name_}:{port_}"

@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Mapping, MutableMapping
 from typing import Any, Final, Protocol, TypedDict, runtime_checkable
 
 from seawall._core.public import public
-from seawall._policy.http.call import HttpCall, stateless_first
+from seawall._policy.http.call import HostPolicy, HttpCall, stateless_first
 from seawall._policy.http.hosts import (
     MAX_HOSTS,
     PER_HOST,
@@ -82,14 +82,14 @@ class PolicyCache:
         self._policy = policy
         self._budget = budget
         self._lock = threading.Lock()
-        self._by_host: dict[HostKey, RetryPolicy] = {}
-        self._single: RetryPolicy | None = None
+        self._by_host: dict[HostKey, HostPolicy] = {}
+        self._single: HostPolicy | None = None
         #: The policy's ``retry_if_result``, applied to responses (``None``: none).
         self.predicate = policy.retry_if_result
         if budget is PER_HOST and policy.budget is not None:
             budget = policy.budget  # the policy brought its own budget: use it everywhere
         if budget is not PER_HOST:
-            self._single = derive_policy(policy, budget)  # type: ignore[arg-type]
+            self._single = HostPolicy(derive_policy(policy, budget))  # type: ignore[arg-type]
         else:
             derive_policy(policy, None)  # validate now, not on the first request
 
@@ -97,11 +97,11 @@ class PolicyCache:
     def policy(self) -> RetryPolicy:
         return self._policy
 
-    def for_host(self, host: HostKey) -> RetryPolicy:
+    def for_host(self, host: HostKey) -> HostPolicy:
         if self._single is not None:
             return self._single
-        derived = self._by_host.get(host)
-        if derived is None:
+        found = self._by_host.get(host)
+        if found is None:
             with self._lock:
                 if len(self._by_host) >= MAX_HOSTS:
                     self._by_host.clear()
@@ -110,8 +110,8 @@ class PolicyCache:
                 if derived.name is None:
                     # Logs and notes say which host's budget refused a retry, or gave up.
                     derived = derived.replace(name=key)
-                self._by_host[host] = derived
-        return derived
+                found = self._by_host[host] = HostPolicy(derived)
+        return found
 
 
 @public("seawall.http")
@@ -235,7 +235,7 @@ class Policies:
             retry_on = route_errors(route) or retry_on
         cache = PolicyCache(policy, self._budget)
         # The derived policies of every host differ in their budget only: one tells for all.
-        derived = cache._single or derive_policy(policy, None)
+        derived = cache._single or HostPolicy(derive_policy(policy, None))
         stateless = cache.predicate is None and stateless_first(derived, rules)
         return _Live(policy, route, cache, rules, retry_on, {} if stateless else None)
 
@@ -396,9 +396,9 @@ class Policies:
         cache, rules = live.cache, live.rules
         policy = cache._single or cache.for_host(host)
         found: FirstAttempt = (
-            policy._now,
-            policy._before,
-            policy._after,
+            policy.now,
+            policy.before,
+            policy.after,
             rules.first_histories,
             rules.total_timeout,
             rules.buffer_limit,
@@ -464,7 +464,7 @@ FirstAttempt = tuple[
     "float | None",
     int,
     "frozenset[str] | None",
-    "RetryPolicy",
+    "HostPolicy",
     "HttpRules",
     "RetryOnErrors",
 ]
