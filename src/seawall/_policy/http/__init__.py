@@ -9,6 +9,7 @@ integrations only move bytes; every retry, wait and give-up is the policy's deci
 One job a module, each importing only those below it (``pyproject.toml`` checks the order):
 
 - :mod:`.policies`: what a transport retries with now (:class:`Policies`), its options;
+- :mod:`.first`: the first-attempt path every integration takes (:func:`first_attempt`);
 - :mod:`.drive`: the retry loops (:func:`drive`, :func:`adrive`);
 - :mod:`.call`: the decisions for one request (:class:`HttpCall`);
 - :mod:`.wire`: how a client library's responses and errors are read (:class:`Wire`);
@@ -19,6 +20,13 @@ One job a module, each importing only those below it (``pyproject.toml`` checks 
 
 from seawall._policy.http.call import HttpCall, settle, stateless_first
 from seawall._policy.http.drive import adrive, adrive_from, drive, drive_from, within
+from seawall._policy.http.first import (
+    AsyncExchange,
+    Exchange,
+    FirstAttemptPath,
+    afirst_attempt,
+    first_attempt,
+)
 from seawall._policy.http.hosts import (
     _HOST_BUDGETS,
     _HOST_BUDGETS_LOCK,
@@ -34,7 +42,6 @@ from seawall._policy.http.hosts import (
 from seawall._policy.http.overrides import OVERRIDE, OVERRIDES, current_override, override
 from seawall._policy.http.policies import (
     OPTION_NAMES,
-    FirstAttempt,
     HttpOptions,
     LivePolicy,
     Policies,
@@ -88,7 +95,9 @@ __all__ = [
     "SCOPES",
     "_HOST_BUDGETS",
     "_HOST_BUDGETS_LOCK",
-    "FirstAttempt",
+    "AsyncExchange",
+    "Exchange",
+    "FirstAttemptPath",
     "History",
     "HostKey",
     "HttpAttempt",
@@ -105,6 +114,7 @@ __all__ = [
     "Wire",
     "adrive",
     "adrive_from",
+    "afirst_attempt",
     "budget_for_host",
     "capped",
     "check_budget",
@@ -114,6 +124,7 @@ __all__ = [
     "drive_from",
     "exception_classes",
     "first_try",
+    "first_attempt",
     "fits",
     "is_overloaded",
     "new_idempotency_key",

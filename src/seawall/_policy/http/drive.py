@@ -48,22 +48,23 @@ _DRIVER = """
 """
 
 
-def _compile_driver(asynchronous: bool) -> Callable[..., Any]:
-    name = "adrive" if asynchronous else "drive"
-    source = _DRIVER.format(
+def compile_twin(template: str, name: str, asynchronous: bool, **names: Any) -> Any:
+    """*template* compiled as a function named *name* (``a`` + *name* for a task), each
+    ``{kind}`` and ``{wait}`` in it standing for ``async``/``await`` or nothing, its other
+    fields given in *names*; registered with :mod:`linecache`, so that tracebacks and debuggers
+    show its lines."""
+    name = "a" + name if asynchronous else name
+    source = template.format(
         kind="async " if asynchronous else "",
         name=name,
         wait="await " if asynchronous else "",
         sleep="asleep" if asynchronous else "sleep",
     )
-    filename = f"<seawall HTTP driver: {name}>"
-    # Registered with linecache so that tracebacks and debuggers show the lines.
+    filename = f"<seawall HTTP: {name}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = dict(names)
     exec(compile(source, filename, "exec"), namespace)
-    driver: Callable[..., Any] = namespace[name]
-    driver.__module__ = __name__
-    return driver
+    return namespace[name]
 
 
 if TYPE_CHECKING:
@@ -81,8 +82,9 @@ if TYPE_CHECKING:
         """See below."""
 
 else:
-    drive = _compile_driver(asynchronous=False)
-    adrive = _compile_driver(asynchronous=True)
+    drive = compile_twin(_DRIVER, "drive", asynchronous=False)
+    adrive = compile_twin(_DRIVER, "drive", asynchronous=True)
+    drive.__module__ = adrive.__module__ = __name__
 
 drive.__doc__ = """Run *call* in this thread: ``send(seconds_left)`` makes one attempt, ``close``
 releases a response nobody will read; waits sleep on the policy's clock."""

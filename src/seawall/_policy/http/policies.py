@@ -4,11 +4,12 @@ through a handle), the derived policy of each host, the options, and the first-a
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Mapping, MutableMapping
+from collections.abc import Collection, Mapping, MutableMapping
 from typing import Any, Final, Protocol, TypedDict, runtime_checkable
 
 from seawall._core.public import public
 from seawall._policy.http.call import HostPolicy, HttpCall, stateless_first
+from seawall._policy.http.first import FirstAttemptPath
 from seawall._policy.http.hosts import (
     MAX_HOSTS,
     PER_HOST,
@@ -23,7 +24,6 @@ from seawall._policy.http.rules import (
     DEFAULT_RETRY_STATUSES,
     IDEMPOTENCY_KEY_HEADER,
     MIN_ATTEMPT_TIME,
-    History,
     HttpRules,
     exception_classes,
     new_idempotency_key,
@@ -348,28 +348,28 @@ class Policies:
             cache.predicate,
         )
 
-    def first(self, method: str, host: HostKey, override: object = None) -> FirstAttempt | None:
+    def first(self, method: str, host: HostKey, override: object = None) -> FirstAttemptPath | None:
         """What a request starting now needs for a first attempt made without an
-        :class:`HttpCall`, or ``None``: it takes :meth:`start`'s path.
+        :class:`HttpCall` (:func:`~seawall._policy.http.first.first_attempt`), or ``None``: it
+        takes :meth:`start`'s path.
 
-        The integration then reads the clock (``now``), calls ``before`` (the budget's
-        deposit, if any), sends the request as the caller built it, and returns a response
-        whose status has a history in ``answers`` after calling ``after`` (if any), with that
-        history (``first_try(status)``): all that :meth:`start`, :func:`drive` and
-        :class:`HttpCall` do for such an answer. Any other outcome (an error, another
-        status), or a request that cannot go as it is, goes on through :meth:`resume`
-        (nothing is done twice).
+        The path then reads the clock (``now``), calls ``before`` (the budget's deposit, if
+        any), sends the request as the caller built it, and returns a response whose status
+        has a history in ``answers`` after calling ``after`` (if any), with that history
+        (``first_try(status)``): all that :meth:`start`, :func:`drive` and :class:`HttpCall`
+        do for such an answer. Any other outcome (an error, another status), or a request that
+        cannot go as it is, goes on through :meth:`resume` (nothing is done twice).
 
         ``None`` unless the policy's first attempt needs no :class:`RetryState` (see
         :func:`stateless_first`) and the policy has no ``retry_if_result``; no override
         applies (the request's *override*, an :func:`override` block); no ambient deadline
         is set; and no ``Idempotency-Key`` is due.
 
-        An integration may skip the call when it would only look the record up: while
-        :attr:`ready` is a dict, no override block nor ambient deadline has been used in the
-        process (``OVERRIDES.used``, ``SCOPES.used``), the request has no *override*, and
-        ``ready`` holds a record for *host* whose ``keyed`` (its field 6) is ``None``, that
-        record is what this returns.
+        The path skips the call when it would only look the record up: while :attr:`ready` is
+        a dict, no override block nor ambient deadline has been used in the process
+        (``OVERRIDES.used``, ``SCOPES.used``), the request has no *override*, and ``ready``
+        holds a record for *host* whose ``keyed`` is ``None``, that record is what this
+        returns.
         """
         if self._handle is not None:
             self.current()
@@ -385,27 +385,23 @@ class Policies:
         found = firsts.get(host)
         if found is None:
             found = self._first_for(live, firsts, host)
-        keyed = found[6]
+        keyed = found.keyed
         if keyed is not None and method not in keyed:
             return None  # an Idempotency-Key is due (see start())
         return found
 
-    @staticmethod
-    def _first_for(live: _Live, firsts: dict[HostKey, FirstAttempt], host: HostKey) -> FirstAttempt:
+    def _first_for(
+        self, live: _Live, firsts: dict[HostKey, FirstAttemptPath], host: HostKey
+    ) -> FirstAttemptPath:
         """The first-attempt record of *host* under *live*, built and kept."""
-        cache, rules = live.cache, live.rules
-        policy = cache._single or cache.for_host(host)
-        found: FirstAttempt = (
-            policy.now,
-            policy.before,
-            policy.after,
-            rules.first_histories,
-            rules.total_timeout,
-            rules.buffer_limit,
-            frozenset(rules.idempotent_methods) if rules.idempotency_key else None,
-            policy,
-            rules,
+        cache = live.cache
+        wire = self.wire
+        found = FirstAttemptPath(
+            cache._single or cache.for_host(host),
+            live.rules,
             live.retry_on,
+            wire.status,
+            wire.attach,
         )
         if len(firsts) >= MAX_HOSTS:
             firsts.clear()  # bounded, as the per-host policies are
@@ -414,22 +410,29 @@ class Policies:
 
     def resume(
         self,
-        first: FirstAttempt,
+        path: FirstAttemptPath,
         method: str,
         headers: MutableMapping[str, str],
         *,
         replayable: bool,
         started: float,
     ) -> HttpCall[Any]:
-        """The decisions for a request whose first attempt :meth:`first` allowed, and which
-        started at *started* (``first.now()``, the budget's deposit made): the
-        :class:`HttpCall` that :meth:`start` would have built then. Drive it with
-        :func:`drive_from` (the first attempt's outcome in hand) or, when nothing was sent
-        yet, :func:`drive`."""
-        policy, rules, retry_on = first[7:]
+        """The decisions for a request whose first attempt :meth:`first` allowed (*path*), and
+        which started at *started* (``path.now()``, the budget's deposit made): the
+        :class:`HttpCall` that :meth:`start` would have built then. Drive it with the first
+        attempt's outcome in hand or, when nothing was sent yet, from the start."""
+        rules = path.rules
         method, has_key = _keyed(rules, method, headers)
         return HttpCall(
-            policy, rules, method, has_key, replayable, self.wire, retry_on, None, first=started
+            path.host,
+            rules,
+            method,
+            has_key,
+            replayable,
+            self.wire,
+            path.retry_on,
+            None,
+            first=started,
         )
 
 
@@ -448,28 +451,6 @@ def _keyed(rules: HttpRules, method: str, headers: MutableMapping[str, str]) -> 
     return method, IDEMPOTENCY_KEY_HEADER in headers
 
 
-#: What an integration's first-attempt path needs (see :meth:`Policies.first`), built once per
-#: host and policy: ``(now, before, after, answers, total, buffer_limit, keyed, policy, rules,
-#: retry_on)``. The policy's clock reading, the budget's first-attempt callables, the history of
-#: each status returned as it is, the total time, the buffer limit (these six first: an
-#: integration unpacks the record in one step, where six attribute reads cost more), the
-#: methods that need no ``Idempotency-Key`` when one is due for the others, and what
-#: :meth:`Policies.resume` hands on. A plain tuple: Python unpacks a tuple subclass (a
-#: ``NamedTuple``) through an iterator, at twice the cost.
-FirstAttempt = tuple[
-    "Callable[[], float]",
-    "Callable[[], None] | None",
-    "Callable[[], None] | None",
-    "Mapping[int, History]",
-    "float | None",
-    int,
-    "frozenset[str] | None",
-    "HostPolicy",
-    "HttpRules",
-    "RetryOnErrors",
-]
-
-
 class _Live:
     """What a transport retries with now (see Policies): slotted, as it is read on every
     request."""
@@ -483,7 +464,7 @@ class _Live:
         cache: PolicyCache,
         rules: HttpRules,
         retry_on: RetryOnErrors,
-        firsts: dict[HostKey, FirstAttempt] | None,
+        firsts: dict[HostKey, FirstAttemptPath] | None,
     ) -> None:
         self.policy = policy
         self.route = route

@@ -201,7 +201,8 @@ class HttpRules:
     #: :meth:`HttpCall.on_response`, whose first branch takes them and the rarer rest).
     answers: frozenset[int] = dataclasses.field(init=False, repr=False, compare=False)
     #: The history of a first attempt answered with each of *answers* (``first_try(status)``),
-    #: by status: the first-attempt path (:class:`FirstAttempt`) looks its answer up once.
+    #: by status: the first-attempt path (:mod:`~seawall._policy.http.first`) looks its answer
+    #: up once.
     first_histories: Mapping[int, History] = dataclasses.field(
         init=False, repr=False, compare=False
     )
