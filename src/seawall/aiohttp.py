@@ -33,7 +33,6 @@ from seawall._policy.http import (
     Policies,
     Wire,
     adrive,
-    adrive_from,
     afirst_attempt,
     read_within_attempt,
     within,
@@ -41,7 +40,7 @@ from seawall._policy.http import (
 from seawall._strategies.retry import RetryPolicy
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, MutableMapping
 
     from typing_extensions import Unpack
 
@@ -111,13 +110,17 @@ _WIRE: Wire[aiohttp.ClientResponse] = Wire(
 
 
 class _Sending:
-    """A request and the handler that sends it (the next middleware, or aiohttp itself)."""
+    """A request and the handler that sends it (the next middleware, or aiohttp itself), and
+    the request's method and headers, which the first-attempt path reads."""
 
-    __slots__ = ("handler", "request")
+    __slots__ = ("handler", "headers", "method", "request")
 
     def __init__(self, request: aiohttp.ClientRequest, handler: Handler) -> None:
         self.request = request
         self.handler = handler
+        self.method = request.method
+        # A CIMultiDict: an Idempotency-Key goes in.
+        self.headers: MutableMapping[str, str] = request.headers
 
 
 def _timed_out(message: str) -> Exception:
@@ -201,9 +204,7 @@ class RetryMiddleware:
         # The budget's key (see origin()): the scheme and the encoded authority.
         host = (url._scheme, url._netloc) if _URL_SLOTS else (url.scheme, url.raw_authority)
         sending = _Sending(request, handler)
-        return await afirst_attempt(
-            self._policies, self, sending, request.method, request.headers, host
-        )
+        return await afirst_attempt(self, sending, host)
 
     async def _send_first(
         self, sending: _Sending, path: FirstAttemptPath, started: float
@@ -295,9 +296,7 @@ class RetryMiddleware:
             # cancellation bounds it, at the attempt's deadline.
             return await within(_send(request, handler, call), left, _timed_out)
 
-        if outcome is None:
-            return await adrive(call, attempt, self._close)
-        return await adrive_from(call, outcome, attempt, self._close)
+        return await adrive(call, attempt, self._close, outcome)
 
 
 # asyncio's Task.cancelling() and uncancel(), which the watchdog needs, came with Python 3.11;

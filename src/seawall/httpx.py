@@ -30,10 +30,8 @@ from seawall._policy.http import (
     Policies,
     Wire,
     adrive,
-    adrive_from,
     afirst_attempt,
     drive,
-    drive_from,
     first_attempt,
     fits,
     read_within_attempt,
@@ -264,15 +262,8 @@ class RetryTransport(_Base, httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        return first_attempt(
-            self._policies,
-            self,
-            request,
-            request.method,
-            request.headers,
-            (url.scheme, url.raw_host, url.port),
-            request.extensions.get(EXTENSION_KEY),
-        )
+        host = (url.scheme, url.raw_host, url.port)
+        return first_attempt(self, request, host, request.extensions.get(EXTENSION_KEY))
 
     def _send_first(
         self, request: httpx.Request, path: FirstAttemptPath, started: float
@@ -323,9 +314,7 @@ class RetryTransport(_Base, httpx.BaseTransport):
                 _buffer(response)
             return response
 
-        if outcome is None:
-            return drive(call, attempt, self._close)
-        return drive_from(call, outcome, attempt, self._close)
+        return drive(call, attempt, self._close, outcome)
 
     def close(self) -> None:
         self._transport.close()
@@ -425,9 +414,7 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
                 request.method, request.headers, host, replayable=True, override=override
             )
             return await self._retrying(request, call, None)
-        return await afirst_attempt(
-            self._policies, self, request, request.method, request.headers, host, override
-        )
+        return await afirst_attempt(self, request, host, override)
 
     async def _send_first(
         self, request: httpx.Request, path: FirstAttemptPath, started: float
@@ -480,10 +467,7 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
             timed_out = functools.partial(httpx.TimeoutException, request=request)
             return await within(sending, left, timed_out)
 
-        if outcome is None:
-            response = await adrive(call, attempt, self._close)
-        else:
-            response = await adrive_from(call, outcome, attempt, self._close)
+        response = await adrive(call, attempt, self._close, outcome)
         return _bound_body(response, call, request)
 
     async def _send_one(

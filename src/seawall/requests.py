@@ -29,7 +29,6 @@ from seawall._policy.http import (
     Wire,
     capped,
     drive,
-    drive_from,
     first_attempt,
     read_within_attempt,
     retryable_error,
@@ -81,9 +80,10 @@ _WIRE = _Wire()
 
 
 class _Sending:
-    """A request and the arguments ``HTTPAdapter.send`` takes with it."""
+    """A request and the arguments ``HTTPAdapter.send`` takes with it (and its method and
+    headers, which the first-attempt path reads)."""
 
-    __slots__ = ("cert", "proxies", "request", "stream", "timeout", "verify")
+    __slots__ = ("cert", "headers", "method", "proxies", "request", "stream", "timeout", "verify")
 
     def __init__(
         self,
@@ -95,6 +95,8 @@ class _Sending:
         proxies: Mapping[str, str] | None,
     ) -> None:
         self.request = request
+        self.method = request.method or "GET"
+        self.headers = request.headers
         self.stream = stream
         self.timeout = timeout
         self.verify = verify
@@ -173,9 +175,7 @@ class RetryAdapter(HTTPAdapter):
         scheme, _, rest = (request.url or "").partition("://")
         host = f"{scheme}://{rest.split('/', 1)[0].rsplit('@', 1)[-1]}"
         sending = _Sending(request, stream, timeout, verify, cert, proxies)
-        return first_attempt(
-            self._policies, self, sending, request.method or "GET", request.headers, host
-        )
+        return first_attempt(self, sending, host)
 
     def _send_first(
         self, sending: _Sending, path: FirstAttemptPath, started: float
@@ -247,9 +247,7 @@ class RetryAdapter(HTTPAdapter):
             timeouts: Any = (call.timeout(connect), call.timeout(read))
             return self._send_one(sending, prepared, timeouts, limit)
 
-        if outcome is None:
-            return drive(call, attempt, self._close)
-        return drive_from(call, outcome, attempt, self._close)
+        return drive(call, attempt, self._close, outcome)
 
     def _first_timeouts(self, timeout: Any, total: float | None) -> urllib3.Timeout:
         """The timeouts a first attempt goes with: the caller's *timeout*, each capped by the

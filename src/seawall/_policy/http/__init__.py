@@ -19,7 +19,7 @@ One job a module, each importing only those below it (``pyproject.toml`` checks 
 """
 
 from seawall._policy.http.call import HttpCall, settle, stateless_first
-from seawall._policy.http.drive import adrive, adrive_from, drive, drive_from, within
+from seawall._policy.http.drive import adrive, drive, within
 from seawall._policy.http.first import (
     AsyncExchange,
     Exchange,
@@ -113,7 +113,6 @@ __all__ = [
     "RouteRules",
     "Wire",
     "adrive",
-    "adrive_from",
     "afirst_attempt",
     "budget_for_host",
     "capped",
@@ -121,7 +120,6 @@ __all__ = [
     "current_override",
     "derive_policy",
     "drive",
-    "drive_from",
     "exception_classes",
     "first_try",
     "first_attempt",

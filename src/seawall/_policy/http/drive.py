@@ -22,13 +22,21 @@ R = TypeVar("R")
 # driver stepping the coroutine would cost a frame and two coroutines on every request.
 
 _DRIVER = """
-{kind}def {name}(call, send, close):
+{kind}def {name}(call, send, close, outcome=None):
     try:
         while (left := call.next_attempt()) is not None:
             if call._kept is not None:  # (one call less than take() on every request)
                 {wait}close(call.take())  # a discarded attempt must not hold its connection
             try:
-                response = {wait}send(left)
+                if outcome is None:
+                    response = {wait}send(left)
+                else:  # the first attempt's, which the first-attempt path made
+                    response, outcome = outcome, None
+                    if isinstance(response, Exception):
+                        try:
+                            raise response
+                        finally:
+                            response = None  # not left in this frame: no cycle
             except Exception as exc:
                 if (delay := call.on_error(exc)) is None:
                     raise
@@ -70,7 +78,10 @@ def compile_twin(template: str, name: str, asynchronous: bool, **names: Any) -> 
 if TYPE_CHECKING:
 
     def drive(
-        call: HttpCall[Resp], send: Callable[[float], Resp], close: Callable[[Resp], object]
+        call: HttpCall[Resp],
+        send: Callable[[float], Resp],
+        close: Callable[[Resp], object],
+        outcome: Resp | Exception | None = None,
     ) -> Resp:
         """See below."""
 
@@ -78,6 +89,7 @@ if TYPE_CHECKING:
         call: HttpCall[Resp],
         send: Callable[[float], Awaitable[Resp]],
         close: Callable[[Resp], Awaitable[object]],
+        outcome: Resp | Exception | None = None,
     ) -> Resp:
         """See below."""
 
@@ -87,58 +99,12 @@ else:
     drive.__module__ = adrive.__module__ = __name__
 
 drive.__doc__ = """Run *call* in this thread: ``send(seconds_left)`` makes one attempt, ``close``
-releases a response nobody will read; waits sleep on the policy's clock."""
+releases a response nobody will read; waits sleep on the policy's clock. With *outcome* (a
+response, or the exception it raised), the first attempt was made already, by the first-attempt
+path (:mod:`~seawall._policy.http.first`), and that is its outcome."""
 adrive.__doc__ = """Run *call* in a task (asyncio or trio): ``send(seconds_left)`` makes one
 attempt, ``close`` releases a response nobody will read; waits ``await`` the policy clock's
-``asleep``. Cancellation of the caller is never retried."""
-
-
-def drive_from(
-    call: HttpCall[Resp],
-    outcome: Resp | Exception,
-    send: Callable[[float], Resp],
-    close: Callable[[Resp], object],
-) -> Resp:
-    """:func:`drive`, with the first attempt's *outcome* (its response, or the exception it
-    raised) in hand: where an integration's first-attempt path (:meth:`Policies.first`) hands
-    over to the decisions. Each decision is :func:`drive`'s own."""
-    pending = [outcome]
-
-    def again(left: float) -> Resp:
-        if not pending:
-            return send(left)
-        first = pending.pop()
-        if isinstance(first, Exception):
-            try:
-                raise first
-            finally:
-                first = None  # type: ignore[assignment]  # no cycle through the traceback
-        return first
-
-    return drive(call, again, close)
-
-
-async def adrive_from(
-    call: HttpCall[Resp],
-    outcome: Resp | Exception,
-    send: Callable[[float], Awaitable[Resp]],
-    close: Callable[[Resp], Awaitable[object]],
-) -> Resp:
-    """The async twin of :func:`drive_from` (see :func:`adrive`)."""
-    pending = [outcome]
-
-    async def again(left: float) -> Resp:
-        if not pending:
-            return await send(left)
-        first = pending.pop()
-        if isinstance(first, Exception):
-            try:
-                raise first
-            finally:
-                first = None  # type: ignore[assignment]  # no cycle through the traceback
-        return first
-
-    return await adrive(call, again, close)
+``asleep``; *outcome* as :func:`drive` has it. Cancellation of the caller is never retried."""
 
 
 async def within(aw: Awaitable[R], seconds: float, timed_out: Callable[[str], Exception]) -> R:

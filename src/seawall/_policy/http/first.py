@@ -28,7 +28,20 @@ if TYPE_CHECKING:
     from seawall._policy.http.rules import History, HttpRules
     from seawall._policy.http.wire import RetryOnErrors
 
-Req = TypeVar("Req", contravariant=True)
+
+class Outgoing(Protocol):
+    """What the path reads of a request: its method and its headers, to which an
+    ``Idempotency-Key`` may be added (an httpx request, or an integration's own record)."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def headers(self) -> MutableMapping[str, str]: ...
+
+
+Req = TypeVar("Req", bound=Outgoing, contravariant=True)
+Request = TypeVar("Request", bound=Outgoing)
 Resp = TypeVar("Resp")
 
 
@@ -92,8 +105,11 @@ class FirstAttemptPath:
 
 
 class Exchange(Protocol[Req, Resp]):
-    """What a synchronous integration gives :func:`first_attempt`: its own sending and
-    closing (the methods are private: they are no part of the integration's public API)."""
+    """What a synchronous integration gives :func:`first_attempt`: its policies, its own
+    sending and closing (private names: they are no part of the integration's public API)."""
+
+    #: What the integration retries with now.
+    _policies: Policies
 
     def _replayable(self, request: Req) -> bool:
         """Whether *request*'s body can be sent again."""
@@ -107,7 +123,7 @@ class Exchange(Protocol[Req, Resp]):
         self, request: Req, call: HttpCall[Resp], outcome: Resp | Exception | None
     ) -> Resp:
         """Drive *call* (:func:`~seawall._policy.http.drive.drive`) from its first attempt,
-        or with that attempt's *outcome* in hand (:func:`drive_from`)."""
+        or with that attempt's *outcome* in hand."""
 
     def _close(self, response: Resp) -> object:
         """Release a response nobody will read."""
@@ -115,6 +131,8 @@ class Exchange(Protocol[Req, Resp]):
 
 class AsyncExchange(Protocol[Req, Resp]):
     """The asynchronous twin of :class:`Exchange`, for :func:`afirst_attempt`."""
+
+    _policies: Policies
 
     def _replayable(self, request: Req) -> bool:
         """Whether *request*'s body can be sent again."""
@@ -127,7 +145,7 @@ class AsyncExchange(Protocol[Req, Resp]):
     async def _retrying(
         self, request: Req, call: HttpCall[Resp], outcome: Resp | Exception | None
     ) -> Resp:
-        """As :meth:`Exchange._retrying`, with :func:`adrive` and :func:`adrive_from`."""
+        """As :meth:`Exchange._retrying`, with :func:`~seawall._policy.http.drive.adrive`."""
 
     async def _close(self, response: Resp) -> object:
         """Release a response nobody will read."""
@@ -139,7 +157,8 @@ class AsyncExchange(Protocol[Req, Resp]):
 # coroutine on every request.
 
 _FIRST_ATTEMPT = """
-{kind}def {name}(policies, exchange, request, method, headers, host, override=None):
+{kind}def {name}(exchange, request, host, override=None):
+    policies = exchange._policies
     ready = policies.ready
     if (  # the record first() would return, looked up here (see Policies.first)
         ready is None
@@ -149,10 +168,12 @@ _FIRST_ATTEMPT = """
         or (path := ready.get(host)) is None
         or path.keyed is not None
     ):
-        path = policies.first(method, host, override)
+        path = policies.first(request.method, host, override)
         if path is None:
             replayable = exchange._replayable(request)
-            call = policies.start(method, headers, host, replayable=replayable, override=override)
+            call = policies.start(
+                request.method, request.headers, host, replayable=replayable, override=override
+            )
             return {wait}exchange._retrying(request, call, None)
     started = path.now()
     if path.before is not None:
@@ -177,7 +198,9 @@ _FIRST_ATTEMPT = """
     # Outside the `except`: the retries' own errors are not raised while handling this one.
     try:
         replayable = exchange._replayable(request)
-        call = policies.resume(path, method, headers, replayable=replayable, started=started)
+        call = policies.resume(
+            path, request.method, request.headers, replayable=replayable, started=started
+        )
         return {wait}exchange._retrying(request, call, outcome)
     finally:
         outcome = None  # not left in this frame (an error's traceback holds it): no cycle
@@ -186,22 +209,16 @@ _FIRST_ATTEMPT = """
 if TYPE_CHECKING:
 
     def first_attempt(
-        policies: Policies,
-        exchange: Exchange[Req, Resp],
-        request: Req,
-        method: str,
-        headers: MutableMapping[str, str],
+        exchange: Exchange[Request, Resp],
+        request: Request,
         host: HostKey,
         override: object = None,
     ) -> Resp:
         """See below."""
 
     async def afirst_attempt(
-        policies: Policies,
-        exchange: AsyncExchange[Req, Resp],
-        request: Req,
-        method: str,
-        headers: MutableMapping[str, str],
+        exchange: AsyncExchange[Request, Resp],
+        request: Request,
         host: HostKey,
         override: object = None,
     ) -> Resp:
@@ -218,11 +235,9 @@ the first-attempt path when :meth:`Policies.first` allows it, else (and for any 
 answer returned as it is) through an :class:`HttpCall`.
 
 Args:
-    policies: the integration's :class:`~seawall._policy.http.policies.Policies`.
-    exchange: the integration's sending and closing (:class:`Exchange`).
-    request: the request, as the exchange's methods take it.
-    method: its method.
-    headers: its headers (an ``Idempotency-Key`` may be added).
+    exchange: the integration's policies, sending and closing (:class:`Exchange`).
+    request: the request, as the exchange's methods take it, with its method and headers
+        (:class:`Outgoing`; an ``Idempotency-Key`` may be added to them).
     host: its host (see :data:`~seawall._policy.http.hosts.HostKey`).
     override: the request's own override (a policy or a dict of changes), if any.
 """
