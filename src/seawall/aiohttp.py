@@ -26,25 +26,21 @@ from seawall._core.clock import TESTING
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
     HOST_KEY_SAMPLES,
-    OVERRIDES,
     PER_HOST,
-    FirstAttempt,
-    HostKey,
+    FirstAttemptPath,
     HttpCall,
     HttpOptions,
     Policies,
     Wire,
     adrive,
-    adrive_from,
+    afirst_attempt,
     read_within_attempt,
-    settle,
     within,
 )
-from seawall._strategies.deadline import SCOPES
 from seawall._strategies.retry import RetryPolicy
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, MutableMapping
 
     from typing_extensions import Unpack
 
@@ -113,8 +109,18 @@ _WIRE: Wire[aiohttp.ClientResponse] = Wire(
 )
 
 
-async def _release(response: aiohttp.ClientResponse) -> None:
-    response.release()
+class _Sending:
+    """A request and the handler that sends it (the next middleware, or aiohttp itself), and
+    the request's method and headers, which the first-attempt path reads."""
+
+    __slots__ = ("handler", "headers", "method", "request")
+
+    def __init__(self, request: aiohttp.ClientRequest, handler: Handler) -> None:
+        self.request = request
+        self.handler = handler
+        self.method = request.method
+        # A CIMultiDict: an Idempotency-Key goes in.
+        self.headers: MutableMapping[str, str] = request.headers
 
 
 def _timed_out(message: str) -> Exception:
@@ -197,132 +203,100 @@ class RetryMiddleware:
         url = request.url
         # The budget's key (see origin()): the scheme and the encoded authority.
         host = (url._scheme, url._netloc) if _URL_SLOTS else (url.scheme, url.raw_authority)
-        ready = self._policies.ready
-        if (  # the record first() would return, looked up here (see Policies.first)
-            ready is None
-            or OVERRIDES.used
-            or SCOPES.used
-            or (first := ready.get(host)) is None
-            or first[6] is not None
+        sending = _Sending(request, handler)
+        return await afirst_attempt(self, sending, host)
+
+    async def _send_first(
+        self, sending: _Sending, path: FirstAttemptPath, started: float
+    ) -> aiohttp.ClientResponse:
+        """The first attempt (see afirst_attempt), bounded by the total time: by the loop's
+        watchdog, or a timer of its own."""
+        request, handler = sending.request, sending.handler
+        total, limit = path.total, path.limit
+        if total is None:
+            return await _receive(request, handler, limit)
+        if not _WATCHED or TESTING.instant:
+            # (the time left as HttpCall.next_attempt() gives it)
+            left = (started + total) - started
+            return await within(_receive(request, handler, limit), left, _timed_out)
+        # Bounded as within() would bound it, by the loop's watchdog: the attempt joins it
+        # here, and a successful one leaves it here too (what end() does for the others), a
+        # call each less on every request.
+        loop = request.loop
+        now = path.now
+        watchdog = self._watchdog
+        if (
+            watchdog is None
+            or watchdog.loop is not loop
+            or watchdog.total != total
+            or watchdog.now is not now
         ):
-            first = self._policies.first(request.method, host)
-            if first is None:
-                return await self._retrying(request, handler, host, None, 0.0, None)
-        # The first-attempt path (see Policies.first): what adrive() and HttpCall would do for
-        # a first attempt answered with one of first.answers; anything else hands over to them.
-        now, before, after, answers, total, limit, _, _, _, _ = first
-        started = now()
-        if before is not None:
-            before()
+            watchdog = self._watchdog = _Watchdog(loop, total, now)
+        task = _current_task(loop)
+        if task is None:
+            raise RuntimeError("seawall: an aiohttp request outside a task")
+        inflight = watchdog.inflight
+        if task in inflight or task.cancelling():  # type: ignore[attr-defined]
+            # Within another attempt of the same task (a request made by a later middleware),
+            # or in a task with a cancellation pending: its own timer.
+            left = (started + total) - started
+            return await within(_receive(request, handler, limit), left, _timed_out)
+        # (the watchdog's clock is the policy's, read at the start, or its own)
+        at = (started if watchdog.same_clock else watchdog.time()) + total
+        inflight[task] = at
+        if watchdog.armed is None:
+            watchdog.armed = loop.call_at(at, watchdog.fire)
         try:
-            if total is None:
-                response = await _receive(request, handler, limit)
-            elif not _WATCHED or TESTING.instant:
-                # (the time left as HttpCall.next_attempt() gives it)
-                left = (started + total) - started
-                response = await within(_receive(request, handler, limit), left, _timed_out)
-            else:
-                # Bounded as within() would bound it, by the loop's watchdog: the attempt joins
-                # it here, and a successful one leaves it here too (what end() does for the
-                # others), a call each less on every request.
-                loop = request.loop
-                watchdog = self._watchdog
-                if (
-                    watchdog is None
-                    or watchdog.loop is not loop
-                    or watchdog.total != total
-                    or watchdog.now is not now
-                ):
-                    watchdog = self._watchdog = _Watchdog(loop, total, now)
-                task = _current_task(loop)
-                if task is None:
-                    raise RuntimeError("seawall: an aiohttp request outside a task")
-                inflight = watchdog.inflight
-                if task in inflight or task.cancelling():  # type: ignore[attr-defined]
-                    # Within another attempt of the same task (a request made by a later
-                    # middleware), or in a task with a cancellation pending: its own timer.
-                    left = (started + total) - started
-                    response = await within(_receive(request, handler, limit), left, _timed_out)
-                else:
-                    # (the watchdog's clock is the policy's, read at the start, or its own)
-                    at = (started if watchdog.same_clock else watchdog.time()) + total
-                    inflight[task] = at
-                    if watchdog.armed is None:
-                        watchdog.armed = loop.call_at(at, watchdog.fire)
-                    try:
-                        response = await handler(request)  # then as _receive()
-                        if (
-                            limit
-                            and not response.content.is_eof()
-                            and read_within_attempt(response.headers.get("content-length"), limit)
-                        ):
-                            try:
-                                await response.read()
-                            except BaseException:
-                                response.release()
-                                raise
-                    except BaseException as exc:
-                        if watchdog.end(task) and isinstance(exc, asyncio.CancelledError):
-                            raise _timed_out(
-                                f"seawall: the attempt ran out of time after {total:.3f} s"
-                            ) from exc
-                        raise
-                    # watchdog.end(task), its outcome not needed: the attempt ended in time.
-                    try:
-                        del inflight[task]
-                    except KeyError:  # cancelled by the watchdog, yet it ended in time
-                        task.uncancel()  # type: ignore[attr-defined]
-        except Exception as exc:
-            outcome: aiohttp.ClientResponse | Exception | None = exc
-        else:
-            history = answers.get(response.status)
-            if history is not None:
-                if after is not None:
-                    settle(after, response.release)
-                # (HISTORY_ATTRIBUTE, stored as an attribute: no setattr() call)
-                response.seawall_history = history  # type: ignore[attr-defined]
-                return response
-            outcome = response
-        # Outside the `except`: the retries' own errors are not raised while handling this one.
+            response: aiohttp.ClientResponse = await handler(request)  # then as _receive()
+            if (
+                limit
+                and not response.content.is_eof()
+                and read_within_attempt(response.headers.get("content-length"), limit)
+            ):
+                try:
+                    await response.read()
+                except BaseException:
+                    response.release()
+                    raise
+        except BaseException as exc:
+            if watchdog.end(task) and isinstance(exc, asyncio.CancelledError):
+                raise _timed_out(
+                    f"seawall: the attempt ran out of time after {total:.3f} s"
+                ) from exc
+            raise
+        # watchdog.end(task), its outcome not needed: the attempt ended in time.
         try:
-            return await self._retrying(request, handler, host, first, started, outcome)
-        finally:
-            outcome = None  # not left in this frame (an error's traceback holds it): no cycle
+            del inflight[task]
+        except KeyError:  # cancelled by the watchdog, yet it ended in time
+            task.uncancel()  # type: ignore[attr-defined]
+        return response
+
+    @staticmethod
+    def _replayable(sending: _Sending) -> bool:
+        # In-memory bodies (bytes, str, JSON, url-encoded forms) are sent again as they are;
+        # streams and file objects are consumed by the first attempt.
+        body = sending.request.body
+        return body == b"" or isinstance(body, aiohttp.payload.BytesPayload)
+
+    @staticmethod
+    async def _close(response: aiohttp.ClientResponse) -> None:
+        response.release()
 
     async def _retrying(
         self,
-        request: aiohttp.ClientRequest,
-        handler: Handler,
-        host: HostKey,
-        first: FirstAttempt | None,
-        started: float,
+        sending: _Sending,
+        call: HttpCall[aiohttp.ClientResponse],
         outcome: aiohttp.ClientResponse | Exception | None,
     ) -> aiohttp.ClientResponse:
-        """Send *request* through the decisions: from its first attempt, or (*first* given)
-        after the first-attempt path started it at *started* with that *outcome*."""
-        body = request.body
-        # In-memory bodies (bytes, str, JSON, url-encoded forms) are sent again as they are;
-        # streams and file objects are consumed by the first attempt.
-        replayable = body == b"" or isinstance(body, aiohttp.payload.BytesPayload)
-        call: HttpCall[aiohttp.ClientResponse]
-        if first is None:
-            # request.headers is a CIMultiDict: an Idempotency-Key goes in.
-            call = self._policies.start(
-                request.method, request.headers, host, replayable=replayable
-            )
-        else:
-            call = self._policies.resume(
-                first, request.method, request.headers, replayable=replayable, started=started
-            )
+        """Drive *call*: from its first attempt, or with that attempt's *outcome* in hand."""
+        request, handler = sending.request, sending.handler
 
         async def attempt(left: float) -> aiohttp.ClientResponse:
             # aiohttp's timeouts bound the whole call or each read, not the attempt:
             # cancellation bounds it, at the attempt's deadline.
             return await within(_send(request, handler, call), left, _timed_out)
 
-        if outcome is None:
-            return await adrive(call, attempt, _release)
-        return await adrive_from(call, outcome, attempt, _release)
+        return await adrive(call, attempt, self._close, outcome)
 
 
 # asyncio's Task.cancelling() and uncancel(), which the watchdog needs, came with Python 3.11;

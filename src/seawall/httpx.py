@@ -21,10 +21,8 @@ from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
     EXTENSION_KEY,
     HISTORY_KEY,
-    HOST_KEY_SAMPLES,
-    OVERRIDES,
     PER_HOST,
-    FirstAttempt,
+    FirstAttemptPath,
     History,
     HostKey,
     HttpCall,
@@ -32,16 +30,14 @@ from seawall._policy.http import (
     Policies,
     Wire,
     adrive,
-    adrive_from,
+    afirst_attempt,
     drive,
-    drive_from,
+    first_attempt,
     fits,
     read_within_attempt,
-    settle,
     within,
 )
 from seawall._strategies.budget import RetryBudget
-from seawall._strategies.deadline import SCOPES
 from seawall._strategies.hedge import Hedge
 from seawall._strategies.retry import RetryPolicy
 
@@ -74,31 +70,6 @@ _NEVER_SENT: tuple[type[Exception], ...] = (
 _TIMEOUT_KEYS = ("connect", "read", "write", "pool")
 _N_TIMEOUTS = len(_TIMEOUT_KEYS)
 _FIT_ROOM = 0.001  # seconds: timeouts this far within the total time are remembered as fitting
-
-
-def _parsed_url_works() -> bool:
-    """Whether the per-host key can be read off httpx's parsed URL (``URL._uri_reference``:
-    its ``scheme``, ``host`` and ``port`` fields), which gives what the properties
-    ``URL.scheme``, ``URL.raw_host`` (decoded) and ``URL.port`` give, without their three
-    calls (about 1% of a bare request). Checked once, on URLs of every shape; when httpx
-    changes that attribute, the properties are read instead."""
-    try:
-        for text in HOST_KEY_SAMPLES:
-            url = httpx.URL(text)
-            parsed = url._uri_reference
-            if (parsed.scheme, parsed.host, parsed.port) != (
-                url.scheme,
-                url.raw_host.decode("ascii"),
-                url.port,
-            ):
-                return False
-    except Exception:  # any change of httpx's internals: the public way
-        return False
-    return True
-
-
-#: Whether the per-host key is read off ``URL._uri_reference`` (see _parsed_url_works).
-_PARSED_URL = _parsed_url_works()
 
 
 class _Wire(Wire[httpx.Response]):
@@ -138,15 +109,20 @@ class _Base:
         # request, from the client's Timeout) needs no check. Replaced whole, never mutated.
         self._fit: tuple[float, dict[str, float | None]] = (math.nan, {})
 
-    def _fits(self, configured: dict[str, float | None] | None, total: float, left: float) -> bool:
-        """Whether the httpx timeouts *configured* for a first attempt are all set and within
-        its time *left* (of the total time *total*): the request can go as it is. Those that
-        fit *total* by a millisecond or more are remembered (see ``_fit``), since the time
-        left of another first attempt differs from *total* by a rounding error at most."""
+    def _as_built(self, request: httpx.Request, total: float, started: float) -> bool:
+        """Whether a first attempt can go as the caller built it, within the total time
+        *total* (its time left, as HttpCall gives it): its httpx timeouts are all set and within
+        that time. Those that fit *total* by a millisecond or more are remembered (see
+        ``_fit``), since the time left of another first attempt differs from *total* by a
+        rounding error at most."""
+        configured = request.extensions.get("timeout")
+        fit_total, fit = self._fit
+        if configured == fit and total == fit_total:
+            return True
         if configured is None or len(configured) != _N_TIMEOUTS:
             return False
         values = configured.values()
-        if not fits(values, left):
+        if not fits(values, (started + total) - started):
             return False
         if fits(values, total - _FIT_ROOM):
             self._fit = (total, dict(configured))
@@ -157,28 +133,11 @@ class _Base:
         """The policy in use now (with a :class:`~seawall.config.PolicyHandle`: its current one)."""
         return self._policies.policy
 
-    def _start(self, request: httpx.Request, host: HostKey) -> HttpCall[httpx.Response]:
-        return self._policies.start(
-            request.method,
-            request.headers,
-            host,
-            # ByteStream holds bytes (content=, data=, json=, or a body already read): it can be
-            # sent again. Generators and other streams are consumed by the first attempt.
-            replayable=isinstance(request.stream, httpx.ByteStream),
-            override=request.extensions.get(EXTENSION_KEY),
-        )
-
-    def _resume(
-        self, request: httpx.Request, first: FirstAttempt, started: float
-    ) -> HttpCall[httpx.Response]:
-        """The decisions for a request whose first attempt took the first-attempt path."""
-        return self._policies.resume(
-            first,
-            request.method,
-            request.headers,
-            replayable=isinstance(request.stream, httpx.ByteStream),
-            started=started,
-        )
+    @staticmethod
+    def _replayable(request: httpx.Request) -> bool:
+        # ByteStream holds bytes (content=, data=, json=, or a body already read): it can be
+        # sent again. Generators and other streams are consumed by the first attempt.
+        return isinstance(request.stream, httpx.ByteStream)
 
     @staticmethod
     def _prepare(
@@ -228,14 +187,6 @@ def _small(response: httpx.Response, limit: int) -> bool:
     return not isinstance(response.stream, httpx.ByteStream) and read_within_attempt(
         response.headers.get("content-length"), limit
     )
-
-
-def _close(response: httpx.Response) -> None:
-    response.close()
-
-
-async def _aclose(response: httpx.Response) -> None:
-    await response.aclose()
 
 
 class RetryTransport(_Base, httpx.BaseTransport):
@@ -311,63 +262,26 @@ class RetryTransport(_Base, httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        if _PARSED_URL:
-            parsed = url._uri_reference
-            host: HostKey = (parsed.scheme, parsed.host, parsed.port)
-        else:
-            host = (url.scheme, url.raw_host.decode("ascii"), url.port)
-        extensions = request.extensions
-        override = extensions.get(EXTENSION_KEY)
-        ready = self._policies.ready
-        if (  # the record first() would return, looked up here (see Policies.first)
-            ready is None
-            or override is not None
-            or OVERRIDES.used
-            or SCOPES.used
-            or (first := ready.get(host)) is None
-            or first[6] is not None
-        ):
-            first = self._policies.first(request.method, host, override)
-            if first is None:
-                return self._retrying(request, self._start(request, host), None)
-        # The first-attempt path (see Policies.first): what drive() and HttpCall would do for a
-        # first attempt answered with one of first.answers, and nothing more. Anything else
-        # hands over to them, with what was done so far.
-        now, before, after, answers, total, limit, _, _, _, _ = first
-        started = now()
-        if before is not None:
-            before()
-        if total is not None:
-            configured = extensions.get("timeout")
-            fit_total, fit = self._fit
-            if (configured != fit or total != fit_total) and not self._fits(
-                configured, total, (started + total) - started
-            ):
-                # httpx's timeouts are not all within the total time: capped per attempt.
-                return self._retrying(request, self._resume(request, first, started), None)
-        try:
-            response = self._transport.handle_request(request)
-            if (
-                limit
-                and not isinstance(response.stream, httpx.ByteStream)
-                and _small(response, limit)
-            ):
-                _buffer(response)
-        except Exception as exc:
-            outcome: httpx.Response | Exception | None = exc
-        else:
-            history = answers.get(response.status_code)
-            if history is not None:
-                if after is not None:
-                    settle(after, response.close)
-                response.extensions[HISTORY_KEY] = history
-                return response
-            outcome = response
-        # Outside the `except`: the retries' own errors are not raised while handling this one.
-        try:
-            return self._retrying(request, self._resume(request, first, started), outcome)
-        finally:
-            outcome = None  # not left in this frame (an error's traceback holds it): no cycle
+        host = (url.scheme, url.raw_host, url.port)
+        return first_attempt(self, request, host, request.extensions.get(EXTENSION_KEY))
+
+    def _send_first(
+        self, request: httpx.Request, path: FirstAttemptPath, started: float
+    ) -> httpx.Response | None:
+        """The first attempt, as the caller built it (see first_attempt), or ``None``: its
+        timeouts are not all within the total time, and are capped per attempt."""
+        total = path.total
+        if total is not None and not self._as_built(request, total, started):
+            return None
+        response = self._transport.handle_request(request)
+        limit = path.limit
+        if limit and not isinstance(response.stream, httpx.ByteStream) and _small(response, limit):
+            _buffer(response)
+        return response
+
+    @staticmethod
+    def _close(response: httpx.Response) -> None:
+        response.close()
 
     def _retrying(
         self,
@@ -400,9 +314,7 @@ class RetryTransport(_Base, httpx.BaseTransport):
                 _buffer(response)
             return response
 
-        if outcome is None:
-            return drive(call, attempt, _close)
-        return drive_from(call, outcome, attempt, _close)
+        return drive(call, attempt, self._close, outcome)
 
     def close(self) -> None:
         self._transport.close()
@@ -495,67 +407,33 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        if _PARSED_URL:
-            parsed = url._uri_reference
-            host: HostKey = (parsed.scheme, parsed.host, parsed.port)
-        else:
-            host = (url.scheme, url.raw_host.decode("ascii"), url.port)
+        host: HostKey = (url.scheme, url.raw_host, url.port)
+        override = request.extensions.get(EXTENSION_KEY)
         if self._hedge is not None and self._hedged(request):
-            return await self._retrying(request, self._start(request, host), None)
-        extensions = request.extensions
-        override = extensions.get(EXTENSION_KEY)
-        ready = self._policies.ready
-        if (  # the record first() would return, looked up here (see Policies.first)
-            ready is None
-            or override is not None
-            or OVERRIDES.used
-            or SCOPES.used
-            or (first := ready.get(host)) is None
-            or first[6] is not None
-        ):
-            first = self._policies.first(request.method, host, override)
-            if first is None:
-                return await self._retrying(request, self._start(request, host), None)
-        # The first-attempt path, as in RetryTransport.handle_request: without a deadline of
-        # the caller's, the attempt is bounded by httpx's timeouts (within the total time),
-        # without a timer, and its body is not bounded (see _bound_body).
-        now, before, after, answers, total, limit, _, _, _, _ = first
-        started = now()
-        if before is not None:
-            before()
-        if total is not None:
-            configured = extensions.get("timeout")
-            fit_total, fit = self._fit
-            if (configured != fit or total != fit_total) and not self._fits(
-                configured, total, (started + total) - started
-            ):
-                return await self._retrying(request, self._resume(request, first, started), None)
-        try:
-            response = await self._transport.handle_async_request(request)
-            if (
-                limit
-                and not isinstance(response.stream, httpx.ByteStream)  # (_small's first test)
-                and _small(response, limit)
-            ):
-                await _abuffer(response)
-        except Exception as exc:
-            outcome: httpx.Response | Exception | None = exc
-        else:
-            history = answers.get(response.status_code)
-            if history is not None:
-                if after is not None:
-                    try:
-                        after()
-                    except BaseException:
-                        await response.aclose()
-                        raise
-                response.extensions[HISTORY_KEY] = history
-                return response
-            outcome = response
-        try:
-            return await self._retrying(request, self._resume(request, first, started), outcome)
-        finally:
-            outcome = None
+            call = self._policies.start(
+                request.method, request.headers, host, replayable=True, override=override
+            )
+            return await self._retrying(request, call, None)
+        return await afirst_attempt(self, request, host, override)
+
+    async def _send_first(
+        self, request: httpx.Request, path: FirstAttemptPath, started: float
+    ) -> httpx.Response | None:
+        """As RetryTransport._send_first: without a deadline of the caller's, the attempt is
+        bounded by httpx's timeouts (within the total time), without a timer, and its body is
+        not bounded (see _bound_body)."""
+        total = path.total
+        if total is not None and not self._as_built(request, total, started):
+            return None
+        response = await self._transport.handle_async_request(request)
+        limit = path.limit
+        if limit and not isinstance(response.stream, httpx.ByteStream) and _small(response, limit):
+            await _abuffer(response)
+        return response
+
+    @staticmethod
+    async def _close(response: httpx.Response) -> None:
+        await response.aclose()
 
     def _hedged(self, request: httpx.Request) -> bool:
         """Whether the hedge applies to *request* (its method, in upper case as HttpCall has
@@ -589,10 +467,7 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
             timed_out = functools.partial(httpx.TimeoutException, request=request)
             return await within(sending, left, timed_out)
 
-        if outcome is None:
-            response = await adrive(call, attempt, _aclose)
-        else:
-            response = await adrive_from(call, outcome, attempt, _aclose)
+        response = await adrive(call, attempt, self._close, outcome)
         return _bound_body(response, call, request)
 
     async def _send_one(

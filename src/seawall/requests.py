@@ -21,21 +21,18 @@ from urllib3.exceptions import MaxRetryError, NewConnectionError
 from seawall._policy.config import PolicyHandle, PolicyRegistry
 from seawall._policy.http import (
     OPTION_NAMES,
-    OVERRIDES,
     PER_HOST,
-    FirstAttempt,
+    FirstAttemptPath,
     HttpCall,
     Policies,
     RetryOnErrors,
     Wire,
     capped,
     drive,
-    drive_from,
+    first_attempt,
     read_within_attempt,
     retryable_error,
-    settle,
 )
-from seawall._strategies.deadline import SCOPES
 from seawall._strategies.retry import RetryPolicy
 
 __all__ = ["DEFAULT_RETRY_EXCEPTIONS", "PER_HOST", "RetryAdapter"]
@@ -82,8 +79,29 @@ class _Wire(Wire[requests.Response]):
 _WIRE = _Wire()
 
 
-def _close(response: requests.Response) -> None:
-    response.close()
+class _Sending:
+    """A request and the arguments ``HTTPAdapter.send`` takes with it (and its method and
+    headers, which the first-attempt path reads)."""
+
+    __slots__ = ("cert", "headers", "method", "proxies", "request", "stream", "timeout", "verify")
+
+    def __init__(
+        self,
+        request: requests.PreparedRequest,
+        stream: bool,
+        timeout: Any,
+        verify: bool | str,
+        cert: Any,
+        proxies: Mapping[str, str] | None,
+    ) -> None:
+        self.request = request
+        self.method = request.method or "GET"
+        self.headers = request.headers
+        self.stream = stream
+        self.timeout = timeout
+        self.verify = verify
+        self.cert = cert
+        self.proxies = proxies
 
 
 class RetryAdapter(HTTPAdapter):
@@ -156,87 +174,64 @@ class RetryAdapter(HTTPAdapter):
         """Send *request*, retrying per the policy; the final response or the last error."""
         scheme, _, rest = (request.url or "").partition("://")
         host = f"{scheme}://{rest.split('/', 1)[0].rsplit('@', 1)[-1]}"
-        method = request.method or "GET"
-        ready = self._policies.ready
-        if (  # the record first() would return, looked up here (see Policies.first)
-            ready is None
-            or OVERRIDES.used
-            or SCOPES.used
-            or (first := ready.get(host)) is None
-            or first[6] is not None
-        ):
-            first = self._policies.first(method, host)
-            if first is None:
-                return self._retrying(
-                    request, host, None, 0.0, None, stream, timeout, verify, cert, proxies
-                )
-        # The first-attempt path (see Policies.first): what drive() and HttpCall would do for a
-        # first attempt answered with one of first.answers; anything else hands over to them.
-        now, before, after, answers, total, limit, _, _, _, _ = first
-        started = now()
-        if before is not None:
-            before()
-        try:
-            seen, timeouts = self._sent
-            if seen != (timeout, total):
-                timeouts = self._first_timeouts(timeout, total)
-            response: requests.Response = super().send(
-                request, stream=stream, timeout=timeouts, verify=verify, cert=cert, proxies=proxies
-            )
-            limit = 0 if stream else limit
-            if limit and _small(response, limit):
-                _ = response.content
-        except Exception as exc:
-            outcome: requests.Response | Exception | None = exc
-        else:
-            history = answers.get(response.status_code)
-            if history is not None:
-                if after is not None:
-                    settle(after, response.close)
-                # (HISTORY_ATTRIBUTE, stored as an attribute: no setattr() call)
-                response.seawall_history = history  # type: ignore[attr-defined]
-                return response
-            outcome = response
-        # Outside the `except`: the retries' own errors are not raised while handling this one.
-        try:
-            return self._retrying(
-                request, host, first, started, outcome, stream, timeout, verify, cert, proxies
-            )
-        finally:
-            outcome = None  # not left in this frame (an error's traceback holds it): no cycle
+        sending = _Sending(request, stream, timeout, verify, cert, proxies)
+        return first_attempt(self, sending, host)
+
+    def _send_first(
+        self, sending: _Sending, path: FirstAttemptPath, started: float
+    ) -> requests.Response:
+        """The first attempt (see first_attempt): the caller's timeouts capped by the total
+        time, which is the time left as the attempt starts."""
+        timeout = sending.timeout
+        seen, timeouts = self._sent
+        if seen != (timeout, path.total):
+            timeouts = self._first_timeouts(timeout, path.total)
+        return self._send_one(sending, sending.request, timeouts, path.limit)
+
+    def _send_one(
+        self, sending: _Sending, request: requests.PreparedRequest, timeouts: Any, limit: int
+    ) -> requests.Response:
+        """Send *request* once, as *sending* says, with *timeouts*; a body declared up to
+        *limit* bytes is read now, unless the caller streams, so that a reset mid-body is
+        retried."""
+        stream = sending.stream
+        response: requests.Response = super().send(
+            request,
+            stream=stream,
+            timeout=timeouts,
+            verify=sending.verify,
+            cert=sending.cert,
+            proxies=sending.proxies,
+        )
+        if limit and not stream and _small(response, limit):
+            _ = response.content
+        return response
+
+    @staticmethod
+    def _replayable(sending: _Sending) -> bool:
+        request = sending.request
+        body = request.body
+        return (
+            body is None
+            or isinstance(body, (bytes, str))
+            or (hasattr(body, "read") and isinstance(getattr(request, "_body_position", None), int))
+        )
+
+    @staticmethod
+    def _close(response: requests.Response) -> None:
+        response.close()
 
     def _retrying(
         self,
-        request: requests.PreparedRequest,
-        host: str,
-        first: FirstAttempt | None,
-        started: float,
+        sending: _Sending,
+        call: HttpCall[requests.Response],
         outcome: requests.Response | Exception | None,
-        stream: bool,
-        timeout: Any,
-        verify: bool | str,
-        cert: Any,
-        proxies: Mapping[str, str] | None,
     ) -> requests.Response:
-        """Send *request* through the decisions: from its first attempt, or (*first* given)
-        after the first-attempt path started it at *started* with that *outcome*."""
-        body = request.body
-        rewind = hasattr(body, "read")
-        replayable = (
-            body is None
-            or isinstance(body, (bytes, str))
-            or (rewind and isinstance(getattr(request, "_body_position", None), int))
-        )
-        method = request.method or "GET"
-        call: HttpCall[requests.Response]
-        if first is None:
-            call = self._policies.start(method, request.headers, host, replayable=replayable)
-        else:
-            call = self._policies.resume(
-                first, method, request.headers, replayable=replayable, started=started
-            )
-        limit = 0 if stream else call.rules.buffer_limit
-        connect, read = _split_timeout(timeout)
+        """Drive *call*: from its first attempt, or with that attempt's *outcome* in hand."""
+        request = sending.request
+        rewind = call.replayable and hasattr(request.body, "read")
+        limit = call.rules.buffer_limit
+        connect, read = _split_timeout(sending.timeout)
         position = getattr(request, "_body_position", None)
 
         def attempt(left: float) -> requests.Response:
@@ -245,21 +240,14 @@ class RetryAdapter(HTTPAdapter):
             if extra is not None:
                 prepared = request.copy()
                 prepared.headers.update(extra)
-            if rewind and replayable and call.attempts > 1:
+            if rewind and call.attempts > 1:
                 # requests recorded where the file body started (as for redirects): rewind.
                 prepared.body.seek(position)  # type: ignore[union-attr]
             # requests' annotations forbid (None, read); urllib3 accepts it (no connect limit).
             timeouts: Any = (call.timeout(connect), call.timeout(read))
-            response: requests.Response = super(RetryAdapter, self).send(
-                prepared, stream=stream, timeout=timeouts, verify=verify, cert=cert, proxies=proxies
-            )
-            if limit and _small(response, limit):
-                _ = response.content  # read now: a reset mid-body is then retried
-            return response
+            return self._send_one(sending, prepared, timeouts, limit)
 
-        if outcome is None:
-            return drive(call, attempt, _close)
-        return drive_from(call, outcome, attempt, _close)
+        return drive(call, attempt, self._close, outcome)
 
     def _first_timeouts(self, timeout: Any, total: float | None) -> urllib3.Timeout:
         """The timeouts a first attempt goes with: the caller's *timeout*, each capped by the

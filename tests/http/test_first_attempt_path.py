@@ -383,4 +383,4 @@ def test_integrations_look_the_record_up_themselves_until_it_does_not_apply(
 
 def firsts_host(url: str) -> Any:
     u = httpx.URL(url)
-    return (u.scheme, u.host, u.port)
+    return (u.scheme, u.raw_host, u.port)
