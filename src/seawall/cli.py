@@ -26,6 +26,7 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 EXIT_METASTABLE = 3  # seawall probe: a strategy did not recover on its own
+EXIT_INCONCLUSIVE = 4  # seawall probe: the load generator fell behind; no verdict
 
 
 class _Terminated(BaseException):
@@ -158,6 +159,13 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--max-duration", type=positive, default=300.0, help="seconds (300)")
     probe.add_argument("--max-in-flight", type=count, default=1000, help="(1000)")
     probe.add_argument(
+        "--max-lag",
+        type=positive,
+        default=0.2,
+        help="seconds a request may start late; beyond it for 5%% of requests the probe "
+        "refuses to judge (0.2)",
+    )
+    probe.add_argument(
         "--settle", type=non_negative, default=5.0, help="seconds between strategies (5)"
     )
     probe.add_argument("--seed", type=whole, default=0, help="random seed (0)")
@@ -226,8 +234,28 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="ADDRESS",
             help="with --engine dask: a scheduler's address (default: a local cluster)",
         )
+        sub.add_argument(
+            "--grid",
+            nargs="+",
+            metavar="KEY=V1,V2",
+            help="run every combination of these values of the scenario's options (each cell "
+            "over --seeds N seeds)",
+        )
         if scenario.plot is not None:
             sub.add_argument("--plot", metavar="PATH", help="write a PNG plot to PATH")
+    from seawall.sim._published import add_verify_arguments
+
+    verify = names.add_parser(
+        "verify",
+        help="run every built-in experiment against the published figures it cites",
+        description="Run the experiments that reproduce published figures over seeds and say, "
+        "for each, whether seawall agrees within the stated tolerance or by how much it "
+        "differs. Exit status 3 if a figure differs.",
+    )
+    add_verify_arguments(verify)
+    verify.add_argument(
+        "--workers", type=count, default=_default_workers(), help="processes to use (CPUs)"
+    )
     return parser
 
 
@@ -325,6 +353,7 @@ def _run_probe(args: argparse.Namespace) -> int:
         max_requests=args.max_requests,
         max_duration=args.max_duration,
         max_in_flight=args.max_in_flight,
+        max_lag=args.max_lag,
         settle=args.settle,
         seed=args.seed,
     )
@@ -333,7 +362,10 @@ def _run_probe(args: argparse.Namespace) -> int:
     else:
         out, _err = _consoles()
         render_probe(result, out)
-    # The exit status carries the verdict, for a CI job: 3 if any strategy stayed down.
+    # The exit status carries the verdict, for a CI job: 4 if the probe could not judge (its
+    # load generator fell behind), else 3 if any strategy stayed down.
+    if any(s.verdict == "inconclusive" for s in result.series):
+        return EXIT_INCONCLUSIVE
     return EXIT_METASTABLE if any(s.verdict != "recovered" for s in result.series) else 0
 
 
@@ -352,16 +384,29 @@ def _list_scenarios() -> int:
 
 def _run_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``seawall sim --from FILE``: the same scenario, parameters and seeds as FILE."""
+    from seawall.sim._grid import run_grid
     from seawall.sim._registry import SCENARIOS
     from seawall.sim._trials import run_trials
 
+    recipe = args.from_file.endswith(".toml")  # a scenario file: a run record, no results yet
     try:
-        with open(args.from_file, encoding="utf-8") as f:
-            doc = json.load(f)
+        if recipe:
+            from seawall._policy.config import _decode, _read
+
+            doc = dict(_decode(_read(args.from_file), args.from_file))
+            run = doc.get("run")
+            if isinstance(run, dict):
+                run = {"parameters": {}, "seeds": [0], **run}
+                doc = {**doc, "run": run}
+        else:
+            with open(args.from_file, encoding="utf-8") as f:
+                doc = json.load(f)
     except OSError as error:
         raise _UsageError(f"--from {args.from_file}: {error.strerror or error}") from None
     except json.JSONDecodeError as error:
         raise _UsageError(f"--from {args.from_file}: not JSON ({error})") from None
+    except ValueError as error:  # invalid TOML (seawall's ConfigError is a ValueError)
+        raise _UsageError(f"--from {error}") from None
     run = doc.get("run") if isinstance(doc, dict) else None
     if not isinstance(run, dict) or not isinstance(run.get("parameters"), dict):
         raise _UsageError(
@@ -371,6 +416,8 @@ def _run_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if name not in SCENARIOS:
         raise _UsageError(f"--from {args.from_file}: unknown scenario {name!r}")
     seeds = run.get("seeds")
+    if recipe and isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= 1:
+        seeds = list(range(seeds))  # a scenario file may give a number of seeds
     if (
         not isinstance(seeds, list)
         or not seeds
@@ -391,9 +438,19 @@ def _run_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from seawall.sim._trials import parameters_of
 
     params = parameters_of(argparse.Namespace(**params))
+    grid = run.get("grid")
+    if grid is not None:
+        if not isinstance(grid, dict) or not all(
+            k in known and isinstance(v, list) and v for k, v in grid.items()
+        ):
+            raise _UsageError(f"--from {args.from_file}: 'grid' must map options to lists")
+        for key in grid:
+            params.pop(key, None)
     _out, err = _consoles()
     with _progress(err, f"seawall sim {name}") as progress:
-        if "trials" in doc:
+        if grid is not None:
+            data = run_grid(name, params, grid, seeds, workers=args.workers, progress=progress)
+        elif "trials" in doc or (recipe and len(seeds) > 1):
             data = run_trials(name, params, seeds, workers=args.workers, progress=progress)
         else:
             data = _single(name, params, seeds[0], progress)
@@ -452,6 +509,8 @@ def _run_seeds(args: argparse.Namespace) -> int:
         table.add_column(column, justify="left" if column == "metric" else "right")
     for key, s in doc["summary"].items():
         mean = "-" if s["mean"] is None else f"{s['mean']:.4g}"
+        if s.get("method") == "wilson":  # a share of runs: say how many
+            mean += f" ({s['successes']} of {s['trials']} runs)"
         ci = "-" if s["ci95"] is None else f"[{s['ci95'][0]:.4g}, {s['ci95'][1]:.4g}]"
         table.add_row(key, mean, ci, str(s["n"]))
     out.print(table)
@@ -464,6 +523,10 @@ def _run_sim(args: argparse.Namespace) -> int:
     from seawall.sim._report import jsonable
     from seawall.sim._trials import parameters_of
 
+    if getattr(args, "grid", None):
+        from seawall.sim._grid import run_grid_command
+
+        return run_grid_command(args, _SUBPARSERS[args.scenario])
     if args.seeds is not None:
         return _run_seeds(args)
     scenario = SCENARIOS[args.scenario]
@@ -603,6 +666,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise _UsageError(
                     "sim: the following arguments are required: NAME (or --list, or --from FILE)"
                 )
+            if args.scenario == "verify":
+                from seawall.sim._published import run_verify_command
+
+                return run_verify_command(args)
             return _run_sim(args)
         except SimulationError as err:
             # Not the user's input: the simulator itself failed while it ran.

@@ -113,27 +113,93 @@ def test_recovery_against_a_demand_that_falls() -> None:
 
 
 def test_bronson_retry_after_timeout_is_stuck_at_twice_the_load() -> None:
-    kw = dict(OVERLOAD_DEFAULTS["bronson"], duration=200.0)
+    kw = dict(OVERLOAD_DEFAULTS["bronson"], duration=100.0)
     r = metastable(**kw)
+    assert r.latency_step == (10.0, 20.0, 1.0) and r.trigger_end == 20.0
     stuck = r.get("retry_once")
     assert not stuck.recovered
-    assert _late(stuck.goodput, 60) == 0.0
-    assert 530 <= _late(stuck.offered, 60) <= 590  # 280 first tries + 280 retries
-    # Without the retry, the backlog drains at 20/s and the server recovers.
+    assert _late(stuck.goodput, 40) == 0.0
+    assert 530 <= _late(stuck.offered, 40) <= 590  # 280 first tries + 280 retries
+    # Without the retry the requests piled up at the step's end drain, and it recovers.
     assert r.get("no_retries").recovered
-    assert 250 <= _late(r.get("no_retries").goodput, 170) <= 310
+    assert 250 <= _late(r.get("no_retries").goodput, 60) <= 310
 
 
-def test_brooker_token_bucket_deposits_on_success_and_spends_a_token_per_retry() -> None:
-    bucket = RetryTokenBucket(capacity=2.0, deposit=0.5)
+def test_bronson_below_half_the_capacity_the_same_step_does_not_stick() -> None:
+    # The paper's stable region: retries double 140/s to 280/s, which a server of 300/s still
+    # serves, so goodput is back as soon as the latency step ends.
+    kw = dict(OVERLOAD_DEFAULTS["bronson"], rate=140.0, spike_rate=140.0, duration=60.0)
+    (at,) = metastable(**kw).get("retry_once").recovered_at
+    assert at is not None and at <= 21.0
+    # The latency step is a trigger, not a loss of capacity: a stall of the same 10 s leaves
+    # a backlog that keeps even this load stuck past its timeout for a long while.
+    stalled = dict(kw, latency_step=None, outage=(10.0, 20.0))
+    (late,) = metastable(**stalled).get("retry_once").recovered_at
+    assert late is None or late > 40.0
+
+
+def test_latency_step_is_validated() -> None:
+    with pytest.raises(ValueError, match="latency_step"):
+        metastable(latency_step=(20.0, 10.0, 1.0))
+    with pytest.raises(ValueError, match="latency_step"):
+        metastable(latency_step=(1.0, 2.0))  # type: ignore[arg-type]
+
+
+def test_an_answer_after_the_timeout_is_not_a_success_during_the_backoff() -> None:
+    # Every attempt takes 5 s at the server against a 1 s timeout: nothing can succeed. With
+    # waits of U(0, 20 s) between attempts, the late answers land in the waits; a client that
+    # timed out has dropped the call, so they are not successes (they were, before).
+    r = metastable(
+        strategies=("published_backoff", "backoff"),
+        duration=40.0,
+        rate=5.0,
+        spike_rate=5.0,
+        base_latency=5.0,
+        per_request=0.0,
+        timeout=1.0,
+    )
+    for s in r.series:
+        assert sum(s.goodput) == 0.0 and s.success == 0.0
+
+
+def test_ramp_with_long_backoff_collapses_as_in_the_source() -> None:
+    # In the source's simulator (simple_collapse_sim, run_sim_ramp with its backoff client) the
+    # ramp collapses for good with backoff too: backoff spreads the retries of the way up, it
+    # does not remove them, and 3 attempts per request at 40/s and more exceed 100/s.
+    kw = dict(OVERLOAD_DEFAULTS["ramp"], strategies=("published_backoff",), runs=3)
+    s = metastable(**kw).get("published_backoff")
+    assert s.recovered_at == (None, None, None)
+    assert max(s.goodput[45:70]) < 2.0  # the mean of 3 runs: none serves anything
+
+
+def test_brooker_token_bucket_fills_per_call_and_spends_a_token_per_retry() -> None:
+    # The source's AdaptiveRetryStrategy: 5 tokens, full at first; 0.1 at each call's start;
+    # a retry only while more than one token is left.
+    bucket = RetryTokenBucket()
     error = ConnectionError()
-    assert bucket.allow_retry(error) and bucket.allow_retry(error)
-    assert not bucket.allow_retry(error)  # empty; failures do not drain it further
+    assert bucket.tokens == 5.0
+    for _ in range(4):
+        assert bucket.allow_retry(error)
+    assert bucket.tokens == 1.0
+    assert not bucket.allow_retry(error)  # one token left is not "more than one"
+    bucket.on_success()
     bucket.on_failure(error)
-    bucket.on_success()
-    assert not bucket.allow_retry(error)  # half a token
-    bucket.on_success()
-    assert bucket.allow_retry(error)
+    assert bucket.tokens == 1.0  # outcomes neither fill nor drain it
+    bucket.on_request()
+    assert bucket.allow_retry(error)  # 1.1 tokens
+    for _ in range(100):
+        bucket.on_request()
+    assert bucket.tokens == 5.0  # capped
+
+
+def test_brooker_bucket_in_the_sweep_matches_the_source_simulator() -> None:
+    # The source's simulator (retry_sim.py, run_sims: 100 clients at 10/s for 10 s), at a 20%
+    # failure rate: 90.7% success for a load of 1.135 (mean of its runs, seeds 0-9). The same
+    # cell here, one seed; the old bucket (10 tokens, filled per success) gave 94.2% / 1.178.
+    r = sweep(failure_rates=(0.2,), strategies=("brooker_bucket",), splits=(), seed=0)
+    row = r.row("brooker_bucket", 0.2)
+    assert row.success == pytest.approx(0.907, abs=0.012)
+    assert row.load == pytest.approx(1.135, abs=0.01)
 
 
 def test_brooker_breaker_stops_retries_above_the_threshold() -> None:
@@ -161,3 +227,19 @@ def test_brooker_strategies_in_the_sweep() -> None:
         )
         # ...and close to no retries once they are common.
         assert r.row(name, 0.5).load < 1.25 < r.row("retries_3", 0.5).load
+
+
+def test_adaptive_throttle_holds_the_server_to_about_k_requests_per_success() -> None:
+    # Google SRE book, ch. 21: with client-side throttling the server receives about K (2)
+    # requests for each it accepts; without, all of the demand (here 4 times its capacity).
+    from seawall.sim._scenarios import overload_metrics
+
+    kw = dict(OVERLOAD_DEFAULTS["throttle"], duration=60.0)
+    r = metastable(**kw)
+    m = overload_metrics(r)
+    assert m["adaptive_throttle.late_per_success"] == pytest.approx(2.0, rel=0.08)
+    assert m["no_retries.late_per_success"] == pytest.approx(4.0, rel=0.08)
+    assert m["adaptive_throttle.late_goodput"] == pytest.approx(100.0, rel=0.05)  # full use
+    # Requests rejected in the client are failed requests, not unsettled ones.
+    assert r.get("adaptive_throttle").success == pytest.approx(0.25, abs=0.03)
+    assert "adaptive_throttle.recovered" not in m  # no trigger, no recovery to judge

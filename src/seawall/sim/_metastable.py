@@ -12,7 +12,7 @@ from seawall._core import validate as _validate
 from seawall._core.clock import Clock
 from seawall._core.errors import Overloaded
 from seawall._strategies.backoff import Backoff
-from seawall._strategies.budget import RetryBudget
+from seawall._strategies.budget import AdaptiveThrottle, Budget, RetryBudget
 from seawall._strategies.retry import RetryPolicy, RetryState
 from seawall.server._admission import Admission, Ticket
 from seawall.sim._engine import Engine, SimClock
@@ -30,6 +30,7 @@ METASTABLE_STRATEGIES: tuple[str, ...] = (
     "published_backoff",
     "retry_once",
     "no_retries",
+    "adaptive_throttle",
 )
 #: The strategies a run compares unless told otherwise.
 DEFAULT_METASTABLE_STRATEGIES: tuple[str, ...] = ("naive", "backoff", "budget", "budget_shedding")
@@ -87,11 +88,16 @@ class MetastableResult:
     server: str = "fixed"
     trigger: str = "spike"
     outage: tuple[float, float] | None = None
+    latency_step: tuple[float, float, float] | None = None
 
     @property
     def trigger_end(self) -> float:
-        """When the trigger (the spike or ramp, and the outage) ended."""
-        return max(self.spike_end, self.outage[1] if self.outage else 0.0)
+        """When the trigger (the spike or ramp, the outage, the latency step) ended."""
+        return max(
+            self.spike_end,
+            self.outage[1] if self.outage else 0.0,
+            self.latency_step[1] if self.latency_step else 0.0,
+        )
 
     def get(self, strategy: str) -> MetastableSeries:
         for s in self.series:
@@ -138,6 +144,11 @@ class _Params:
     shed_queue: int = 0  # the shedder's queue (LoadShedder's max_queue)
     shed_queue_wait: float = 1.0  # how long a request waits in it (max_queue_wait)
     client_timeout: float = math.inf  # the client's own patience per attempt
+    # Bronson et al.'s trigger: between step_start and step_end every request reaches the
+    # server step_extra seconds later (its slots and queue are not held meanwhile).
+    step_start: float = 0.0
+    step_end: float = 0.0
+    step_extra: float = 0.0
 
 
 class AttemptFailed(ConnectionError):
@@ -171,7 +182,13 @@ def _policy(
             budget=None if budget_config is None else budget_config.build(clock), clock=clock
         )
         return policy.replace(rng=rng, hooks=retry_hooks())
-    budget = RetryBudget(clock=clock) if strategy in ("budget", "budget_shedding") else None
+    budget: Budget | None = None
+    if strategy in ("budget", "budget_shedding"):
+        budget = RetryBudget(clock=clock)
+    elif strategy == "adaptive_throttle":
+        # Google SRE book, ch. 21 ("Handling Overload", client-side throttling): K = 2 over
+        # two minutes, seawall's defaults.
+        budget = AdaptiveThrottle(clock=clock, rng=trial_rng(seed, "metastable", run, "throttle"))
     if strategy in ("naive", "retry_once"):
         backoff = Backoff.constant(0.0)  # retry at once
     elif strategy == "published_backoff":
@@ -318,6 +335,15 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
             if start <= now < end:
                 at(end, take, arg)
                 return
+        if p.step_start <= now < p.step_end:
+            # The latency step: the request is answered step_extra later than the server alone
+            # would answer it (it then queues as any other), without holding a slot meanwhile.
+            at(now + p.step_extra, admit, arg)
+            return
+        admit(arg)
+
+    def admit(arg: tuple[_Request, int]) -> None:
+        now = engine.now
         if (fail_p and rand() < fail_p) or any(s <= now < e for s, e in p.error_outages):
             at(now + expo(net), on_failed, arg)  # answered at once, with an error
             return
@@ -358,6 +384,10 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
         if req.done or n != req.attempt:
             return
         now = engine.now
+        # The attempt is over: an answer to it that arrives later, during the backoff before
+        # the next attempt, finds nobody waiting (a client that timed out has dropped the
+        # call), as in the source's model (its client moves to the next try on a timeout).
+        req.attempt += 1
         delay = req.state.on_error(error, now)
         if delay is None:
             req.done = True
@@ -378,13 +408,13 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
         fail(arg, AttemptFailed("the dependency failed the attempt"))
 
     def on_arrival(_: None) -> None:
-        nonlocal requests
+        nonlocal requests, settled
         now = engine.now
         requests += 1
         try:
             state = policy.new_state(now)
-        except Overloaded:  # a client-side throttle rejected the request locally
-            pass
+        except Overloaded:  # a client-side throttle rejected the request locally: it failed
+            settled += 1
         else:
             send(_Request(state), now)
         schedule_next(now)
@@ -407,13 +437,14 @@ def _run(p: _Params) -> tuple[list[int], list[int], list[int], int, int, int, in
         schedule_next(engine.now)
 
     def on_burst(n: int) -> None:
-        nonlocal requests
+        nonlocal requests, settled
         now = engine.now
         for _ in range(n):
             requests += 1
             try:
                 state = policy.new_state(now)
             except Overloaded:
+                settled += 1
                 continue
             send(_Request(state), now)
 
@@ -487,6 +518,7 @@ def metastable(
     queue_limit: float = math.inf,
     trigger: str = "spike",
     outage: tuple[float, float] | None = None,
+    latency_step: tuple[float, float, float] | None = None,
     policies: Any = None,
     shed_queue: int = 0,
     shed_queue_wait: float = 1.0,
@@ -519,13 +551,18 @@ def metastable(
     - ``published_backoff``: U(0, 20 s) before the first retry, U(0, 40 s) before the second.
     - ``retry_once``: one retry, at once (Bronson et al., HotOS'21).
     - ``no_retries``: one attempt.
+    - ``adaptive_throttle``: backoff (as ``backoff``) and a shared
+      :class:`~seawall.AdaptiveThrottle` (defaults: K = 2 over two minutes), which rejects
+      requests locally once the server accepts fewer than half of them.
 
     ``trigger="ramp"`` raises the rate linearly from *rate* to *spike_rate* between
     *spike_start* and *spike_end* instead of jumping; ``trigger="peak"`` raises it the same way,
     then lowers it at the same slope, to zero (the ramp of Brooker's simulator); goodput then
     recovers once it is back to 90% of the arrivals of the moment; *outage* ``(start, end)``
     stalls the server for that window: requests reaching it wait, and it takes them in order when it
-    comes back.
+    comes back; *latency_step* ``(start, end, extra)`` makes every request of that window reach
+    the server *extra* seconds late, without holding its slots (Bronson et al.'s latency step:
+    the server's capacity does not change, only its latency).
 
     Goodput has recovered once, after the spike, its mean over 5 s is back to >= 90% of its mean
     before the spike (from 5 s on).
@@ -551,6 +588,9 @@ def metastable(
         queue_limit: the ``limit`` server's queue (beyond it, refused at once).
         trigger: ``spike``, ``ramp`` or ``peak``.
         outage: a window ``(start, end)`` during which the server stalls, or ``None``.
+        latency_step: ``(start, end, extra)``: in that window every request reaches the server
+            *extra* seconds late, without holding its slots or queue (the trigger of Bronson
+            et al.'s retry example), or ``None``.
         policies: the data of a seawall policy file (``seawall.config``): each route runs too,
             as a strategy named after it, with the policy production would build from it.
         runs: independent runs per strategy; the series are their means.
@@ -605,6 +645,18 @@ def metastable(
         if o_end < o_start:
             raise ValueError(f"outage must be (start, end) with end >= start, got {outage!r}")
         down = (o_start, o_end)
+    step = (0.0, 0.0, 0.0)
+    if latency_step is not None:
+        if len(latency_step) != 3:
+            raise ValueError(f"latency_step must be (start, end, extra), got {latency_step!r}")
+        s_start, s_end, s_extra = (
+            _validate.seconds("latency_step", t, finite=True) for t in latency_step
+        )
+        if s_end < s_start:
+            raise ValueError(
+                f"latency_step must be (start, end, extra) with end >= start, got {latency_step!r}"
+            )
+        step = (s_start, s_end, s_extra)
     routes: dict[str, Any] = {}
     if policies is not None:
         from seawall._policy.config import ConfigError, load_config
@@ -639,12 +691,15 @@ def metastable(
             route=routes.get(s),
             shed_queue=shed_queue,
             shed_queue_wait=shed_queue_wait,
+            step_start=step[0],
+            step_end=step[1],
+            step_extra=step[2],
         )
         for s in strategies
         for r in range(runs)
     ]
     # The trigger: the spike (or ramp), the outage, or both; recovery counts from its end.
-    windows = [w for w in ((spike_start, spike_end), down) if w[1] > w[0]]
+    windows = [w for w in ((spike_start, spike_end), down, step[:2]) if w[1] > w[0]]
     trigger_start = min((w[0] for w in windows), default=spike_start)
     trigger_end = max((w[1] for w in windows), default=spike_end)
     series = run_series(
@@ -663,6 +718,7 @@ def metastable(
         server,
         trigger,
         down if down[1] > down[0] else None,
+        step if step[1] > step[0] else None,
     )
 
 

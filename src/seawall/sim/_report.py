@@ -286,6 +286,9 @@ def render_metastable(result: MetastableResult, console: Any) -> None:
         )
     if result.outage:
         trigger.append(f"server stalled in [{result.outage[0]:g} s, {result.outage[1]:g} s)")
+    step = getattr(result, "latency_step", None)
+    if step:
+        trigger.append(f"latency +{step[2]:g} s in [{step[0]:g} s, {step[1]:g} s)")
     table = _table(
         f"{result.server} server: {result.rate:g} req/s, {', '.join(trigger) or 'no trigger'}, "
         f"{result.duration:g} s, {result.runs} run(s)",
@@ -303,7 +306,9 @@ def render_metastable(result: MetastableResult, console: Any) -> None:
     for s in result.series:
         tail = sum(s.goodput[k] for k in after) / len(after) if after else math.nan
         times = [t for t in s.recovered_at if t is not None]
-        if len(times) == len(s.recovered_at):
+        if not trigger:
+            rec = "- (no trigger)"
+        elif len(times) == len(s.recovered_at):
             rec = f"{sum(times) / len(times):.0f} s"
         elif times:
             rec = f"{len(times)}/{len(s.recovered_at)} runs"

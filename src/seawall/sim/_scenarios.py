@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from seawall.sim import _report
@@ -69,20 +70,31 @@ def _sweep_metrics(r: Any) -> dict[str, float | None]:
 
 def overload_metrics(r: Any) -> dict[str, float | None]:
     """Per strategy: success, load, goodput and attempts/s from 30 s after the trigger to the
-    end, and when goodput recovered (``None`` if it never did)."""
+    end; when goodput recovered (the mean over runs, ``None`` unless every run did), the share
+    of the runs that recovered and the number of runs."""
     out: dict[str, float | None] = {}
     for s in r.series:
         after = [k for k in range(len(s.goodput)) if k * r.bin_width >= r.trigger_end + 30]
         out[f"{s.strategy}.success"] = s.success
         out[f"{s.strategy}.load"] = s.load
         if after:
-            out[f"{s.strategy}.late_goodput"] = sum(s.goodput[k] for k in after) / len(after)
-            out[f"{s.strategy}.late_offered"] = sum(s.offered[k] for k in after) / len(after)
+            good = sum(s.goodput[k] for k in after) / len(after)
+            offered = sum(s.offered[k] for k in after) / len(after)
+            out[f"{s.strategy}.late_goodput"] = good
+            out[f"{s.strategy}.late_offered"] = offered
+            # Attempts the server received per request it served (SRE book ch. 21: with
+            # client-side throttling, about K).
+            out[f"{s.strategy}.late_per_success"] = offered / good if good > 0 else None
+        if r.trigger_end <= 0:
+            continue  # no trigger, nothing to recover from
         times = [t for t in s.recovered_at if t is not None]
         out[f"{s.strategy}.recovered_at"] = (
             sum(times) / len(times) if len(times) == len(s.recovered_at) else None
         )
-        out[f"{s.strategy}.recovered"] = 1.0 if s.recovered else 0.0
+        # The share of the runs that came back (a bistable system: some do, some do not), and
+        # how many runs there were: --seeds pools them into one proportion (Wilson interval).
+        out[f"{s.strategy}.recovered"] = len(times) / len(s.recovered_at)
+        out[f"{s.strategy}.runs"] = float(len(s.recovered_at))
     return out
 
 
@@ -195,7 +207,9 @@ register_scenario(
 
 def _amplify_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=count, default=3, help="services above the leaf (3)")
-    p.add_argument("--attempts", type=count, default=3, help="attempts per layer (3)")
+    p.add_argument(
+        "--attempts", type=count, default=4, help="attempts per layer (4: the SRE book's 3 retries)"
+    )
     p.add_argument("--requests", type=count, default=1000, help="requests sent (1000)")
     p.add_argument("--ratio", type=probability, default=0.1, help="retry budget ratio (0.1)")
 
@@ -212,9 +226,10 @@ register_scenario(
         metrics=_amplify_metrics,
         summary="L layers x A attempts against a failing leaf: naive, one-layer rule, budget",
         description=(
-            "Requests go through --layers services, each a real RetryPolicy with --attempts "
-            "attempts, to a leaf that always fails. Leaf calls per request: naive nesting "
-            "(A**L), seawall's one-layer rule (A), and with a retry budget (about 1 + ratio)."
+            "The Google SRE book's example (ch. 22): requests go through --layers services, "
+            "each a real RetryPolicy with --attempts attempts, to a leaf that always fails. "
+            "Leaf calls per request: naive nesting (A**L), seawall's one-layer rule (A), and "
+            "with a retry budget (about 1 + ratio)."
         ),
         add_arguments=_amplify_args,
         run=_amplify_run,
@@ -372,7 +387,8 @@ OVERLOAD_DEFAULTS: dict[str, dict[str, Any]] = {
         "duration": 80.0,
     },
     # Bronson et al., "Metastable Failures in Distributed Systems", HotOS'21: 280 QPS against a
-    # server of 300 QPS (30 slots of 100 ms, FIFO), 1 s timeout, one retry, a 10 s stall.
+    # server of 300 QPS (30 slots of 100 ms, FIFO), 1 s timeout, one retry, and for 10 s a step
+    # in the server's latency past the timeout (its capacity unchanged).
     "bronson": {
         "strategies": ("retry_once", "no_retries"),
         "duration": 240.0,
@@ -386,7 +402,25 @@ OVERLOAD_DEFAULTS: dict[str, dict[str, Any]] = {
         "network_mean": 0.001,
         "timeout": 1.0,
         "attempts": 2,
-        "outage": (10.0, 20.0),
+        "latency_step": (10.0, 20.0, 1.0),
+    },
+    # Google SRE book, ch. 21 "Handling Overload", client-side throttling: demand of 4 times
+    # what the server can take (10 slots of 100 ms and a queue of 20; beyond it, refused at
+    # once), one attempt per request, with and without an AdaptiveThrottle (K = 2).
+    "throttle": {
+        "strategies": ("no_retries", "adaptive_throttle"),
+        "duration": 120.0,
+        "rate": 400.0,
+        "spike_rate": 400.0,
+        "spike_start": 0.0,
+        "spike_end": 0.0,
+        "server": "limit",
+        "concurrency": 10,
+        "queue_limit": 20,
+        "base_latency": 0.1,
+        "network_mean": 0.005,
+        "timeout": 1.0,
+        "attempts": 1,
     },
 }
 
@@ -401,6 +435,12 @@ def _overload_defaults(name: str) -> dict[str, Any]:
     }
     out.update(OVERLOAD_DEFAULTS[name])
     return out
+
+
+def _queue_limit(text: str) -> float:
+    if text.strip().lower() in ("inf", "none", "unbounded"):
+        return math.inf
+    return whole(text)
 
 
 def _overload_args(name: str) -> Any:
@@ -422,6 +462,7 @@ def _overload_args(name: str) -> Any:
         num("--per-request", "per_request", _non_negative, "latency added per request in, s")
         num("--network-mean", "network_mean", positive, "mean one-way network latency, s")
         num("--concurrency", "concurrency", count, "slots of the limit server")
+        num("--queue-limit", "queue_limit", _queue_limit, "queue of the limit server")
         p.add_argument("--trials", type=count, default=1, help="independent runs, averaged (1)")
         p.add_argument(
             "--server",
@@ -447,6 +488,16 @@ def _overload_args(name: str) -> Any:
             help="a window in which the server stalls ("
             + (f"{d['outage'][0]:g} {d['outage'][1]:g}" if d["outage"] else "none")
             + ")",
+        )
+        step = d["latency_step"]
+        p.add_argument(
+            "--latency-step",
+            type=_non_negative,
+            nargs=3,
+            default=list(step) if step else None,
+            metavar=("START", "END", "EXTRA"),
+            help="a window in which every request reaches the server EXTRA s late, its "
+            "capacity unchanged (" + (" ".join(f"{x:g}" for x in step) if step else "none") + ")",
         )
         p.add_argument(
             "--policies",
@@ -483,8 +534,11 @@ def _overload_run(a: argparse.Namespace, progress: Progress | None) -> Any:
         network_mean=a.network_mean,
         server=a.server,
         concurrency=a.concurrency,
+        # None: unbounded (an infinity is null in a JSON result, which --from re-runs)
+        queue_limit=math.inf if getattr(a, "queue_limit", None) is None else a.queue_limit,
         trigger=a.trigger,
         outage=tuple(a.outage) if a.outage else None,
+        latency_step=tuple(a.latency_step) if getattr(a, "latency_step", None) else None,
         policies=a.policies_data,
         runs=a.trials,
         seed=a.seed,
@@ -499,6 +553,8 @@ def _overload_demo(name: str) -> Any:
         runs = 2 if name == "metastable" else 1  # the demo's short versions: seconds each
         if name == "bronson":
             kwargs["duration"] = 45.0
+        if name == "throttle":
+            kwargs["duration"] = 40.0
         return metastable(seed=seed, runs=runs, workers=workers, progress=progress, **kwargs)
 
     return demo
@@ -544,17 +600,39 @@ register_scenario(
 register_scenario(
     Scenario(
         name="bronson",
-        summary="retry after timeout (Bronson et al., HotOS'21): a 10 s stall, stuck at 2x load",
+        summary="retry after timeout (Bronson et al., HotOS'21): a latency step, stuck at 2x load",
         description=(
             "280 requests/s against a server of 300/s (30 slots of 100 ms, a FIFO queue), a "
-            "1 s timeout and one retry at once; the server stalls for 10 s. Afterwards every "
-            "first try times out in the backlog and is retried: 560 attempts/s, zero goodput, "
-            "for good. Without the retry the backlog drains and the server recovers."
+            "1 s timeout and one retry at once; for 10 s the server's latency steps up past the "
+            "timeout (its capacity unchanged). Every first try times out and is retried: 560 "
+            "attempts/s against 300/s build a queue that keeps every request past its timeout "
+            "after the step, zero goodput, for good. Below half the capacity (--rate 140) the "
+            "doubled load still fits, and the server recovers when the step ends."
         ),
         add_arguments=_overload_args("bronson"),
         run=_overload_run,
         metrics=overload_metrics,
         demo=_overload_demo("bronson"),
+        render=_report.render_metastable,
+        plot=_report.plot_metastable,
+    )
+)
+
+
+register_scenario(
+    Scenario(
+        name="throttle",
+        summary="client-side adaptive throttling (SRE book ch. 21) against 4x overload",
+        description=(
+            "400 requests/s against a server that takes 100/s (10 slots of 100 ms and a queue "
+            "of 20; beyond it, refused at once), one attempt each. Without throttling the "
+            "server receives every request, 4 for each it serves; an AdaptiveThrottle (K = 2) "
+            "rejects the excess in the client, and the server receives about 2 per success."
+        ),
+        add_arguments=_overload_args("throttle"),
+        run=_overload_run,
+        metrics=overload_metrics,
+        demo=_overload_demo("throttle"),
         render=_report.render_metastable,
         plot=_report.plot_metastable,
     )

@@ -33,6 +33,8 @@ SWEEP_STRATEGIES: tuple[str, ...] = (
 #: The strategies a sweep compares unless told otherwise (seawall's own, and none).
 DEFAULT_SWEEP_STRATEGIES: tuple[str, ...] = SWEEP_STRATEGIES[:6]
 DEFAULT_FAILURE_RATES: tuple[float, ...] = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75)
+_BROOKER = frozenset({"brooker_bucket", "brooker_breaker"})
+_BUCKET_ATTEMPTS = 1_000
 
 
 class AttemptFailed(ConnectionError):
@@ -98,9 +100,17 @@ def _policy(strategy: str, clock: SimClock, rng: random.Random) -> RetryPolicy:
         budget = RetryBreaker()
     elif strategy not in SWEEP_STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(SWEEP_STRATEGIES)}; got {strategy!r}")
+    if strategy == "brooker_bucket":
+        # The source's bucket limits retries by its tokens alone; a cap far above anything
+        # the tokens allow keeps the policy's own count out of the way.
+        attempts = _BUCKET_ATTEMPTS
+    else:
+        attempts = 1 if strategy == "no_retries" else 4
     return RetryPolicy(
-        max_attempts=1 if strategy == "no_retries" else 4,
-        backoff=Backoff(base=0.05, cap=1.0),
+        max_attempts=attempts,
+        # Brooker's limiters run as in his simulator: the retry leaves as the failure comes
+        # back (retry_sim.py's run_sims: no backoff); seawall's own back off with full jitter.
+        backoff=Backoff.constant(0.0) if strategy in _BROOKER else Backoff(base=0.05, cap=1.0),
         budget=budget,
         rng=rng,
         name=f"sweep-{strategy}",
@@ -233,7 +243,8 @@ def sweep(
     :class:`~seawall.AdaptiveThrottle`, each with its defaults, or with a
     :class:`~seawall.CircuitBreaker` per client (defaults, but open for 1 s) in front. Two more
     by name: ``brooker_bucket`` and ``brooker_breaker``, the retry token bucket and the
-    retry-only breaker of Brooker's 2022 retry simulation (``seawall.sim._brooker``).
+    retry-only breaker of Brooker's 2022 retry simulation as its simulator runs them
+    (``seawall.sim._brooker``: no backoff; the bucket of 5 tokens, 0.1 per call).
 
     The *splits* runs keep the total load (``clients * rate``) and spread it over other numbers
     of clients at ``split_failure_rate``: budgets are per client, and the RetryBudget's floor of
