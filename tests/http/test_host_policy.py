@@ -57,7 +57,7 @@ POLICIES = [
 
 
 @pytest.mark.parametrize("budget", BUDGETS, ids=lambda b: type(b).__name__)
-@pytest.mark.parametrize("policy", POLICIES, ids=repr)
+@pytest.mark.parametrize("policy", POLICIES, ids=[f"policy{i}" for i in range(len(POLICIES))])
 def test_host_policy_reads_what_the_retry_core_keeps(
     policy: seawall.RetryPolicy, budget: Any
 ) -> None:
