@@ -2,10 +2,11 @@
 
 Run: python benchmarks/sim_published.py [--seeds 10] [--workers N]
 
-Writes docs/figures/sim_published.json (every run's parameters, seeds, seawall's version and
-each trial's figure) and replaces the table between the published-table markers in
-docs/simulator.md with the one generated from that JSON. tests/sim/test_sim_published.py checks
-that the two agree and that the JSON's trials are what the simulator computes.
+What `seawall sim verify` does (the same runs, the same verdicts), written down: the document
+goes to docs/figures/sim_published.json (every run's parameters, seeds, seawall's version, each
+trial's figure and each verdict) and the table generated from it replaces the one between the
+published-table markers in docs/simulator.md. tests/sim/test_sim_published.py checks that the
+two agree and that the JSON's trials are what the simulator computes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import platform
 import sys
 import time
 
-from seawall.sim._published import TABLE_END, TABLE_START, published_table, run_published
+from seawall.sim._published import TABLE_END, TABLE_START, published_table, refresh, verify
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 JSON_PATH = ROOT / "docs" / "figures" / "sim_published.json"
@@ -37,11 +38,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--table-only",
+        action="store_true",
+        help="re-read the JSON, take the experiments' words and figures from the code, judge "
+        "again and rewrite the table, without running (refused if a run changed)",
+    )
     args = parser.parse_args()
+    if args.table_only:
+        doc = refresh(json.loads(JSON_PATH.read_text(encoding="utf-8")))
+        JSON_PATH.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        write_table(DOC_PATH, published_table(doc))
+        print(published_table(doc))
+        return
     print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}", file=sys.stderr)
     t0 = time.perf_counter()
-    doc = run_published(
-        range(args.seeds),
+    doc = verify(
+        seeds=args.seeds,
         workers=args.workers,
         progress=lambda what: print(f"running {what}", file=sys.stderr),
     )

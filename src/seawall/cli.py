@@ -207,6 +207,19 @@ def build_parser() -> argparse.ArgumentParser:
         )
         if scenario.plot is not None:
             sub.add_argument("--plot", metavar="PATH", help="write a PNG plot to PATH")
+    from seawall.sim._published import add_verify_arguments
+
+    verify = names.add_parser(
+        "verify",
+        help="run every built-in experiment against the published figures it cites",
+        description="Run the experiments that reproduce published figures over seeds and say, "
+        "for each, whether seawall agrees within the stated tolerance or by how much it "
+        "differs. Exit status 3 if a figure differs.",
+    )
+    add_verify_arguments(verify)
+    verify.add_argument(
+        "--workers", type=count, default=_default_workers(), help="processes to use (CPUs)"
+    )
     return parser
 
 
@@ -413,6 +426,8 @@ def _run_seeds(args: argparse.Namespace) -> int:
         table.add_column(column, justify="left" if column == "metric" else "right")
     for key, s in doc["summary"].items():
         mean = "-" if s["mean"] is None else f"{s['mean']:.4g}"
+        if s.get("method") == "wilson":  # a share of runs: say how many
+            mean += f" ({s['successes']} of {s['trials']} runs)"
         ci = "-" if s["ci95"] is None else f"[{s['ci95'][0]:.4g}, {s['ci95'][1]:.4g}]"
         table.add_row(key, mean, ci, str(s["n"]))
     out.print(table)
@@ -564,6 +579,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise _UsageError(
                     "sim: the following arguments are required: NAME (or --list, or --from FILE)"
                 )
+            if args.scenario == "verify":
+                from seawall.sim._published import run_verify_command
+
+                return run_verify_command(args)
             return _run_sim(args)
         except SimulationError as err:
             # Not the user's input: the simulator itself failed while it ran.

@@ -18,8 +18,9 @@ def test_sim_amplify_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sim", "amplify", "--requests", "100", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     per_request = {r["strategy"]: r["per_request"] for r in data["rows"]}
-    assert per_request["naive"] == 27.0
-    assert per_request["one_layer"] == 3.0
+    # By default the SRE book's example: 4 attempts at each of 3 layers.
+    assert per_request["naive"] == 64.0
+    assert per_request["one_layer"] == 4.0
 
 
 def test_sim_occ_table_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -140,7 +141,7 @@ def test_demo_writes_plots_and_json(tmp_path: Path, capsys: pytest.CaptureFixtur
     summary = json.loads((out_dir / "summary.json").read_text())
     assert set(summary["scenarios"]) >= {"storm", "occ", "amplify", "sweep", "metastable"}
     amplify = summary["scenarios"]["amplify"]["result"]["rows"]
-    assert [r["per_request"] for r in amplify][:2] == [27.0, 3.0]
+    assert [r["per_request"] for r in amplify][:2] == [64.0, 4.0]  # the SRE book's example
     meta = {s["strategy"]: s for s in summary["scenarios"]["metastable"]["result"]["series"]}
     assert meta["naive"]["recovered_at"][0] is None
     assert meta["budget"]["recovered_at"][0] is not None

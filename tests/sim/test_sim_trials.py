@@ -15,7 +15,9 @@ import seawall
 from seawall.cli import main
 from seawall.sim import SCENARIOS
 from seawall.sim import _registry as registry
-from seawall.sim._trials import mean_ci, run_trials
+from seawall.sim._metastable import MetastableResult, MetastableSeries
+from seawall.sim._scenarios import overload_metrics
+from seawall.sim._trials import bootstrap_ci, mean_ci, run_trials, summarize, wilson
 
 SWEEP = ["sim", "sweep", "--clients", "10", "--duration", "2", "--p", "0.3", "--splits"]
 SWEEP += ["--strategies", "retries_3", "retry_budget"]
@@ -32,6 +34,57 @@ def test_mean_and_95_percent_interval() -> None:
     assert (mean, lo, hi) == pytest.approx((2.0, 2.0 - half, 2.0 + half))
     assert mean_ci([5.0]) == (5.0, 5.0, 5.0)
     assert all(math.isnan(x) for x in mean_ci([]))
+
+
+def test_wilson_interval_of_a_proportion_stays_in_its_range() -> None:
+    # Reference values of the Wilson score interval (z = 1.96).
+    assert wilson(10, 30) == pytest.approx((0.1923, 0.5122), abs=5e-4)
+    assert wilson(0, 30) == pytest.approx((0.0, 0.1135), abs=5e-4)
+    assert wilson(30, 30) == pytest.approx((0.8865, 1.0), abs=5e-4)
+    lo, hi = wilson(1, 2)
+    assert 0.0 < lo < 0.5 < hi < 1.0
+    with pytest.raises(ValueError):
+        wilson(3, 2)
+
+
+def test_bootstrap_interval_of_goodput_never_goes_below_zero() -> None:
+    # Three seeds collapsed (0/s), one recovered (40/s): Student's t puts the interval far
+    # below zero; the bootstrap of the mean stays between the smallest and largest trial.
+    values = [0.0, 0.0, 0.0, 40.0]
+    assert mean_ci(values)[1] < -10.0
+    lo, hi = bootstrap_ci(values)
+    assert 0.0 <= lo <= 10.0 <= hi <= 40.0
+    assert bootstrap_ci(values) == (lo, hi)  # deterministic
+    assert bootstrap_ci([3.0]) == (3.0, 3.0) and bootstrap_ci([2.0, 2.0]) == (2.0, 2.0)
+    ratios = [1.5, 30.0, 12.0, 8.0]  # a p99.9 cut, seed by seed
+    lo, hi = bootstrap_ci(ratios)
+    assert 1.5 <= lo < sum(ratios) / 4 < hi <= 30.0
+
+
+def _series(recovered_at: tuple[float | None, ...]) -> MetastableSeries:
+    return MetastableSeries(
+        "naive", (40.0,) * 80, (40.0,) * 80, (0.0,) * 80, recovered_at, 0.5, 2.0, 0
+    )
+
+
+def test_share_of_runs_recovered_is_reported_with_its_interval() -> None:
+    # 10 of 30 runs came back: the share is a third, not 0.0 ("not all of them").
+    runs = (25.0,) * 10 + (None,) * 20
+    result = MetastableResult((_series(runs),), 1.0, 80.0, 40.0, 80.0, 20.0, 25.0, 30, 0)
+    m = overload_metrics(result)
+    assert m["naive.recovered"] == pytest.approx(1 / 3) and m["naive.runs"] == 30.0
+    assert m["naive.recovered_at"] is None  # not every run: no single time
+    # Over seeds, the runs are pooled into one proportion with its Wilson interval.
+    other = overload_metrics(
+        MetastableResult((_series((None,) * 30),), 1.0, 80.0, 40.0, 80.0, 20.0, 25.0, 30, 1)
+    )
+    summary = summarize([{"metrics": m}, {"metrics": other}])["naive.recovered"]
+    assert summary["method"] == "wilson"
+    assert (summary["successes"], summary["trials"]) == (10, 60)
+    assert summary["mean"] == pytest.approx(10 / 60)
+    assert summary["ci95"] == pytest.approx(list(wilson(10, 60)))
+    goodput = summarize([{"metrics": {"g": 0.0}}, {"metrics": {"g": 0.0}}, {"metrics": {"g": 9.0}}])
+    assert goodput["g"]["method"] == "bootstrap" and goodput["g"]["ci95"][0] >= 0.0
 
 
 def test_seeds_document_holds_parameters_seeds_version_and_every_trial(

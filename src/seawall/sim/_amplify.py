@@ -60,7 +60,7 @@ class AmplifyResult:
 @isolated
 def amplify(
     layers: int = 3,
-    attempts: int = 3,
+    attempts: int = 4,
     requests: int = 1000,
     *,
     ratio: float = 0.1,
@@ -71,7 +71,9 @@ def amplify(
 
     Every layer is a real :class:`~seawall.RetryPolicy` with ``max_attempts=attempts`` whose
     function calls the next layer's policy; the innermost one calls the leaf. Calls run through
-    the real synchronous driver on a virtual clock, one request every ``1/rate`` seconds.
+    the real synchronous driver on a virtual clock, one request every ``1/rate`` seconds. The
+    defaults are the Google SRE book's example (ch. 22, "Addressing Cascading Failures"): 3
+    retries, so 4 attempts, at each of 3 layers: 64 calls at the leaf for one request.
 
     Strategies:
 

@@ -60,6 +60,9 @@ class Scenario:
     metrics: Callable[[Any], dict[str, float | None]] | None = None
 
 
+#: Names of ``seawall sim`` subcommands that are not scenarios.
+RESERVED_NAMES = frozenset({"verify"})
+
 SCENARIOS: dict[str, Scenario] = {}
 """Registered scenarios by name, in registration order."""
 
@@ -77,6 +80,8 @@ def register_scenario(scenario: Scenario, *, replace: bool = False) -> Scenario:
     name = scenario.name
     if not name or not name.replace("_", "-").replace("-", "").isalnum():
         raise ValueError(f"scenario name must be letters, digits, '-' or '_', got {name!r}")
+    if name in RESERVED_NAMES:
+        raise ValueError(f"scenario name {name!r} is taken by `seawall sim {name}` itself")
     if name in SCENARIOS and not replace:
         raise ValueError(f"a scenario named {name!r} is already registered")
     SCENARIOS[name] = scenario

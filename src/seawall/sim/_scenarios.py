@@ -70,7 +70,8 @@ def _sweep_metrics(r: Any) -> dict[str, float | None]:
 
 def overload_metrics(r: Any) -> dict[str, float | None]:
     """Per strategy: success, load, goodput and attempts/s from 30 s after the trigger to the
-    end, and when goodput recovered (``None`` if it never did)."""
+    end; when goodput recovered (the mean over runs, ``None`` unless every run did), the share
+    of the runs that recovered and the number of runs."""
     out: dict[str, float | None] = {}
     for s in r.series:
         after = [k for k in range(len(s.goodput)) if k * r.bin_width >= r.trigger_end + 30]
@@ -90,7 +91,10 @@ def overload_metrics(r: Any) -> dict[str, float | None]:
         out[f"{s.strategy}.recovered_at"] = (
             sum(times) / len(times) if len(times) == len(s.recovered_at) else None
         )
-        out[f"{s.strategy}.recovered"] = 1.0 if s.recovered else 0.0
+        # The share of the runs that came back (a bistable system: some do, some do not), and
+        # how many runs there were: --seeds pools them into one proportion (Wilson interval).
+        out[f"{s.strategy}.recovered"] = len(times) / len(s.recovered_at)
+        out[f"{s.strategy}.runs"] = float(len(s.recovered_at))
     return out
 
 
@@ -203,7 +207,9 @@ register_scenario(
 
 def _amplify_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=count, default=3, help="services above the leaf (3)")
-    p.add_argument("--attempts", type=count, default=3, help="attempts per layer (3)")
+    p.add_argument(
+        "--attempts", type=count, default=4, help="attempts per layer (4: the SRE book's 3 retries)"
+    )
     p.add_argument("--requests", type=count, default=1000, help="requests sent (1000)")
     p.add_argument("--ratio", type=probability, default=0.1, help="retry budget ratio (0.1)")
 
@@ -220,9 +226,10 @@ register_scenario(
         metrics=_amplify_metrics,
         summary="L layers x A attempts against a failing leaf: naive, one-layer rule, budget",
         description=(
-            "Requests go through --layers services, each a real RetryPolicy with --attempts "
-            "attempts, to a leaf that always fails. Leaf calls per request: naive nesting "
-            "(A**L), seawall's one-layer rule (A), and with a retry budget (about 1 + ratio)."
+            "The Google SRE book's example (ch. 22): requests go through --layers services, "
+            "each a real RetryPolicy with --attempts attempts, to a leaf that always fails. "
+            "Leaf calls per request: naive nesting (A**L), seawall's one-layer rule (A), and "
+            "with a retry budget (about 1 + ratio)."
         ),
         add_arguments=_amplify_args,
         run=_amplify_run,

@@ -1,6 +1,15 @@
 """Many seeds of one scenario: per-trial data, means with 95% confidence intervals, and a JSON
 document that holds every parameter, the seeds and seawall's version, so that it re-runs exactly.
 
+The intervals respect the range of what they bound. A share of runs (``NAME.recovered``, with
+the trial's ``NAME.runs``: how many runs of a bistable system came back) pools the runs of every
+trial and takes the Wilson score interval of that proportion, which stays inside [0, 1] and is
+not empty at 0 of 30 or 30 of 30. Every other metric (rates, goodput, ratios such as a p99.9
+cut) takes a percentile bootstrap of the mean over trials: resampling the trials themselves, so
+the interval stays between the smallest and the largest trial and never goes below zero for a
+goodput. The bootstrap's own draws come from a fixed seed: the same trials give the same
+interval.
+
 The document (``seawall sim NAME --seeds N --json``)::
 
     {"run": {"scenario": "metastable", "parameters": {...}, "seeds": [0, 1, ...],
@@ -18,17 +27,21 @@ from __future__ import annotations
 
 import argparse
 import math
+import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
     "ENGINES",
     "NOT_PARAMETERS",
+    "bootstrap_ci",
     "mean_ci",
     "parameters_of",
     "run_trial",
     "run_trials",
     "summarize",
+    "summarize_values",
+    "wilson",
 ]
 
 ENGINES: tuple[str, ...] = ("processes", "dask")
@@ -64,6 +77,9 @@ _T95 = (
 def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
     """The mean of *values* and its 95% confidence interval (Student's t), as (mean, lo, hi).
 
+    Symmetric, so it can leave the range of the values (below zero for a goodput near zero):
+    :func:`summarize` uses :func:`bootstrap_ci` and :func:`wilson` instead.
+
     One value has no interval: (v, v, v). No values: NaNs.
     """
     n = len(values)
@@ -76,6 +92,92 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
     t = _T95[n - 2] if n - 1 <= len(_T95) else 1.96
     half = t * math.sqrt(var / n)
     return mean, mean - half, mean + half
+
+
+#: Resamples of the percentile bootstrap, and the seed of its draws (fixed: a pure function).
+BOOTSTRAP_RESAMPLES = 2000
+_BOOTSTRAP_SEED = 20_250_101
+_Z95 = 1.959963984540054  # the two-sided 95% quantile of the standard normal
+
+
+def wilson(successes: int, trials: int) -> tuple[float, float]:
+    """The 95% Wilson score interval of a proportion, *successes* of *trials* (``trials >= 1``).
+
+    Unlike the normal approximation, it stays within [0, 1] and does not collapse to a point at
+    0 of n or n of n (0 of 30 gives [0, 0.114]).
+    """
+    if trials < 1 or not 0 <= successes <= trials:
+        raise ValueError(f"need 0 <= successes <= trials and trials >= 1, got {successes}/{trials}")
+    n, z = trials, _Z95
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    lo, hi = max(0.0, centre - half), min(1.0, centre + half)
+    # Exactly 0 or 1 at the ends: rounding must not push a bound past the observed share.
+    return (0.0 if successes == 0 else lo), (1.0 if successes == n else hi)
+
+
+def bootstrap_ci(
+    values: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES
+) -> tuple[float, float]:
+    """The 95% percentile-bootstrap interval of the mean of *values*.
+
+    Resamples *values* with replacement; the 2.5% and 97.5% points of the resampled means. It
+    lies within ``[min(values), max(values)]``, so it respects any range the values respect.
+    One value (or all equal): that value twice. Deterministic: the draws have a fixed seed.
+    """
+    n = len(values)
+    if n == 0:
+        raise ValueError("values must not be empty")
+    lo_v, hi_v = min(values), max(values)
+    if n == 1 or lo_v == hi_v:
+        return float(lo_v), float(hi_v)
+    rng = random.Random(_BOOTSTRAP_SEED)
+    pick = rng.choices
+    means = sorted(math.fsum(pick(values, k=n)) / n for _ in range(resamples))
+    lo = means[int(0.025 * (resamples - 1))]
+    hi = means[math.ceil(0.975 * (resamples - 1))]
+    return max(lo_v, lo), min(hi_v, hi)
+
+
+def summarize_values(
+    key: str, metrics: Sequence[Mapping[str, Any]], values: Sequence[float | None]
+) -> dict[str, Any]:
+    """The summary of one metric: *values* (one per trial, ``None`` where a trial had none);
+    *metrics* are the trials' metrics, where a share of runs finds its ``.runs``.
+
+    ``{"mean", "ci95", "n", "method"}``; a share of runs adds ``successes`` and ``trials`` (runs
+    pooled over the trials) and its method is ``wilson``; otherwise the method is
+    ``bootstrap`` (``single`` for one value, ``none`` for none).
+    """
+    present = [float(v) for v in values if v is not None]
+    if not present:
+        return {"mean": None, "ci95": None, "n": 0, "method": "none"}
+    if key.endswith(".recovered"):
+        runs_key = key[: -len(".recovered")] + ".runs"
+        pairs = [
+            (float(v), m.get(runs_key))
+            for v, m in zip(values, metrics, strict=True)
+            if v is not None
+        ]
+        runs = [r for _, r in pairs if isinstance(r, (int, float)) and r >= 1]
+        if len(runs) == len(pairs):
+            k = sum(round(v * r) for (v, _), r in zip(pairs, runs, strict=True))
+            n = sum(int(r) for r in runs)
+            lo, hi = wilson(k, n)
+            return {
+                "mean": k / n,
+                "ci95": [lo, hi],
+                "n": len(pairs),
+                "method": "wilson",
+                "successes": k,
+                "trials": n,
+            }
+    mean = math.fsum(present) / len(present)
+    if len(present) == 1:
+        return {"mean": mean, "ci95": None, "n": 1, "method": "single"}
+    lo, hi = bootstrap_ci(present)
+    return {"mean": mean, "ci95": [lo, hi], "n": len(present), "method": "bootstrap"}
 
 
 def parameters_of(args: argparse.Namespace) -> dict[str, Any]:
@@ -128,23 +230,15 @@ def metrics_of(scenario: Any, result: Any) -> dict[str, float | None]:
 
 
 def summarize(trials: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per metric, across trials: mean, 95% CI and how many trials had a value."""
+    """Per metric, across trials: mean, 95% CI (Wilson for a share of runs, else a bootstrap
+    of the mean), how many trials had a value, and the method (see :func:`summarize_values`)."""
     keys: list[str] = []
     for t in trials:
         for k in t["metrics"]:
             if k not in keys:
                 keys.append(k)
-    out: dict[str, dict[str, Any]] = {}
-    for k in keys:
-        values = [t["metrics"].get(k) for t in trials]
-        present = [float(v) for v in values if v is not None]
-        mean, lo, hi = mean_ci(present)
-        out[k] = {
-            "mean": None if math.isnan(mean) else mean,
-            "ci95": None if math.isnan(lo) else [lo, hi],
-            "n": len(present),
-        }
-    return out
+    metrics = [t["metrics"] for t in trials]
+    return {k: summarize_values(k, metrics, [m.get(k) for m in metrics]) for k in keys}
 
 
 def run_trials(
