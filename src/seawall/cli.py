@@ -205,6 +205,13 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="ADDRESS",
             help="with --engine dask: a scheduler's address (default: a local cluster)",
         )
+        sub.add_argument(
+            "--grid",
+            nargs="+",
+            metavar="KEY=V1,V2",
+            help="run every combination of these values of the scenario's options (each cell "
+            "over --seeds N seeds)",
+        )
         if scenario.plot is not None:
             sub.add_argument("--plot", metavar="PATH", help="write a PNG plot to PATH")
     from seawall.sim._published import add_verify_arguments
@@ -326,16 +333,29 @@ def _list_scenarios() -> int:
 
 def _run_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``seawall sim --from FILE``: the same scenario, parameters and seeds as FILE."""
+    from seawall.sim._grid import run_grid
     from seawall.sim._registry import SCENARIOS
     from seawall.sim._trials import run_trials
 
+    recipe = args.from_file.endswith(".toml")  # a scenario file: a run record, no results yet
     try:
-        with open(args.from_file, encoding="utf-8") as f:
-            doc = json.load(f)
+        if recipe:
+            from seawall._policy.config import _decode, _read
+
+            doc = dict(_decode(_read(args.from_file), args.from_file))
+            run = doc.get("run")
+            if isinstance(run, dict):
+                run = {"parameters": {}, "seeds": [0], **run}
+                doc = {**doc, "run": run}
+        else:
+            with open(args.from_file, encoding="utf-8") as f:
+                doc = json.load(f)
     except OSError as error:
         raise _UsageError(f"--from {args.from_file}: {error.strerror or error}") from None
     except json.JSONDecodeError as error:
         raise _UsageError(f"--from {args.from_file}: not JSON ({error})") from None
+    except ValueError as error:  # invalid TOML (seawall's ConfigError is a ValueError)
+        raise _UsageError(f"--from {error}") from None
     run = doc.get("run") if isinstance(doc, dict) else None
     if not isinstance(run, dict) or not isinstance(run.get("parameters"), dict):
         raise _UsageError(
@@ -345,6 +365,8 @@ def _run_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if name not in SCENARIOS:
         raise _UsageError(f"--from {args.from_file}: unknown scenario {name!r}")
     seeds = run.get("seeds")
+    if recipe and isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= 1:
+        seeds = list(range(seeds))  # a scenario file may give a number of seeds
     if (
         not isinstance(seeds, list)
         or not seeds
@@ -365,9 +387,19 @@ def _run_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from seawall.sim._trials import parameters_of
 
     params = parameters_of(argparse.Namespace(**params))
+    grid = run.get("grid")
+    if grid is not None:
+        if not isinstance(grid, dict) or not all(
+            k in known and isinstance(v, list) and v for k, v in grid.items()
+        ):
+            raise _UsageError(f"--from {args.from_file}: 'grid' must map options to lists")
+        for key in grid:
+            params.pop(key, None)
     _out, err = _consoles()
     with _progress(err, f"seawall sim {name}") as progress:
-        if "trials" in doc:
+        if grid is not None:
+            data = run_grid(name, params, grid, seeds, workers=args.workers, progress=progress)
+        elif "trials" in doc or (recipe and len(seeds) > 1):
             data = run_trials(name, params, seeds, workers=args.workers, progress=progress)
         else:
             data = _single(name, params, seeds[0], progress)
@@ -440,6 +472,10 @@ def _run_sim(args: argparse.Namespace) -> int:
     from seawall.sim._report import jsonable
     from seawall.sim._trials import parameters_of
 
+    if getattr(args, "grid", None):
+        from seawall.sim._grid import run_grid_command
+
+        return run_grid_command(args, _SUBPARSERS[args.scenario])
     if args.seeds is not None:
         return _run_seeds(args)
     scenario = SCENARIOS[args.scenario]

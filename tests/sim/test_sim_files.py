@@ -187,3 +187,19 @@ def test_bad_files_exit_2_with_a_message(
         assert exc.value.code == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
+
+
+def test_arrivals_may_be_evenly_spaced() -> None:
+    data = {"arrivals": {"shape": "step", "rate": 10, "steps": [[5, 20]], "spacing": "even"}}
+    assert scenario_plan(data)["even"] is True
+    assert scenario_plan({"arrivals": {"shape": "step", "rate": 10}})["even"] is False
+    assert scenario_plan({"arrivals": {"shape": "constant", "rate": 10}})["even"] is True
+    even = run_scenario_file(
+        {**data, "run": {"duration": 10.0}, "clients": {"strategies": ["naive"]}}
+    )
+    # 10/s, evenly: 50 first tries in the first 5 s, give or take the one a hop moves across.
+    assert sum(even.get("naive").offered[:5]) == pytest.approx(50, abs=1)
+    with pytest.raises(ValueError, match=r"arrivals\.spacing"):
+        scenario_plan({"arrivals": {"shape": "step", "rate": 10, "spacing": "jittered"}})
+    with pytest.raises(ValueError, match=r"arrivals\.spacing"):
+        scenario_plan({"arrivals": {"shape": "poisson", "rate": 10, "spacing": "even"}})

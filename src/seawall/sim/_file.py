@@ -12,6 +12,7 @@ rate = 40               # requests/s (the base rate)
 steps = [[20, 80], [25, 40]]            # step: [time, rate] changes
 ramp = { start = 20, end = 40, to = 90 }  # ramp: from `rate` up to `to`, then back to `rate`
 bursts = [[30, 500]]                    # bursts: [time, requests at once], over Poisson `rate`
+spacing = "poisson"                     # or "even": arrivals evenly spaced (step, ramp, bursts)
 
 [server]
 model = "fixed"         # fixed | processor_sharing | limit (see seawall.sim._servers)
@@ -59,7 +60,7 @@ __all__ = ["SHAPES", "read_scenario", "read_policies", "run_scenario_file", "sce
 SHAPES: tuple[str, ...] = ("constant", "poisson", "step", "ramp", "bursts")
 _SECTIONS = {
     "run": ("duration", "bin_width", "name"),
-    "arrivals": ("shape", "rate", "steps", "ramp", "bursts"),
+    "arrivals": ("shape", "rate", "steps", "ramp", "bursts", "spacing"),
     "server": (
         "model",
         "base_latency",
@@ -208,6 +209,11 @@ def scenario_plan(data: Mapping[str, Any]) -> dict[str, Any]:
             window = (min(t for t, _ in bursts), max(t for t, _ in bursts))
     elif any(k in arr for k in ("steps", "ramp", "bursts")):
         raise ValueError(f"arrivals: shape {shape!r} takes no steps, ramp or bursts")
+    spacing = arr.get("spacing", "even" if shape == "constant" else "poisson")
+    if spacing not in ("poisson", "even"):
+        raise ValueError(f"arrivals.spacing must be 'poisson' or 'even', got {spacing!r}")
+    if shape == "poisson" and spacing == "even":
+        raise ValueError("arrivals.spacing: shape 'poisson' is Poisson ('constant' is even)")
     model = srv.get("model", "fixed")
     if model not in SERVER_MODELS:
         raise ValueError(f"server.model must be one of {', '.join(SERVER_MODELS)}; got {model!r}")
@@ -262,6 +268,7 @@ def scenario_plan(data: Mapping[str, Any]) -> dict[str, Any]:
         "duration": duration,
         "bin_width": bin_width,
         "shape": shape,
+        "even": spacing == "even",
         "rate": rate,
         "peak": peak,
         "points": points,
@@ -331,7 +338,7 @@ def run_scenario_file(
                     0.0,
                     0.0,
                     rate_points=tuple(plan["points"]),
-                    even=plan["shape"] == "constant",
+                    even=plan["even"],
                     bursts=tuple(plan["bursts"]),
                     failure_probability=plan["probability"],
                     error_outages=() if stall else tuple(plan["outages"]),

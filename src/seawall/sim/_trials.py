@@ -63,6 +63,7 @@ NOT_PARAMETERS = frozenset(
         "scenario_file",
         "policies",
         "cluster",
+        "grid",
     }
 )
 
