@@ -26,6 +26,7 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 EXIT_METASTABLE = 3  # seawall probe: a strategy did not recover on its own
+EXIT_INCONCLUSIVE = 4  # seawall probe: the load generator fell behind; no verdict
 
 
 class _Terminated(BaseException):
@@ -136,6 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--max-requests", type=count, default=100_000, help="(100000)")
     probe.add_argument("--max-duration", type=positive, default=300.0, help="seconds (300)")
     probe.add_argument("--max-in-flight", type=count, default=1000, help="(1000)")
+    probe.add_argument(
+        "--max-lag",
+        type=positive,
+        default=0.2,
+        help="seconds a request may start late; beyond it for 5%% of requests the probe "
+        "refuses to judge (0.2)",
+    )
     probe.add_argument(
         "--settle", type=non_negative, default=5.0, help="seconds between strategies (5)"
     )
@@ -308,6 +316,7 @@ def _run_probe(args: argparse.Namespace) -> int:
         max_requests=args.max_requests,
         max_duration=args.max_duration,
         max_in_flight=args.max_in_flight,
+        max_lag=args.max_lag,
         settle=args.settle,
         seed=args.seed,
     )
@@ -316,7 +325,10 @@ def _run_probe(args: argparse.Namespace) -> int:
     else:
         out, _err = _consoles()
         render_probe(result, out)
-    # The exit status carries the verdict, for a CI job: 3 if any strategy stayed down.
+    # The exit status carries the verdict, for a CI job: 4 if the probe could not judge (its
+    # load generator fell behind), else 3 if any strategy stayed down.
+    if any(s.verdict == "inconclusive" for s in result.series):
+        return EXIT_INCONCLUSIVE
     return EXIT_METASTABLE if any(s.verdict != "recovered" for s in result.series) else 0
 
 

@@ -1,11 +1,13 @@
 """A deliberately metastable HTTP server for tests/sim/test_sim_probe.py, in a process of its own
 (so that the probe's clients and the server do not share one interpreter's CPU).
 
-Run: python tests/sim/metastable_server.py [--shed]; it prints its port on the first line.
+Run: python tests/sim/metastable_server.py [--shed] [--work SECONDS]; it prints its port on
+the first line.
 
-Two slots of 50 ms (40 requests/s at most) and a FIFO queue without a limit, that finishes the
-work of requests whose clients have gone. With --shed the same application runs behind
-seawall.server.LoadShedder (2 at a time, a queue of 4 for at most 0.1 s).
+Two slots of --work seconds each (50 ms: 40 requests/s at most) and a FIFO queue without a
+limit, that finishes the work of requests whose clients have gone. With --shed the same
+application runs behind seawall.server.LoadShedder (2 at a time, a queue of 4 for at most
+0.1 s).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def metastable_app(slots: int = 2, work: float = 0.05) -> Any:
 
 
 def main() -> None:
-    app = metastable_app()
+    work = float(sys.argv[sys.argv.index("--work") + 1]) if "--work" in sys.argv else 0.05
+    app = metastable_app(work=work)
     if "--shed" in sys.argv:
         app = LoadShedder(app, max_concurrency=2, max_queue=4, max_queue_wait=0.1)
     sock = socket.socket()
