@@ -180,6 +180,23 @@ def test_a_dask_local_cluster_gives_the_same_results() -> None:
     assert dask == local
 
 
+def test_dask_runs_items_in_chunks_with_the_same_results() -> None:
+    pytest.importorskip("distributed")
+    from seawall.sim._dask import chunk_size, dask_map
+    from seawall.sim._trials import run_trial
+
+    # A task per item while they are few; about 4 tasks per worker beyond.
+    assert chunk_size(24, 2) == 1 and chunk_size(1000, 2) == 125 and chunk_size(1000, 8) == 32
+    jobs = [
+        ("amplify", {"layers": 2, "attempts": 3, "requests": 5, "ratio": 0.1}, s) for s in range(7)
+    ]
+    one_each = [run_trial(j) for j in jobs]
+    # Chunks of 3 (7 items in 3 chunks, each taking every third item), back in order.
+    assert dask_map(run_trial, jobs, workers=2, chunk=3) == one_each
+    with pytest.raises(ValueError, match="chunk"):
+        dask_map(run_trial, jobs, chunk=0)
+
+
 def test_list_shows_the_built_in_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sim", "--list"]) == 0
     out = capsys.readouterr().out

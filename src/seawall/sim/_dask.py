@@ -12,10 +12,14 @@ the command alone handles it and closes them in order, instead of each dying mid
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["dask_map", "dask_setup"]
+__all__ = ["chunk_size", "dask_map", "dask_setup"]
+
+#: Chunks per worker thread: enough that a slow chunk does not leave the others idle at the end.
+CHUNKS_PER_WORKER = 4
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -31,6 +35,31 @@ def dask_setup(worker: Any) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+#: Up to this many items per worker thread, each item is a task of its own.
+SINGLE_TASKS_PER_WORKER = 16
+
+
+def chunk_size(total: int, threads: int) -> int:
+    """How many items one task runs: one while there are few items for the worker threads,
+    else about :data:`CHUNKS_PER_WORKER` tasks per thread.
+
+    A task per item costs the scheduler a round trip and a pickled result each, which for many
+    small trials (thousands of seeds) is more than the trials themselves; with few items, as
+    many tasks as items spread the work best.
+    """
+    threads = max(1, threads)
+    if total <= threads * SINGLE_TASKS_PER_WORKER:
+        return 1
+    return max(1, math.ceil(total / (threads * CHUNKS_PER_WORKER)))
+
+
+def _run_chunk(arg: tuple[Callable[[Any], Any], Sequence[Any]]) -> list[Any]:
+    from seawall.sim._util import simulate
+
+    fn, items = arg
+    return [simulate(fn, item) for item in items]  # each isolated, as a task of its own would be
+
+
 def dask_map(
     fn: Callable[[T], R],
     items: Sequence[T],
@@ -38,13 +67,19 @@ def dask_map(
     workers: int = 1,
     address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    chunk: int | None = None,
 ) -> list[R]:
     """``[fn(x) for x in items]`` on Dask: on the scheduler at *address*, or on a local cluster of
     *workers* single-threaded worker processes started (and stopped) for the call.
 
+    Items go in chunks of *chunk* per task (``None``: :func:`chunk_size` for the cluster's worker
+    threads); the results are the same whatever the chunks.
+
     Raises:
-        ValueError: Dask is not installed (the ``dask`` extra).
+        ValueError: Dask is not installed (the ``dask`` extra), or *chunk* < 1.
     """
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk!r}")
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:
@@ -69,12 +104,22 @@ def dask_map(
         address = cluster.scheduler_address
     try:
         with Client(address) as client:  # type: ignore[no-untyped-call]
-            # pure=False: every trial runs, even two with equal arguments.
-            futures = [client.submit(simulate, fn, item, pure=False) for item in items]
-            index = {f.key: i for i, f in enumerate(futures)}
+            threads = sum(client.nthreads().values()) or workers
+            size = chunk if chunk is not None else chunk_size(total, threads)
+            count = math.ceil(total / size) if total else 0
+            # Chunk j holds items j, j + count, j + 2 count...: neighbours (a grid's cells of
+            # growing cost, one after the other) go to different chunks, which balances them.
+            positions = [range(j, total, count) for j in range(count)]
+            # pure=False: every chunk runs, even two with equal arguments.
+            futures = [
+                client.submit(simulate, _run_chunk, (fn, [items[i] for i in p]), pure=False)
+                for p in positions
+            ]
+            index = {f.key: p for p, f in zip(positions, futures, strict=True)}
             results: dict[int, R] = {}
             for future in as_completed(futures):  # type: ignore[no-untyped-call]
-                results[index[future.key]] = future.result()
+                for i, value in zip(index[future.key], future.result(), strict=True):
+                    results[i] = value
                 if progress is not None:
                     progress(len(results), total)
             return [results[i] for i in range(total)]

@@ -143,7 +143,8 @@ register_scenario(
         metrics=_hedge_metrics,
         summary="fan-out requests to heavy-tailed servers: p99 with and without hedging",
         description=(
-            "Each request calls --fanout leaves and waits for all; a leaf takes log-normal "
+            "After Dean and Barroso, 'The Tail at Scale' (CACM 2013), not its system: "
+            "each request calls --fanout leaves and waits for all; a leaf takes log-normal "
             "10 ms and stalls 100 ms x Pareto(1.2) with probability --stall. Without hedging, "
             "then with a real seawall.Hedge at the live p95 (and p99) of a LatencyTracker, "
             "bounded by --max-extra-load: p50, p99, p99.9 and the extra load."

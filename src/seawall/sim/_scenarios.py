@@ -346,10 +346,12 @@ register_scenario(
         metrics=_sweep_metrics,
         summary="success rate and load of retry strategies as the failure rate grows",
         description=(
-            "Open-loop Poisson clients; each attempt fails independently with probability p. "
-            "Compares no retries, 3 retries, RetryBudget, TokenBucket and AdaptiveThrottle "
-            "(each per client): success rate and load (attempts per request). Then the same "
-            "total load split over other numbers of clients."
+            "After Brooker, 'Fixing retries with token buckets and circuit breakers' (2022): "
+            "100 open-loop Poisson clients at 10/s for 10 s; each attempt fails independently "
+            "with probability p. Compares no retries, 3 retries, RetryBudget, TokenBucket and "
+            "AdaptiveThrottle (each per client), and by name the post's own bucket and breaker "
+            "(brooker_bucket, brooker_breaker): success rate and load (attempts per request). "
+            "Then the same total load split over other numbers of clients."
         ),
         add_arguments=_sweep_args,
         run=_sweep_run,
@@ -565,7 +567,8 @@ register_scenario(
         name="metastable",
         summary="a load spike tips a slow-under-load server into a collapse retries sustain",
         description=(
-            "Server latency 1 s + 0.01 s x requests in it, fixed at arrival (no limit; "
+            "The spike model of Brooker's simulator_example (simple_collapse_sim): server "
+            "latency 1 s + 0.01 s x requests in it, fixed at arrival (no limit; "
             "timed-out work still done; --server for the other models), network Exp(0.1 s) "
             "each way, client timeout 3 s, 3 attempts; Poisson 40/s with a spike to 80/s in "
             "[20 s, 25 s). Goodput over time for naive retries, backoff, a RetryBudget, and a "
@@ -585,8 +588,9 @@ register_scenario(
         name="ramp",
         summary="the metastable server, triggered by a ramp of load instead of a spike",
         description=(
-            "The metastable scenario's server and clients; the arrival rate climbs linearly "
-            "from 40/s to 90/s between 20 s and 40 s, then drops back to 40/s."
+            "The ramp of Brooker's simulator_example (simple_collapse_sim, run_sim_ramp): the "
+            "metastable scenario's server and clients, and 80 - 1.6 x |t - 25| arrivals a "
+            "second, from 40/s up to 80/s at 25 s and down to none at 75 s."
         ),
         add_arguments=_overload_args("ramp"),
         run=_overload_run,
