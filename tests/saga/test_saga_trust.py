@@ -437,3 +437,40 @@ def test_a_crash_charges_each_run_only_the_attempt_that_began(sqlite_url: str) -
     for run in runs:
         assert run.status is saga.Status.SUCCEEDED
         assert run.steps[0].attempt_count == began[run.run_id]
+
+
+def test_a_renewal_that_races_the_release_changes_no_due_time(sqlite_url: str) -> None:
+    # A lease keeper's renewal can arrive just after its worker released the run (it finished,
+    # or waits for a retry): the run's due time stays what the worker wrote.
+    clock = seawall.VirtualClock(start=START)
+    flow = saga.Saga(
+        "r",
+        [
+            saga.Step("a", lambda ctx: 1),
+            saga.Step("b", Ledger().step("b", fail_first=True), policy=ZERO),
+        ],
+    )
+    with saga.Orchestrator(sqlite_url, [flow], clock=clock, hooks=()) as orch:
+        run_id = orch.start("r", {})
+        orch.run_due()
+        waiting = orch.get(run_id)
+        token = orch.store.execute(
+            "SELECT lease_token FROM seawall_saga_runs WHERE run_id = ?", (run_id,)
+        ).fetchone()[0]
+        before = orch.store.execute(
+            "SELECT due_at FROM seawall_saga_runs WHERE run_id = ?", (run_id,)
+        ).fetchone()[0]
+        orch.store.renew([(run_id, token)], 30.0)  # the stale renewal
+        after = orch.store.execute(
+            "SELECT due_at FROM seawall_saga_runs WHERE run_id = ?", (run_id,)
+        ).fetchone()[0]
+        assert waiting.status is saga.Status.RETRYING
+        assert after == before == START + 10.0
+        clock.advance(10.0)
+        done = orch.run_until_settled(run_id)
+        orch.store.renew([(run_id, token)], 30.0)
+        final_due = orch.store.execute(
+            "SELECT due_at FROM seawall_saga_runs WHERE run_id = ?", (run_id,)
+        ).fetchone()[0]
+    assert done.status is saga.Status.SUCCEEDED
+    assert final_due is None  # a finished run never gets a due time back

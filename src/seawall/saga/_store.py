@@ -277,11 +277,14 @@ class Store:
 
     def renew(self, leases: Sequence[tuple[str, int]], lease: float) -> None:
         """Extend the leases held (run id, token) to *lease* seconds from now on the store's
-        clock."""
+        clock. A run its worker has released meanwhile (``lease_owner`` cleared: final, parked,
+        or waiting for a retry) keeps its due time: a renewal that races the release is a
+        no-op, never a later retry or a due time on a finished run."""
         with self.transaction():
             due_at = self.now() + lease
             self.executemany(
-                "UPDATE seawall_saga_runs SET due_at = ? WHERE run_id = ? AND lease_token = ?",
+                "UPDATE seawall_saga_runs SET due_at = ? WHERE run_id = ? AND lease_token = ? "
+                "AND lease_owner IS NOT NULL",
                 [(due_at, run_id, token) for run_id, token in leases],
             )
 
@@ -387,6 +390,7 @@ class Store:
         marks = ", ".join("?" * len(sagas))
         rows = self.execute(
             "SELECT MIN(due_at) FROM seawall_saga_runs WHERE due_at IS NOT NULL "
+            f"AND status IN ({', '.join(repr(x) for x in ACTIVE_STATUSES)}) "
             f"AND saga IN ({marks})",
             tuple(sagas),
         ).fetchall()
