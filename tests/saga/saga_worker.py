@@ -126,7 +126,7 @@ def main() -> int:
     # The kill inside a step checks that nothing else ran twice: no other attempt may be in
     # flight when the blocked one is killed (with more, their unrecorded outcomes would be
     # repeated, as at-least-once allows; benchmarks/saga_kills.py counts those).
-    concurrency = 1 if scenario == "crash_in_step" else 4
+    concurrency = 4 if scenario == "mixed_concurrent" else 1
     with saga.Orchestrator(
         url,
         [definition],

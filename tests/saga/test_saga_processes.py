@@ -266,7 +266,7 @@ def test_workers_killed_again_and_again_lose_nothing(
     # repeats at most `concurrency` side effects (attempts that finished, not yet recorded).
     import random
 
-    runs, kills, concurrency = 120, 6, 4
+    runs, kills, concurrency = 120, 6, 1
     rng = random.Random(7)
     sidelog = tmp_path / "side.log"
     sidelog.touch()
