@@ -23,7 +23,6 @@ from seawall._policy.http import (
     HISTORY_KEY,
     PER_HOST,
     FirstAttemptPath,
-    History,
     HostKey,
     HttpCall,
     HttpOptions,
@@ -77,9 +76,6 @@ class _Wire(Wire[httpx.Response]):
 
     __slots__ = ()
 
-    def attach(self, response: httpx.Response, history: History) -> None:
-        response.extensions[HISTORY_KEY] = history
-
     def view(self, response: httpx.Response) -> httpx.Response:
         """A copy whose body is read when it is in memory (``.text``, ``.json()`` work), so that
         the predicate does not consume the stream the caller reads."""
@@ -96,7 +92,7 @@ class _Wire(Wire[httpx.Response]):
         return view
 
 
-_WIRE = _Wire(never_sent=_NEVER_SENT)
+_WIRE = _Wire(never_sent=_NEVER_SENT, history_in="extensions", history_key=HISTORY_KEY)
 
 
 class _Base:
@@ -113,12 +109,9 @@ class _Base:
         """Whether a first attempt can go as the caller built it, within the total time
         *total* (its time left, as HttpCall gives it): its httpx timeouts are all set and within
         that time. Those that fit *total* by a millisecond or more are remembered (see
-        ``_fit``), since the time left of another first attempt differs from *total* by a
-        rounding error at most."""
+        ``_fit``, which the caller looks up first), since the time left of another first
+        attempt differs from *total* by a rounding error at most."""
         configured = request.extensions.get("timeout")
-        fit_total, fit = self._fit
-        if configured == fit and total == fit_total:
-            return True
         if configured is None or len(configured) != _N_TIMEOUTS:
             return False
         values = configured.values()
@@ -271,8 +264,12 @@ class RetryTransport(_Base, httpx.BaseTransport):
         """The first attempt, as the caller built it (see first_attempt), or ``None``: its
         timeouts are not all within the total time, and are capped per attempt."""
         total = path.total
-        if total is not None and not self._as_built(request, total, started):
-            return None
+        if total is not None:
+            fit_total, fit = self._fit  # (what _as_built looks up first, here: a call less)
+            if (request.extensions.get("timeout") != fit or total != fit_total) and not (
+                self._as_built(request, total, started)
+            ):
+                return None
         response = self._transport.handle_request(request)
         limit = path.limit
         if limit and not isinstance(response.stream, httpx.ByteStream) and _small(response, limit):
@@ -423,8 +420,12 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
         bounded by httpx's timeouts (within the total time), without a timer, and its body is
         not bounded (see _bound_body)."""
         total = path.total
-        if total is not None and not self._as_built(request, total, started):
-            return None
+        if total is not None:
+            fit_total, fit = self._fit  # (what _as_built looks up first, here: a call less)
+            if (request.extensions.get("timeout") != fit or total != fit_total) and not (
+                self._as_built(request, total, started)
+            ):
+                return None
         response = await self._transport.handle_async_request(request)
         limit = path.limit
         if limit and not isinstance(response.stream, httpx.ByteStream) and _small(response, limit):
