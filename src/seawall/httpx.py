@@ -10,10 +10,9 @@ for what is retried and why.
 from __future__ import annotations
 
 import functools
-import math
 import operator
 from collections.abc import AsyncIterator, Callable, Collection, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import httpx
 
@@ -75,6 +74,7 @@ _host: Callable[[httpx.Request], HostKey] = operator.attrgetter(
 )
 _N_TIMEOUTS = len(_TIMEOUT_KEYS)
 _FIT_ROOM = 0.001  # seconds: timeouts this far within the total time are remembered as fitting
+_UNFIT: Final = object()  # no timeouts remembered for a total time (unequal to any request's)
 
 
 class _Wire(Wire[httpx.Response]):
@@ -106,10 +106,10 @@ class _Base:
 
     def __init__(self, policy: RetryPolicy | PolicyHandle | None, options: HttpOptions) -> None:
         self._policies = Policies(policy, options, _WIRE, DEFAULT_RETRY_EXCEPTIONS)
-        # The last httpx timeouts found within a total time with room to spare, and that
-        # total: a request with the same four timeouts (httpx builds them anew for each
-        # request, from the client's Timeout) needs no check. Replaced whole, never mutated.
-        self._fit: tuple[float, dict[str, float | None]] = (math.nan, {})
+        # The last httpx timeouts found within a total time with room to spare, by that total:
+        # a request with the same four timeouts (httpx builds them anew for each request, from
+        # the client's Timeout) needs no check. One entry; replaced whole, never mutated.
+        self._fit: dict[float, dict[str, float | None]] = {}
 
     def _as_built(self, request: httpx.Request, total: float, started: float) -> bool:
         """Whether a first attempt can go as the caller built it, within the total time
@@ -124,7 +124,7 @@ class _Base:
         if not fits(values, (started + total) - started):
             return False
         if fits(values, total - _FIT_ROOM):
-            self._fit = (total, dict(configured))
+            self._fit = {total: dict(configured)}
         return True
 
     @property
@@ -267,13 +267,12 @@ class RetryTransport(_Base, httpx.BaseTransport):
     ) -> httpx.Response | None:
         """The first attempt, as the caller built it (see first_attempt), or ``None``: its
         timeouts are not all within the total time, and are capped per attempt."""
-        total = path.total
-        if total is not None:
-            fit_total, fit = self._fit  # (what _as_built looks up first, here: a call less)
-            if (request.extensions.get("timeout") != fit or total != fit_total) and not (
-                self._as_built(request, total, started)
-            ):
-                return None
+        if (
+            (total := path.total) is not None
+            and request.extensions.get("timeout") != self._fit.get(total, _UNFIT)
+            and not self._as_built(request, total, started)
+        ):
+            return None  # (the timeouts last found to fit are looked up here: a call less)
         response = self._transport.handle_request(request)
         limit = path.limit
         if limit and not isinstance(response.stream, httpx.ByteStream) and _small(response, limit):
@@ -424,13 +423,12 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
         """As RetryTransport._send_first: without a deadline of the caller's, the attempt is
         bounded by httpx's timeouts (within the total time), without a timer, and its body is
         not bounded (see _bound_body)."""
-        total = path.total
-        if total is not None:
-            fit_total, fit = self._fit  # (what _as_built looks up first, here: a call less)
-            if (request.extensions.get("timeout") != fit or total != fit_total) and not (
-                self._as_built(request, total, started)
-            ):
-                return None
+        if (
+            (total := path.total) is not None
+            and request.extensions.get("timeout") != self._fit.get(total, _UNFIT)
+            and not self._as_built(request, total, started)
+        ):
+            return None  # (the timeouts last found to fit are looked up here: a call less)
         response = await self._transport.handle_async_request(request)
         limit = path.limit
         if limit and not isinstance(response.stream, httpx.ByteStream) and _small(response, limit):

@@ -187,3 +187,41 @@ def test_the_path_shows_its_lines_in_a_traceback(server: Server) -> None:
             assert f.filename == "<seawall HTTP: first_attempt>"
             assert linecache.getline(f.filename, f.lineno or 0).strip() == f.line
     assert first_module.first_attempt.__module__ == "seawall._policy.http.first"
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_httpx_a_request_without_timeouts_is_capped_by_the_total_time(
+    server: Server, asynchronous: bool
+) -> None:
+    # A request built without httpx's timeout extension (not through a client) has no
+    # timeouts to fit the total time: the first attempt does not go as it is, but with each
+    # timeout capped by the time left, as through HttpCall; the same after a request whose
+    # timeouts were found to fit (they are remembered, and must not match "none").
+    sent: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(dict(request.extensions.get("timeout") or {}))
+        return httpx.Response(200)
+
+    mock = httpx.MockTransport(answer)
+    total = 7.0
+    fitting = {"timeout": dict.fromkeys(("connect", "read", "write", "pool"), 1.0)}
+    requests_ = [
+        httpx.Request("GET", server.url + "/ok"),  # nothing remembered yet
+        httpx.Request("GET", server.url + "/ok", extensions=fitting),
+        httpx.Request("GET", server.url + "/ok"),  # other timeouts remembered
+    ]
+    if asynchronous:
+        transport: Any = AsyncRetryTransport(transport=mock, total_timeout=total)
+
+        async def send_all() -> None:
+            for request in requests_:
+                assert (await transport.handle_async_request(request)).status_code == 200
+
+        asyncio.run(send_all())
+    else:
+        transport = RetryTransport(transport=mock, total_timeout=total)
+        for request in requests_:
+            assert transport.handle_request(request).status_code == 200
+    capped = dict.fromkeys(("connect", "read", "write", "pool"), pytest.approx(total, abs=1))
+    assert sent == [capped, fitting["timeout"], capped]
