@@ -10,9 +10,9 @@ for what is retried and why.
 from __future__ import annotations
 
 import functools
-import math
-from collections.abc import AsyncIterator, Collection
-from typing import TYPE_CHECKING, Any, TypeVar
+import operator
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import httpx
 
@@ -23,7 +23,6 @@ from seawall._policy.http import (
     HISTORY_KEY,
     PER_HOST,
     FirstAttemptPath,
-    History,
     HostKey,
     HttpCall,
     HttpOptions,
@@ -68,17 +67,20 @@ _NEVER_SENT: tuple[type[Exception], ...] = (
     httpx.PoolTimeout,
 )
 _TIMEOUT_KEYS = ("connect", "read", "write", "pool")
+#: A request's host, as the per-host budgets key it: ``(scheme, host, port)``, ``host`` in lower
+#: case and IDNA-encoded (bytes), ``port`` ``None`` for the scheme's default (see ``origin()``).
+_host: Callable[[httpx.Request], HostKey] = operator.attrgetter(
+    "url.scheme", "url.raw_host", "url.port"
+)
 _N_TIMEOUTS = len(_TIMEOUT_KEYS)
 _FIT_ROOM = 0.001  # seconds: timeouts this far within the total time are remembered as fitting
+_UNFIT: Final = object()  # no timeouts remembered for a total time (unequal to any request's)
 
 
 class _Wire(Wire[httpx.Response]):
     """httpx's responses carry their history in ``extensions``."""
 
     __slots__ = ()
-
-    def attach(self, response: httpx.Response, history: History) -> None:
-        response.extensions[HISTORY_KEY] = history
 
     def view(self, response: httpx.Response) -> httpx.Response:
         """A copy whose body is read when it is in memory (``.text``, ``.json()`` work), so that
@@ -96,7 +98,7 @@ class _Wire(Wire[httpx.Response]):
         return view
 
 
-_WIRE = _Wire(never_sent=_NEVER_SENT)
+_WIRE = _Wire(never_sent=_NEVER_SENT, history_in="extensions", history_key=HISTORY_KEY)
 
 
 class _Base:
@@ -104,28 +106,25 @@ class _Base:
 
     def __init__(self, policy: RetryPolicy | PolicyHandle | None, options: HttpOptions) -> None:
         self._policies = Policies(policy, options, _WIRE, DEFAULT_RETRY_EXCEPTIONS)
-        # The last httpx timeouts found within a total time with room to spare, and that
-        # total: a request with the same four timeouts (httpx builds them anew for each
-        # request, from the client's Timeout) needs no check. Replaced whole, never mutated.
-        self._fit: tuple[float, dict[str, float | None]] = (math.nan, {})
+        # The last httpx timeouts found within a total time with room to spare, by that total:
+        # a request with the same four timeouts (httpx builds them anew for each request, from
+        # the client's Timeout) needs no check. One entry; replaced whole, never mutated.
+        self._fit: dict[float, dict[str, float | None]] = {}
 
     def _as_built(self, request: httpx.Request, total: float, started: float) -> bool:
         """Whether a first attempt can go as the caller built it, within the total time
         *total* (its time left, as HttpCall gives it): its httpx timeouts are all set and within
         that time. Those that fit *total* by a millisecond or more are remembered (see
-        ``_fit``), since the time left of another first attempt differs from *total* by a
-        rounding error at most."""
+        ``_fit``, which the caller looks up first), since the time left of another first
+        attempt differs from *total* by a rounding error at most."""
         configured = request.extensions.get("timeout")
-        fit_total, fit = self._fit
-        if configured == fit and total == fit_total:
-            return True
         if configured is None or len(configured) != _N_TIMEOUTS:
             return False
         values = configured.values()
         if not fits(values, (started + total) - started):
             return False
         if fits(values, total - _FIT_ROOM):
-            self._fit = (total, dict(configured))
+            self._fit = {total: dict(configured)}
         return True
 
     @property
@@ -261,18 +260,19 @@ class RetryTransport(_Base, httpx.BaseTransport):
         return cls(_handle(registry, name), transport, **kwargs)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        host = (url.scheme, url.raw_host, url.port)
-        return first_attempt(self, request, host, request.extensions.get(EXTENSION_KEY))
+        return first_attempt(self, request, _host(request), request.extensions.get(EXTENSION_KEY))
 
     def _send_first(
         self, request: httpx.Request, path: FirstAttemptPath, started: float
     ) -> httpx.Response | None:
         """The first attempt, as the caller built it (see first_attempt), or ``None``: its
         timeouts are not all within the total time, and are capped per attempt."""
-        total = path.total
-        if total is not None and not self._as_built(request, total, started):
-            return None
+        if (
+            (total := path.total) is not None
+            and request.extensions.get("timeout") != self._fit.get(total, _UNFIT)
+            and not self._as_built(request, total, started)
+        ):
+            return None  # (the timeouts last found to fit are looked up here: a call less)
         response = self._transport.handle_request(request)
         limit = path.limit
         if limit and not isinstance(response.stream, httpx.ByteStream) and _small(response, limit):
@@ -405,16 +405,17 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
             )
         return cls(handle, transport, **kwargs)
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        host: HostKey = (url.scheme, url.raw_host, url.port)
+    def handle_async_request(self, request: httpx.Request) -> Coroutine[Any, Any, httpx.Response]:
+        # The coroutine that sends the request, returned for httpx to await: not awaited in a
+        # coroutine of this method's own (one coroutine less on every request).
+        host: HostKey = _host(request)
         override = request.extensions.get(EXTENSION_KEY)
         if self._hedge is not None and self._hedged(request):
             call = self._policies.start(
                 request.method, request.headers, host, replayable=True, override=override
             )
-            return await self._retrying(request, call, None)
-        return await afirst_attempt(self, request, host, override)
+            return self._retrying(request, call, None)
+        return afirst_attempt(self, request, host, override)
 
     async def _send_first(
         self, request: httpx.Request, path: FirstAttemptPath, started: float
@@ -422,9 +423,12 @@ class AsyncRetryTransport(_Base, httpx.AsyncBaseTransport):
         """As RetryTransport._send_first: without a deadline of the caller's, the attempt is
         bounded by httpx's timeouts (within the total time), without a timer, and its body is
         not bounded (see _bound_body)."""
-        total = path.total
-        if total is not None and not self._as_built(request, total, started):
-            return None
+        if (
+            (total := path.total) is not None
+            and request.extensions.get("timeout") != self._fit.get(total, _UNFIT)
+            and not self._as_built(request, total, started)
+        ):
+            return None  # (the timeouts last found to fit are looked up here: a call less)
         response = await self._transport.handle_async_request(request)
         limit = path.limit
         if limit and not isinstance(response.stream, httpx.ByteStream) and _small(response, limit):

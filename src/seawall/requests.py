@@ -10,8 +10,8 @@ Install the ``requests`` extra (``pip install -e '.[requests]'`` in a checkout).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Mapping, MutableMapping
+from typing import Any, Final, NamedTuple
 
 import requests
 import urllib3
@@ -79,29 +79,19 @@ class _Wire(Wire[requests.Response]):
 _WIRE = _Wire()
 
 
-class _Sending:
-    """A request and the arguments ``HTTPAdapter.send`` takes with it (and its method and
-    headers, which the first-attempt path reads)."""
+class _Sending(NamedTuple):
+    """A request and the arguments ``HTTPAdapter.send`` takes with it, and its method and
+    headers, which the first-attempt path reads. Built with ``_make``: a tuple's constructor,
+    in C."""
 
-    __slots__ = ("cert", "headers", "method", "proxies", "request", "stream", "timeout", "verify")
-
-    def __init__(
-        self,
-        request: requests.PreparedRequest,
-        stream: bool,
-        timeout: Any,
-        verify: bool | str,
-        cert: Any,
-        proxies: Mapping[str, str] | None,
-    ) -> None:
-        self.request = request
-        self.method = request.method or "GET"
-        self.headers = request.headers
-        self.stream = stream
-        self.timeout = timeout
-        self.verify = verify
-        self.cert = cert
-        self.proxies = proxies
+    request: requests.PreparedRequest
+    stream: bool
+    timeout: Any
+    verify: bool | str
+    cert: Any
+    proxies: Mapping[str, str] | None
+    method: str
+    headers: MutableMapping[str, str]
 
 
 class RetryAdapter(HTTPAdapter):
@@ -174,7 +164,18 @@ class RetryAdapter(HTTPAdapter):
         """Send *request*, retrying per the policy; the final response or the last error."""
         scheme, _, rest = (request.url or "").partition("://")
         host = f"{scheme}://{rest.split('/', 1)[0].rsplit('@', 1)[-1]}"
-        sending = _Sending(request, stream, timeout, verify, cert, proxies)
+        sending = _Sending._make(
+            (
+                request,
+                stream,
+                timeout,
+                verify,
+                cert,
+                proxies,
+                request.method or "GET",
+                request.headers,
+            )
+        )
         return first_attempt(self, sending, host)
 
     def _send_first(

@@ -14,7 +14,7 @@ attempt, how it drives the retries, and how it closes a response nobody will rea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from seawall._policy.http.drive import compile_twin
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from seawall._policy.http.hosts import HostKey
     from seawall._policy.http.policies import Policies
     from seawall._policy.http.rules import History, HttpRules
-    from seawall._policy.http.wire import RetryOnErrors
+    from seawall._policy.http.wire import RetryOnErrors, Wire
 
 
 class Outgoing(Protocol):
@@ -58,7 +58,8 @@ class FirstAttemptPath:
         keyed: the methods that need no ``Idempotency-Key`` when one is due for the others
             (then :meth:`Policies.first` decides for each request), else ``None``.
         status: reads a response's status.
-        attach: gives a response its history.
+        histories, history_key: where a response keeps its history (``histories(response)``
+            under ``history_key``, see :class:`~seawall._policy.http.wire.Wire`).
         host: the derived policy of the host, handed on to :meth:`Policies.resume`.
         rules: the HTTP rules, handed on as well.
         retry_on: what decides which transport errors are retried, handed on as well.
@@ -67,8 +68,9 @@ class FirstAttemptPath:
     __slots__ = (
         "after",
         "answers",
-        "attach",
         "before",
+        "histories",
+        "history_key",
         "host",
         "keyed",
         "limit",
@@ -84,8 +86,7 @@ class FirstAttemptPath:
         host: HostPolicy,
         rules: HttpRules,
         retry_on: RetryOnErrors,
-        status: Callable[[Any], int],
-        attach: Callable[[Any, History], None],
+        wire: Wire[Any],
     ) -> None:
         self.now = host.now
         self.before = host.before
@@ -94,8 +95,9 @@ class FirstAttemptPath:
         self.total = rules.total_timeout
         self.limit = rules.buffer_limit
         self.keyed = frozenset(rules.idempotent_methods) if rules.idempotency_key else None
-        self.status = status
-        self.attach = attach
+        self.status = wire.status
+        self.histories = wire.histories
+        self.history_key = wire.history_key
         self.host = host
         self.rules = rules
         self.retry_on = retry_on
@@ -192,7 +194,11 @@ _FIRST_ATTEMPT = """
                     except BaseException:
                         {wait}exchange._close(response)  # nobody reads it; the error goes on
                         raise
-                path.attach(response, history)
+                # (Wire.attach(), without its frame)
+                if (histories := path.histories) is None:
+                    setattr(response, path.history_key, history)
+                else:
+                    histories(response)[path.history_key] = history
                 return response
         outcome = response
     # Outside the `except`: the retries' own errors are not raised while handling this one.

@@ -395,14 +395,8 @@ class Policies:
     ) -> FirstAttemptPath:
         """The first-attempt record of *host* under *live*, built and kept."""
         cache = live.cache
-        wire = self.wire
-        found = FirstAttemptPath(
-            cache._single or cache.for_host(host),
-            live.rules,
-            live.retry_on,
-            wire.status,
-            wire.attach,
-        )
+        host_policy = cache._single or cache.for_host(host)
+        found = FirstAttemptPath(host_policy, live.rules, live.retry_on, self.wire)
         if len(firsts) >= MAX_HOSTS:
             firsts.clear()  # bounded, as the per-host policies are
         firsts[host] = found

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from seawall._core.classify import is_refused_stream
@@ -40,20 +40,34 @@ class Wire(Generic[Resp]):
         never_sent: errors raised before the request left (safe to retry for every method).
         never_retried: errors never retried, whatever ``retry_on`` says (TLS, proxies).
         status_attribute: the response's attribute holding its status code.
+        history_in: the response's attribute, a mapping, that keeps its history under
+            *history_key*; ``None`` (by default): the history is the response's attribute
+            *history_key*.
+        history_key: the history's key in that mapping, or its attribute.
     """
 
-    __slots__ = ("never_retried", "never_sent", "status")
+    __slots__ = ("histories", "history_key", "never_retried", "never_sent", "status")
 
     def __init__(
         self,
         never_sent: tuple[type[Exception], ...] = (),
         never_retried: tuple[type[Exception], ...] = (),
         status_attribute: str = "status_code",
+        history_in: str | None = None,
+        history_key: str = HISTORY_ATTRIBUTE,
     ) -> None:
         self.never_sent = never_sent
         self.never_retried = never_retried
-        #: The response's status code (an attribute getter: no Python frame per response).
+        # Attribute getters: no Python frame per response.
+        #: The response's status code.
         self.status: Callable[[Any], int] = operator.attrgetter(status_attribute)
+        #: The mapping of a response that keeps its history under :attr:`history_key`, or
+        #: ``None``: the history is its attribute :attr:`history_key`. (Not ``__dict__``, which
+        #: would make CPython build a dict for an object that keeps its attributes inline.)
+        self.histories: Callable[[Any], MutableMapping[str, Any]] | None = (
+            None if history_in is None else operator.attrgetter(history_in)
+        )
+        self.history_key = history_key
 
     def headers(self, response: Any) -> Callable[[str], str | None]:
         """A case-insensitive ``get(name)`` of the response's headers."""
@@ -73,8 +87,11 @@ class Wire(Generic[Resp]):
         return response
 
     def attach(self, response: Any, history: History) -> None:
-        """Give *response* its history (as the attribute ``seawall_history``)."""
-        setattr(response, HISTORY_ATTRIBUTE, history)
+        """Give *response* its history (see ``history_in``)."""
+        if self.histories is None:
+            setattr(response, self.history_key, history)
+        else:
+            self.histories(response)[self.history_key] = history
 
 
 def retryable_error(error: Exception, retry_on: RetryOnErrors, never_sent: bool) -> bool:
