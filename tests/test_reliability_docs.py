@@ -22,7 +22,7 @@ def test_the_recorded_figures_hold_the_invariants() -> None:
     assert soak["duplicated_posts"] == 0
     assert soak["max_retry_wait_end_seconds"] < soak["deadline_seconds"]
     assert soak["attempts"] - soak["calls"] <= soak["retries_allowed_by_budgets"]
-    assert soak["goodput_share_of_capacity"] >= 0.85  # tests/soak: GOODPUT_FLOOR
+    assert soak["goodput_share_of_capacity"] >= 0.75  # tests/soak: GOODPUT_FLOOR
     assert soak["faults_total"] == sum(soak["faults_injected"].values()) > 0
     assert sum(soak["outcomes"].values()) == soak["calls"]
     for name in ("hostile_constructors", "hostile_config"):
