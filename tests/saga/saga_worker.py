@@ -87,7 +87,7 @@ def build(scenario: str, sidelog: str, marker: str) -> tuple[saga.Saga, float]:
             "waity", [step("a", ok), step("b", fail_once, waiting), step("c", ok)]
         ), 1.0
 
-    if scenario == "mixed":
+    if scenario in ("mixed", "mixed_concurrent"):
         # Transient failures everywhere (20% of actions, 10% of compensations), and a
         # permanent one in 4% of the runs' step c or b: those runs compensate.
         def flaky(ctx: saga.StepContext) -> None:

@@ -144,10 +144,12 @@ def test_a_worker_killed_inside_a_wait_keeps_the_backoff(
         assert orch.get("w").status is saga.Status.SUCCEEDED
 
 
-def run_fleet(url: str, tmp_path: pathlib.Path, workers: int, runs: int) -> None:
+def run_fleet(
+    url: str, tmp_path: pathlib.Path, workers: int, runs: int, scenario: str = "mixed"
+) -> None:
     sidelog = tmp_path / "side.log"
-    with saga.Orchestrator(url, [definition("mixed", tmp_path)], hooks=()) as orch:
-        procs = [spawn(url, sidelog, "mixed", runs) for _ in range(workers)]
+    with saga.Orchestrator(url, [definition(scenario, tmp_path)], hooks=()) as orch:
+        procs = [spawn(url, sidelog, scenario, runs) for _ in range(workers)]
         wait_for(
             lambda: len(list(tmp_path.glob("side.log.ready.*"))) == workers, 60.0, "the workers"
         )
@@ -169,6 +171,16 @@ def test_four_workers_on_postgresql_run_1000_sagas_exactly_once(
     pg_url: str, tmp_path: pathlib.Path
 ) -> None:
     run_fleet(pg_url, tmp_path, workers=4, runs=1000)
+
+
+def test_four_workers_of_four_attempts_at_once_on_postgresql_run_each_step_once(
+    pg_url: str, tmp_path: pathlib.Path
+) -> None:
+    # Each worker runs up to four attempts at once: its commits write several runs (outcomes,
+    # then queued runs' attempts) while its lease keeper renews the same runs. Neither waits
+    # for the other (a deadlock PostgreSQL would end by aborting the worker's commit, whose
+    # finished attempts would then run again elsewhere).
+    run_fleet(pg_url, tmp_path, workers=4, runs=1000, scenario="mixed_concurrent")
 
 
 def test_two_processes_share_one_sqlite_file(sqlite_url: str, tmp_path: pathlib.Path) -> None:

@@ -474,3 +474,69 @@ def test_a_renewal_that_races_the_release_changes_no_due_time(sqlite_url: str) -
         ).fetchone()[0]
     assert done.status is saga.Status.SUCCEEDED
     assert final_due is None  # a finished run never gets a due time back
+
+
+def test_a_renewal_never_waits_for_a_row_its_worker_is_writing(pg_url: str) -> None:
+    # A worker's commit writes several runs it holds (an outcome, then the next queued run's
+    # attempt); its lease keeper renews the same runs in a transaction of its own. Had the
+    # renewal waited for the row the commit holds, the two would wait for each other, and
+    # PostgreSQL would abort one: the worker's, which then abandons its batch, whose finished
+    # attempts run again elsewhere once the leases lapse. A renewal skips a row being written
+    # (its writer sets the due time itself) and never waits.
+    import threading
+
+    import psycopg
+
+    flow = saga.Saga("r", [saga.Step("a", lambda ctx: 1)])
+    with saga.Orchestrator(pg_url, [flow], hooks=()) as orch:
+        first, second = orch.start("r", {}), orch.start("r", {})
+        orch.store.execute(
+            "UPDATE seawall_saga_runs SET lease_owner = 'w', lease_token = 7, due_at = ?",
+            (orch.store.now() + 30.0,),
+        )
+
+        def due(run_id: str) -> float:
+            row = orch.store.execute(
+                "SELECT due_at FROM seawall_saga_runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            return float(row[0])
+
+        before = due(first)
+        keeper = orch.store.clone()
+        errors: list[BaseException] = []
+
+        def renew() -> None:
+            try:
+                keeper.renew([(first, 7), (second, 7)], 60.0)
+            except BaseException as exc:
+                errors.append(exc)
+
+        with psycopg.connect(pg_url) as worker:  # the worker's commit, in progress
+            worker.execute(
+                "UPDATE seawall_saga_runs SET updated_at = updated_at WHERE run_id = %s",
+                (second,),
+            )
+            thread = threading.Thread(target=renew)
+            thread.start()
+            # Until the renewal is done, or waits for a lock (as it did).
+            watcher = orch.store.clone()
+            limit = time.monotonic() + 60.0
+            while thread.is_alive() and time.monotonic() < limit:
+                waiting = watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database()"
+                ).fetchone()[0]
+                if waiting:
+                    break
+                time.sleep(0.01)
+            worker.execute(  # the commit goes on with the first run: no deadlock
+                "UPDATE seawall_saga_runs SET updated_at = updated_at WHERE run_id = %s",
+                (first,),
+            )
+            worker.commit()
+            thread.join(60.0)
+            watcher.close()
+        keeper.close()
+        assert not thread.is_alive()
+        assert errors == []
+        assert due(first) > before  # renewed; the row being written was skipped

@@ -76,6 +76,21 @@ class PostgresStore(Store):
             yield
         self.commits += 1
 
+    def renew(self, leases: Sequence[tuple[str, int]], lease: float) -> None:
+        """As :meth:`Store.renew`, never waiting for a row lock: a row another transaction
+        holds is skipped. Its writer is the holder's own commit (which sets the due time itself)
+        or a claim of a lease that lapsed already. Waiting would deadlock with the holder's
+        commit, which writes several of the same runs in another order, and PostgreSQL would
+        abort one of the two: the worker's, which would then abandon its batch."""
+        with self.transaction():
+            due_at = self.now() + lease
+            self.executemany(
+                "UPDATE seawall_saga_runs SET due_at = ? WHERE run_id = ("
+                "SELECT run_id FROM seawall_saga_runs WHERE run_id = ? AND lease_token = ? "
+                "AND lease_owner IS NOT NULL FOR UPDATE SKIP LOCKED)",
+                [(due_at, run_id, token) for run_id, token in leases],
+            )
+
     def unavailable(self, exc: BaseException) -> bool:
         return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, ConnectionError))
 

@@ -186,11 +186,21 @@ class Store:
             ).fetchall()
         return self._with_steps(rows)
 
-    def requested(self, run_ids: Sequence[str]) -> dict[str, str]:
-        """Inside a transaction: the operations requested for these runs, by run id."""
+    def requested(self, run_ids: Sequence[str], *, lock: bool = False) -> dict[str, str]:
+        """Inside a transaction: the operations requested for these runs, by run id. With
+        *lock*, the rows are locked first, in the order of their ids: a transaction that writes
+        several runs takes their locks in one order, as every other such transaction does, so
+        that no two wait for each other (a deadlock, which the database ends by aborting one)."""
         if not run_ids:
             return {}
         marks = ", ".join("?" * len(run_ids))
+        if lock and self.lock_clause:
+            rows = self.execute(
+                f"SELECT run_id, requested FROM seawall_saga_runs WHERE run_id IN ({marks}) "
+                "ORDER BY run_id FOR UPDATE",
+                tuple(run_ids),
+            ).fetchall()
+            return {r[0]: r[1] for r in rows if r[1] is not None}
         rows = self.execute(
             f"SELECT run_id, requested FROM seawall_saga_runs WHERE run_id IN ({marks}) "
             "AND requested IS NOT NULL",

@@ -19,6 +19,7 @@ import collections
 import concurrent.futures
 import contextlib
 import contextvars
+import itertools
 import logging
 import threading
 import time
@@ -300,7 +301,9 @@ class Worker:
         begun: list[Work] = []
         with store.transaction():
             now = store.now()
-            asked = store.requested([w.loaded.run.run_id for w in pending])
+            # Every run this commit may write, locked at once in one order (see requested()).
+            ids = [w.loaded.run.run_id for w in (*pending, *itertools.islice(queued, free))]
+            asked = store.requested(ids, lock=True)
             for w in pending:
                 outcome = w.outcome
                 assert outcome is not None
@@ -320,9 +323,7 @@ class Worker:
                 w = queued.popleft()
                 if w.lost:  # pragma: no cover - a queued run is written only at its claim
                     continue
-                w.loaded.run.requested = store.requested([w.loaded.run.run_id]).get(
-                    w.loaded.run.run_id
-                )
+                w.loaded.run.requested = asked.get(w.loaded.run.run_id)  # (one of *ids*)
                 self._transitions.advance_safely(w, now)
                 self._save(w)
                 pending.append(w)
