@@ -1,0 +1,87 @@
+"""What the fleet's shared budgets have in common: a lock-free counter, checks of their
+arguments, and the reading of Redis's (untrusted) answers."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from seawall.redis._fleet import Fleet
+
+__all__ = [
+    "_Counter",
+    "_SEED",
+    "_SLICES",
+    "_budget_answer",
+    "_check_fleet",
+    "_int",
+    "_lease",
+    "_no_pickle",
+    "_str",
+]
+
+# Slices per window, as the local budgets (Finagle's WindowedAdder).
+_SLICES = 10
+# The most requests a throttle's local fallback is started with (the fleet's, scaled down).
+_SEED = 1000
+
+
+class _Counter:
+    """A lock-free event counter whose accrued count the sync thread takes in one read."""
+
+    __slots__ = ("_count", "_reads", "_taken", "bump")
+
+    def __init__(self) -> None:
+        self._count: Iterator[int] = itertools.count()
+        self.bump: Callable[[], int] = self._count.__next__
+        self._reads = 0  # reads of the counter advance it too: count them
+        self._taken = 0
+
+    def take(self) -> int:
+        """Events since the previous take (call under the owner's lock)."""
+        total = next(self._count) - self._reads
+        self._reads += 1
+        delta = total - self._taken
+        self._taken = total
+        return delta
+
+    def pending(self) -> int:
+        """Events since the previous take, left for the next one (under the owner's lock)."""
+        total = next(self._count) - self._reads
+        self._reads += 1
+        return total - self._taken
+
+
+def _check_fleet(fleet: object) -> Fleet:
+    if not isinstance(fleet, Fleet):
+        raise TypeError(f"fleet must be a seawall.redis.Fleet, got {fleet!r}")
+    return fleet
+
+
+def _lease(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"lease must be an int, got {value!r}")
+    if value < 1:
+        raise ValueError(f"lease must be >= 1, got {value!r}")
+    return value
+
+
+def _no_pickle(obj: object) -> tuple[Any, ...]:
+    raise TypeError(f"{type(obj).__name__} is bound to a Fleet: build one in each process")
+
+
+def _int(value: object) -> int:
+    """An integer from Redis (untrusted): a malformed one raises, and the answer is dropped."""
+    return int(value)  # type: ignore[call-overload, no-any-return]
+
+
+def _budget_answer(answer: Any) -> tuple[int, int, int, int, float, str]:
+    """The BUDGET script's answer (untrusted): a malformed one raises, and is dropped."""
+    granted, index, d, r = (_int(v) for v in answer[:4])
+    wait = float(_str(answer[4]))
+    return granted, index, d, r, wait, _str(answer[5])
+
+
+def _str(value: object) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
