@@ -10,7 +10,7 @@ import pytest
 from seawall.sim import metastable, sweep
 from seawall.sim._brooker import RetryBreaker, RetryTokenBucket
 from seawall.sim._engine import Engine
-from seawall.sim._metastable import _peak_rate, _recovery
+from seawall.sim._metastable_model import _peak_rate, _recovery
 from seawall.sim._scenarios import OVERLOAD_DEFAULTS
 from seawall.sim._servers import make_server
 

@@ -49,9 +49,9 @@ from seawall._policy.config import ConfigError, RouteConfig, _decode, _read, loa
 from seawall.sim._metastable import (
     METASTABLE_STRATEGIES,
     MetastableResult,
-    _Params,
     run_series,
 )
+from seawall.sim._metastable_model import _Params
 from seawall.sim._servers import SERVER_MODELS
 from seawall.sim._util import MAX_DURATION, check_volume, isolated
 

@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from seawall.sim._file import scenario_plan
-from seawall.sim._metastable import _policy, _recovery
+from seawall.sim._metastable_model import _policy, _recovery
 from seawall.sim._util import trial_rng
 
 __all__ = ["VERDICTS", "ProbeResult", "ProbeSeries", "check_target", "probe"]
@@ -160,7 +160,7 @@ def check_target(url: str, allow_hosts: Sequence[str] = ()) -> str:
 
 
 def _arrivals(plan: Mapping[str, Any], rng: random.Random) -> list[float]:
-    from seawall.sim._metastable import _Params, _rate_at
+    from seawall.sim._metastable_model import _Params, _rate_at
 
     shape = _Params(
         "probe", 0, 0, plan["duration"], plan["rate"], plan["peak"], 0.0, 0.0,
