@@ -225,3 +225,38 @@ def test_the_trace_id_is_the_run_ids_and_the_provider_is_checked() -> None:
     assert len(a) == 32 and int(a, 16) != 0
     with pytest.raises(TypeError, match="tracer_provider"):
         saga.TracingHook(tracer_provider=object())
+
+
+def test_a_retry_held_back_by_the_budget_is_spanned_and_the_give_up_ends_the_step(
+    sqlite_url: str, traced: Traced
+) -> None:
+    clock = seawall.VirtualClock(start=START)
+    budget = seawall.RetryBudget(ratio=0.1, min_per_second=0.0, window=600.0, clock=clock)
+    shared = policy(max_attempts=3, budget=budget)
+
+    def call(ctx: saga.StepContext) -> str:
+        raise ConnectionError("dependency down")
+
+    sick = saga.Saga("sick", [saga.Step("call", call, policy=shared)])
+    with saga.Orchestrator(sqlite_url, [sick], clock=clock, hooks=[traced.hook]) as orch:
+        ids = [orch.start("sick", {}, run_id=f"s-{n}") for n in range(20)]
+        assert orch.run_due() == 20
+        held = [
+            s
+            for s in traced.named("attempt sick.call")
+            if attrs(s).get("seawall.saga.hold_reason") == "budget"
+        ]
+        # The budget let 10% retry; the others' first attempts are held back, not given up.
+        assert len(held) == 18
+        assert all(s.status.status_code is StatusCode.ERROR for s in held)
+        assert not traced.named("step sick.call")
+        for run_id in ids:
+            orch.run_until_settled(run_id)
+    steps = traced.named("step sick.call")
+    assert len(steps) == 20
+    assert all(s.status.status_code is StatusCode.ERROR for s in steps)
+    reasons = {attrs(s)["seawall.saga.give_up_reason"] for s in steps}
+    assert "budget" in reasons
+    holds = traced.named("hold sick.call")
+    assert holds and all(attrs(s)["seawall.saga.hold_reason"] == "budget" for s in holds)
+    assert {attrs(s)["seawall.saga.run_id"] for s in steps} == set(ids)
