@@ -260,3 +260,48 @@ def test_a_retry_held_back_by_the_budget_is_spanned_and_the_give_up_ends_the_ste
     holds = traced.named("hold sick.call")
     assert holds and all(attrs(s)["seawall.saga.hold_reason"] == "budget" for s in holds)
     assert {attrs(s)["seawall.saga.run_id"] for s in steps} == set(ids)
+
+
+def test_an_attempt_lost_with_its_worker_is_an_error_span_in_the_worker_that_took_over(
+    sqlite_url: str,
+) -> None:
+    clock = seawall.VirtualClock(start=START)
+    first, second = Traced(), Traced()
+    other: dict[str, saga.Orchestrator] = {}
+
+    def slow(ctx: saga.StepContext) -> int:
+        if ctx.attempt == 1:
+            clock.advance(31.0)  # longer than the lease: the run is up for grabs
+            assert other["b"].run_due() == 1  # another worker takes it over, and succeeds
+        return ctx.attempt
+
+    pol = policy(backoff=seawall.Backoff.constant(0.0))
+    flow = saga.Saga("slow", [saga.Step("s", slow, policy=pol)])
+    try:
+        with (
+            saga.Orchestrator(sqlite_url, [flow], lease=30.0, clock=clock, hooks=[first.hook]) as a,
+            saga.Orchestrator(
+                sqlite_url, [flow], lease=30.0, clock=clock, hooks=[second.hook]
+            ) as b,
+        ):
+            other["b"] = b
+            run_id = a.start("slow", {}, run_id="slow-1")
+            assert a.run_due() == 1
+            assert a.get(run_id).status is saga.Status.SUCCEEDED
+        lost, won = sorted(
+            second.named("attempt slow.s"), key=lambda s: attrs(s)["seawall.saga.attempt"]
+        )
+        assert attrs(lost)["seawall.saga.attempt"] == 1
+        assert attrs(lost)["error.type"] == "WorkerLost"
+        assert lost.status.status_code is StatusCode.ERROR
+        assert attrs(won)["seawall.saga.attempt"] == 2 and "error.type" not in attrs(won)
+        # The first worker's late outcome was fenced off (not recorded); the hooks still hear of
+        # the attempt it ran, in the same trace.
+        assert [attrs(s)["seawall.saga.attempt"] for s in first.named("attempt slow.s")] == [1]
+        assert {s.context.trace_id for s in first.spans()} == {lost.context.trace_id}
+        assert {s.context.trace_id for s in second.spans()} == {
+            int(saga.TracingHook.trace_id("slow-1"), 16)
+        }
+    finally:
+        first.provider.shutdown()
+        second.provider.shutdown()
