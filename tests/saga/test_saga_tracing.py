@@ -305,3 +305,17 @@ def test_an_attempt_lost_with_its_worker_is_an_error_span_in_the_worker_that_too
     finally:
         first.provider.shutdown()
         second.provider.shutdown()
+
+
+def test_the_saga_package_loads_opentelemetry_only_for_the_hook() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from seawall import saga\n"
+        "assert not any(m.startswith('opentelemetry') for m in sys.modules), 'at import'\n"
+        "saga.TracingHook()\n"
+        "assert 'opentelemetry.trace' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
