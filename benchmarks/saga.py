@@ -1,28 +1,47 @@
-"""Sagas: runs per second of a 3-step saga, seawall.saga side by side with DBOS on one database.
+"""Sagas with many callers: seawall.saga and DBOS as a web application uses them, on one database.
 
-Each contender runs the same workflow (three steps that return a small dict; optionally 10% of
-attempts fail with a transient error and are retried at once) on the same kind of database with
-the same durability: SQLite with ``synchronous=FULL`` (seawall: WAL; DBOS: SQLite's default
-rollback journal, also FULL), and PostgreSQL with ``fsync`` and ``synchronous_commit`` on.
+The application is one process with 8 caller threads (a web server's request threads) that
+start runs of a 3-step saga (each step returns a small dict; optionally a share of the attempts
+fail with a transient error and are retried at once). The contenders:
 
-Every worker process is also a caller: it starts (or calls) its share of the runs, then runs
-them; the figure is runs / (last finish - first start) over all processes, best of the repeats,
-contenders interleaved. It also measures the time from a worker's SIGKILL inside a step to the
-step's next attempt starting in a restarted process, and the commits one run costs.
+- ``seawall-1w``: the callers ``start`` runs (one commit each); one worker process runs them
+  (``Orchestrator(concurrency=8)``).
+- ``seawall-4w``: the same with four worker processes (``concurrency=2`` each: 8 attempts in
+  flight in all, as for DBOS).
+- ``dbos``: the callers call the workflow function (DBOS runs it in the caller's thread).
+- ``dbos-queue``: the callers enqueue it on a DBOS queue (``worker_concurrency=8``) and the
+  application's DBOS runs the queue.
+
+Same database, same durability: SQLite with ``synchronous=FULL`` (seawall: WAL; DBOS: SQLite's
+default rollback journal, also FULL) and PostgreSQL with ``fsync`` and ``synchronous_commit`` on.
+A round measures every contender once, in turn (interleaved), with a fresh database each, and
+the store's commit ceiling (a bare loop of small commits on the same store). The figure is runs
+/ (time from the callers' go to the last run's success). Commits per run: on PostgreSQL, the
+delta of ``pg_stat_database.xact_commit`` of the run's database (minus the same contender's
+delta for zero runs: start-up and shut-down, and minus the completion polls); on SQLite, the
+transactions seawall's stores committed, and for DBOS the delta of the database file's change
+counter (header bytes 24-27, one per write transaction in rollback-journal mode). The median of
+the rounds is reported with every round's figures; the results go to a JSON file.
 
     pip install -e '.[bench,postgres]'
-    python benchmarks/saga.py              # --runs 400 --repeats 3; PostgreSQL if installed
+    python benchmarks/saga.py --rounds 5 --runs 240 --json docs/figures/saga_callers.json
+    python benchmarks/saga.py --recovery       # SIGKILL inside a step: time to its next attempt
+    python benchmarks/saga.py --profile sqlite # one seawall-1w round under cProfile
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import pathlib
 import platform
+import pstats
 import random
 import signal
+import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,64 +50,154 @@ import time
 from typing import Any
 
 HERE = pathlib.Path(__file__).resolve().parent
+CALLERS = 8
+POLL = 0.01  # seawall's worker poll and the DBOS queue's polling interval
+CONTENDERS = ("seawall-1w", "seawall-4w", "dbos", "dbos-queue")
+WORKERS = {"seawall-1w": (1, 8), "seawall-4w": (4, 2)}  # processes, concurrency each
 
 
-# -- the workflow, for each contender (run inside worker processes) ------------------------------
+def wait_for(path: pathlib.Path) -> None:
+    while not path.exists():
+        time.sleep(0.001)
 
 
-def seawall_worker(
-    url: str, share: range, total: int, rate: float, go: str, out: str, batched: bool = False
-) -> None:
+def sqlite_path(url: str) -> str:
+    return url.removeprefix("sqlite:///")
+
+
+def count_done(url: str, contender: str) -> int:
+    """Runs that succeeded, by a query of the harness's own (one transaction)."""
+    if contender.startswith("seawall"):
+        sql = "SELECT count(*) FROM seawall_saga_runs WHERE status = 'SUCCEEDED'"
+    elif url.startswith("sqlite"):
+        sql = "SELECT count(*) FROM workflow_status WHERE status = 'SUCCESS'"
+    else:
+        sql = "SELECT count(*) FROM dbos.workflow_status WHERE status = 'SUCCESS'"
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(sqlite_path(url), timeout=60)
+        try:
+            return int(conn.execute(sql).fetchone()[0])
+        finally:
+            conn.close()
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(sql).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def wait_done(url: str, contender: str, total: int) -> int:
+    """Poll until *total* runs succeeded; return the number of polls (each one transaction)."""
+    polls = 0
+    if url.startswith("sqlite"):
+        while True:
+            polls += 1
+            if count_done(url, contender) >= total:
+                return polls
+            time.sleep(0.005)
+    import psycopg
+
+    sql = (
+        "SELECT count(*) FROM seawall_saga_runs WHERE status = 'SUCCEEDED'"
+        if contender.startswith("seawall")
+        else "SELECT count(*) FROM dbos.workflow_status WHERE status = 'SUCCESS'"
+    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        while True:
+            polls += 1
+            row = conn.execute(sql).fetchone()
+            if row is not None and row[0] >= total:
+                return polls
+            time.sleep(0.005)
+
+
+# -- the application and the workers (each in a process of its own) ----------------------------
+
+
+def seawall_flow(rate: float) -> Any:
     import seawall
     from seawall import saga
 
     rng = random.Random(os.getpid())
 
     def step(ctx: saga.StepContext) -> dict[str, Any]:
-        if rng.random() < rate:
+        if rate and rng.random() < rate:
             raise ConnectionError("transient")
         return {"step": ctx.step, "i": ctx.input["i"]}
 
     policy = seawall.RetryPolicy(max_attempts=10, backoff=seawall.Backoff.constant(0.0), hooks=())
-    flow = saga.Saga("bench", [saga.Step(n, step, policy=policy) for n in ("a", "b", "c")])
-    orch = saga.Orchestrator(url, [flow], batch=64, concurrency=8, poll=0.005, hooks=())
-    watcher = saga.Orchestrator(url, [flow], hooks=())
-    stop = threading.Event()
-    while not os.path.exists(go):
-        time.sleep(0.001)
+    return saga.Saga("bench", [saga.Step(n, step, policy=policy) for n in ("a", "b", "c")])
+
+
+def seawall_app(url: str, total: int, rate: float, work: pathlib.Path) -> None:
+    from seawall import saga
+
+    flow = seawall_flow(rate)
+    orchs = [saga.Orchestrator(url, [flow], hooks=()) for _ in range(CALLERS)]
+    (work / "ready-app").touch()
+    wait_for(work / "go")
     t0 = time.time()
-    if batched:  # 64 starts per commit
-        for lo in range(share.start, share.stop, 64):
-            chunk = range(lo, min(lo + 64, share.stop))
-            orch.start_many("bench", [{"i": i} for i in chunk], [f"r{i}" for i in chunk])
-    else:  # one commit per start
-        for i in share:
-            orch.start("bench", {"i": i}, run_id=f"r{i}")
+    base = [o.store.commits for o in orchs]
+
+    def caller(k: int) -> None:
+        for i in range(k, total, CALLERS):
+            orchs[k].start("bench", {"i": i}, run_id=f"r{i}")
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(CALLERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    submitted = time.time()
+    polls = wait_done(url, "seawall", total) if total else 0
+    t1 = time.time()
+    commits = sum(o.store.commits - b for o, b in zip(orchs, base, strict=True))
+    out = {"t0": t0, "t1": t1, "submitted": submitted, "commits": commits, "polls": polls}
+    (work / "out-app.json").write_text(json.dumps(out))
+    for o in orchs:
+        o.close()
+
+
+def seawall_worker(url: str, rate: float, concurrency: int, work: pathlib.Path, k: int) -> None:
+    from seawall import saga
+
+    orch = saga.Orchestrator(
+        url, [seawall_flow(rate)], concurrency=concurrency, poll=POLL, hooks=()
+    )
+    stop = threading.Event()
+    (work / f"ready-w{k}").touch()
+    wait_for(work / "go")
+    base = orch.store.commits
 
     def watch() -> None:
-        while watcher.counts().get(saga.Status.SUCCEEDED, 0) < total:
-            time.sleep(0.01)
+        wait_for(work / "stop")
         stop.set()
 
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    orch.work(stop)
-    t1 = time.time()
-    pathlib.Path(out).write_text(json.dumps({"t0": t0, "t1": t1, "commits": orch.store.commits}))
+    threading.Thread(target=watch, daemon=True).start()
+    profile = os.environ.get("SAGA_BENCH_PROFILE")
+    if profile and k == 0:
+        cProfile.runctx("orch.work(stop)", globals(), {"orch": orch, "stop": stop}, profile)
+    else:
+        orch.work(stop)
+    (work / f"out-w{k}.json").write_text(json.dumps({"commits": orch.store.commits - base}))
     orch.close()
-    watcher.close()
 
 
-def dbos_worker(url: str, share: range, total: int, rate: float, go: str, out: str) -> None:
+def dbos_app(url: str, total: int, rate: float, work: pathlib.Path, queued: bool) -> None:
     from dbos import DBOS
 
     rng = random.Random(os.getpid())
+    lock = threading.Lock()
     DBOS(config={"name": "bench", "system_database_url": url, "console_log_level": "ERROR"})
 
     @DBOS.step(retries_allowed=True, max_attempts=10, interval_seconds=0.0, backoff_rate=1.0)
     def step(i: int, name: str) -> dict[str, Any]:
-        if rng.random() < rate:
-            raise ConnectionError("transient")
+        if rate:
+            with lock:
+                fail = rng.random() < rate
+            if fail:
+                raise ConnectionError("transient")
         return {"step": name, "i": i}
 
     @DBOS.workflow()
@@ -96,13 +205,32 @@ def dbos_worker(url: str, share: range, total: int, rate: float, go: str, out: s
         return [step(i, "a"), step(i, "b"), step(i, "c")]
 
     DBOS.launch()
-    while not os.path.exists(go):
-        time.sleep(0.001)
+    queue = (
+        DBOS.register_queue("bench", worker_concurrency=CALLERS, polling_interval_sec=POLL)
+        if queued
+        else None
+    )
+    (work / "ready-app").touch()
+    wait_for(work / "go")
     t0 = time.time()
-    for i in share:
-        flow(i)
+
+    def caller(k: int) -> None:
+        for i in range(k, total, CALLERS):
+            if queue is None:
+                flow(i)
+            else:
+                queue.enqueue(flow, i)
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(CALLERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    submitted = time.time()
+    polls = wait_done(url, "dbos", total) if queue is not None and total else 0
     t1 = time.time()
-    pathlib.Path(out).write_text(json.dumps({"t0": t0, "t1": t1, "commits": None}))
+    out = {"t0": t0, "t1": t1, "submitted": submitted, "commits": None, "polls": polls}
+    (work / "out-app.json").write_text(json.dumps(out))
     DBOS.destroy()
 
 
@@ -161,8 +289,10 @@ def dbos_crash(url: str, marker: str) -> None:
 # -- the harness ----------------------------------------------------------------------------------
 
 
-def spawn(*args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, __file__, *args], stderr=subprocess.PIPE)
+def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, __file__, *args], stderr=subprocess.PIPE, env=env or os.environ.copy()
+    )
 
 
 def fresh_url(kind: str, base: str | None, tag: str) -> str:
@@ -171,7 +301,7 @@ def fresh_url(kind: str, base: str | None, tag: str) -> str:
     import psycopg
 
     assert base is not None
-    name = f"b_{tag}_{os.getpid()}_{int(time.time() * 1e6) % 10**9}"
+    name = f"b_{tag.replace('-', '_')}_{os.getpid()}_{int(time.time() * 1e6) % 10**9}"
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return base.rsplit("/", 1)[0] + f"/{name}"
@@ -179,45 +309,129 @@ def fresh_url(kind: str, base: str | None, tag: str) -> str:
 
 def prepare(contender: str, url: str) -> None:
     """Create the tables once, before the timed processes start."""
-    subprocess.run([sys.executable, __file__, "--prepare", contender, url], check=True)
+    kind = "seawall" if contender.startswith("seawall") else "dbos"
+    subprocess.run([sys.executable, __file__, "--prepare", kind, url], check=True)
+
+
+def xact_commits(base: str, url: str) -> int:
+    """Transactions committed in *url*'s database so far (read from another database)."""
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(base, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (name,)
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def change_counter(url: str) -> int:
+    with open(sqlite_path(url), "rb") as f:
+        return int.from_bytes(f.read(28)[24:28], "big")
 
 
 def measure(
-    contender: str, kind: str, base: str | None, workers: int, runs: int, rate: float
+    contender: str,
+    kind: str,
+    base: str | None,
+    runs: int,
+    rate: float,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     url = fresh_url(kind, base, contender)
-    prepare("dbos" if contender == "dbos" else "seawall", url)
+    prepare(contender, url)
     work = pathlib.Path(tempfile.mkdtemp(prefix="saga-bench-"))
-    go = str(work / "go")
-    per = runs // workers
-    procs = []
-    for k in range(workers):
-        procs.append(
-            spawn(
-                "--worker",
-                contender,
-                url,
-                str(k * per),
-                str((k + 1) * per),
-                str(runs),
-                str(rate),
-                go,
-                str(work / f"out{k}"),
-            )
-        )
-    time.sleep(2.5 if contender == "dbos" else 1.5)  # imports and launch, outside the timing
-    pathlib.Path(go).touch()
-    for proc in procs:
-        _, err = proc.communicate(timeout=600)
+    before = xact_commits(base, url) if base else change_counter(url)
+    app = spawn("--app", contender, url, str(runs), str(rate), str(work), env=env)
+    workers = []
+    if contender.startswith("seawall"):
+        procs, conc = WORKERS[contender]
+        workers = [
+            spawn("--worker", url, str(rate), str(conc), str(work), str(k), env=env)
+            for k in range(procs)
+        ]
+    names = ["app"] + [f"w{k}" for k in range(len(workers))]
+    for name in names:
+        while not (work / f"ready-{name}").exists():
+            for proc in [app, *workers]:
+                if proc.poll() not in (None, 0):
+                    raise RuntimeError(proc.stderr.read().decode(errors="replace")[-2000:])  # type: ignore[union-attr]
+            time.sleep(0.01)
+    (work / "go").touch()
+    _, err = app.communicate(timeout=1200)
+    if app.returncode != 0:
+        raise RuntimeError(f"{contender} app failed: {err.decode(errors='replace')[-2000:]}")
+    (work / "stop").touch()
+    for proc in workers:
+        _, err = proc.communicate(timeout=120)
         if proc.returncode != 0:
             raise RuntimeError(f"{contender} worker failed: {err.decode(errors='replace')[-2000:]}")
-    outs = [json.loads((work / f"out{k}").read_text()) for k in range(workers)]
-    seconds = max(o["t1"] for o in outs) - min(o["t0"] for o in outs)
-    commits = [o["commits"] for o in outs]
+    out = json.loads((work / "out-app.json").read_text())
+    seconds = out["t1"] - out["t0"]
+    after = xact_commits(base, url) if base else change_counter(url)
+    if contender.startswith("seawall") and not base:
+        # WAL mode does not count transactions in the header: the stores count them.
+        commits = out["commits"] + sum(
+            json.loads((work / f"out-w{k}.json").read_text())["commits"]
+            for k in range(len(workers))
+        )
+        overhead = False
+    else:
+        commits = after - before - out["polls"]
+        overhead = True
     return {
-        "runs_per_s": runs / seconds,
-        "commits_per_run": None if None in commits else sum(commits) / runs,
+        "runs": runs,
+        "seconds": seconds,
+        "runs_per_s": runs / seconds if runs else None,
+        "submit_seconds": out["submitted"] - out["t0"],
+        "commits": commits,
+        "commits_include_startup": overhead,
     }
+
+
+def commit_ceiling(kind: str, base: str | None, threads: int = 1, seconds: float = 1.0) -> float:
+    """Commits/s of a bare loop of one-row INSERT commits on the store (*threads* loops)."""
+    if kind == "sqlite-wal" or kind == "sqlite-delete":
+        path = pathlib.Path(tempfile.mkdtemp(prefix="saga-bench-")) / "ceiling.db"
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute(f"PRAGMA journal_mode = {'WAL' if kind == 'sqlite-wal' else 'DELETE'}")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("CREATE TABLE t (x INTEGER)")
+        conn.close()
+
+        def loop(counts: list[int], k: int, t_end: float) -> None:
+            c = sqlite3.connect(path, isolation_level=None, timeout=60)
+            c.execute("PRAGMA synchronous = FULL")
+            while time.perf_counter() < t_end:
+                c.execute("BEGIN IMMEDIATE")
+                c.execute("INSERT INTO t VALUES (1)")
+                c.execute("COMMIT")
+                counts[k] += 1
+            c.close()
+
+    else:
+        import psycopg
+
+        assert base is not None
+        url = fresh_url("postgresql", base, "ceiling")
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (x INTEGER)")
+
+        def loop(counts: list[int], k: int, t_end: float) -> None:
+            with psycopg.connect(url, autocommit=True) as c:
+                while time.perf_counter() < t_end:
+                    c.execute("INSERT INTO t VALUES (1)")
+                    counts[k] += 1
+
+    counts = [0] * threads
+    t0 = time.perf_counter()
+    ts = [threading.Thread(target=loop, args=(counts, k, t0 + seconds)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return sum(counts) / (time.perf_counter() - t0)
 
 
 def crash(contender: str, kind: str, base: str | None) -> float:
@@ -239,23 +453,6 @@ def crash(contender: str, kind: str, base: str | None) -> float:
     return resumed - killed
 
 
-def sqlite_commit_rate() -> float:
-    import sqlite3
-
-    path = pathlib.Path(tempfile.mkdtemp()) / "rate.db"
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
-    conn.execute("CREATE TABLE t (x INTEGER)")
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < 1.0:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO t VALUES (1)")
-        conn.execute("COMMIT")
-        n += 1
-    return n / (time.perf_counter() - t0)
-
-
 def start_postgres() -> tuple[Any, str] | None:
     sys.path.insert(0, str(HERE.parent / "tests" / "saga"))
     try:
@@ -268,76 +465,236 @@ def start_postgres() -> tuple[Any, str] | None:
     return cluster, cluster.url
 
 
-def versions() -> str:
+def versions() -> dict[str, str]:
     from importlib.metadata import version
 
-    return f"seawall {version('seawall')}, dbos {version('dbos')}, psycopg {version('psycopg')}"
+    found = {p: version(p) for p in ("seawall", "dbos", "psycopg")}
+    found["sqlite"] = sqlite3.sqlite_version
+    found["python"] = platform.python_version()
+    found["postgresql"] = "-"
+    return found
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=400)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--no-postgres", action="store_true")
-    args = parser.parse_args()
+def machine() -> dict[str, Any]:
+    return {"cores": os.cpu_count(), "platform": platform.platform()}
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def summarise(data: dict[str, Any]) -> None:
+    """Print the tables of the docs from the JSON."""
     print(
-        f"machine: {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}"
+        f"\n{data['runs']} runs of a 3-step saga, {CALLERS} caller threads; median of "
+        f"{data['rounds']} interleaved rounds (each round's figure in brackets)"
     )
-    print(versions())
     print(
-        f"SQLite {__import__('sqlite3').sqlite_version}: {sqlite_commit_rate():.0f} commits/s (WAL, synchronous=FULL)"
+        "| store | contender | runs/s | each round | commits/run | commits/s "
+        "| of the ceiling, 1 loop | 8 loops |"
     )
+    print("|---|---|---|---|---|---|---|---|")
+    for kind in data["stores"]:
+        rounds = [r for r in data["results"] if r["store"] == kind]
+        for contender in CONTENDERS:
+            rps = [r["contenders"][contender]["runs_per_s"] for r in rounds]
+            cpr = [r["contenders"][contender]["commits_per_run"] for r in rounds]
+            cps = [a * b for a, b in zip(rps, cpr, strict=True)]
+            if kind == "sqlite":  # each contender's journal mode; one writer at a time
+                keys = ["sqlite-delete" if contender.startswith("dbos") else "sqlite-wal"]
+            else:
+                keys = ["postgresql-1", "postgresql-8"]
+            shares = [
+                f"{statistics.median(c / r['ceilings'][k] for c, r in zip(cps, rounds, strict=True)):.0%}"
+                for k in keys
+            ]
+            shares += ["-"] * (2 - len(shares))
+            print(
+                f"| {kind} | {contender} | {statistics.median(rps):.0f} | "
+                f"{' / '.join(f'{x:.0f}' for x in rps)} | {statistics.median(cpr):.2f} | "
+                f"{statistics.median(cps):.0f} | {' | '.join(shares)} |"
+            )
+    print("\nratios (seawall / DBOS), median and each round")
+    print("| store | seawall | DBOS | median | rounds |")
+    print("|---|---|---|---|---|")
+    for kind in data["stores"]:
+        rounds = [r for r in data["results"] if r["store"] == kind]
+        for s in ("seawall-1w", "seawall-4w"):
+            for d in ("dbos", "dbos-queue"):
+                ratios = [
+                    r["contenders"][s]["runs_per_s"] / r["contenders"][d]["runs_per_s"]
+                    for r in rounds
+                ]
+                print(
+                    f"| {kind} | {s} | {d} | {statistics.median(ratios):.2f}x | "
+                    f"{' / '.join(f'{x:.2f}' for x in ratios)} |"
+                )
+    print("\ncommit ceilings (commits/s, bare loop of one-row commits), median and each round")
+    for kind in data["stores"]:
+        rounds = [r for r in data["results"] if r["store"] == kind]
+        for key in rounds[0]["ceilings"]:
+            xs = [r["ceilings"][key] for r in rounds]
+            print(f"- {key}: {statistics.median(xs):.0f} ({' / '.join(f'{x:.0f}' for x in xs)})")
+
+
+def throughput(args: argparse.Namespace) -> None:
     server = None if args.no_postgres else start_postgres()
-    kinds = [("sqlite", None)] + ([("postgresql", server[1])] if server else [])
+    kinds: list[tuple[str, str | None]] = [("sqlite", None)]
+    if server:
+        kinds.append(("postgresql", server[1]))
+    data: dict[str, Any] = {
+        "machine": machine(),
+        "versions": versions(),
+        "runs": args.runs,
+        "rounds": args.rounds,
+        "failure_rate": args.failures,
+        "callers": CALLERS,
+        "workers": {k: {"processes": p, "concurrency": c} for k, (p, c) in WORKERS.items()},
+        "poll": POLL,
+        "stores": [k for k, _ in kinds],
+        "load_before": load(),
+        "baselines": {},
+        "results": [],
+    }
     try:
-        print(f"\n{args.runs} runs of a 3-step saga; runs/s, best of {args.repeats}")
-        print(
-            "| store | workers | failures | seawall runs/s: start | start_many | DBOS runs/s "
-            "| ratio: start | start_many | seawall commits/run: start | start_many |"
-        )
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        if server:
+            import psycopg
+
+            with psycopg.connect(server[1]) as conn:
+                row = conn.execute("SHOW server_version").fetchone()
+                data["versions"]["postgresql"] = row[0] if row else "?"
+                data["postgresql_settings"] = {
+                    k: conn.execute(f"SHOW {k}").fetchone()[0]  # type: ignore[index]
+                    for k in ("fsync", "synchronous_commit", "wal_sync_method")
+                }
+        else:
+            data["versions"].pop("postgresql")
+        # Start-up and shut-down commits of each contender (zero runs), subtracted below.
         for kind, base in kinds:
-            for workers in (1, 4):
-                for rate in (0.0, 0.1):
-                    best: dict[str, dict[str, Any]] = {}
-                    for _ in range(args.repeats):
-                        for contender in ("seawall", "seawall_many", "dbos"):  # interleaved
-                            r = measure(contender, kind, base, workers, args.runs, rate)
-                            if (
-                                contender not in best
-                                or r["runs_per_s"] > best[contender]["runs_per_s"]
-                            ):
-                                best[contender] = r
-                    s, m, d = best["seawall"], best["seawall_many"], best["dbos"]
-                    print(
-                        f"| {kind} | {workers} | {rate:.0%} | {s['runs_per_s']:.0f} | {m['runs_per_s']:.0f} "
-                        f"| {d['runs_per_s']:.0f} | {s['runs_per_s'] / d['runs_per_s']:.1f}x "
-                        f"| {m['runs_per_s'] / d['runs_per_s']:.1f}x | {s['commits_per_run']:.2f} "
-                        f"| {m['commits_per_run']:.2f} |",
-                        flush=True,
+            for contender in CONTENDERS:
+                r = measure(contender, kind, base, 0, args.failures)
+                if r["commits_include_startup"]:
+                    data["baselines"][f"{kind}/{contender}"] = r["commits"]
+        print(f"baselines (commits for zero runs): {data['baselines']}", flush=True)
+        for n in range(args.rounds):
+            for kind, base in kinds:
+                ceilings = (
+                    {
+                        "sqlite-wal": commit_ceiling("sqlite-wal", None),
+                        "sqlite-delete": commit_ceiling("sqlite-delete", None),
+                    }
+                    if kind == "sqlite"
+                    else {
+                        "postgresql-1": commit_ceiling("postgresql", base),
+                        "postgresql-8": commit_ceiling("postgresql", base, threads=CALLERS),
+                    }
+                )
+                order = list(CONTENDERS) if n % 2 == 0 else list(reversed(CONTENDERS))
+                found: dict[str, Any] = {}
+                for contender in order:
+                    r = measure(contender, kind, base, args.runs, args.failures)
+                    if r["commits_include_startup"]:
+                        r["commits"] -= data["baselines"][f"{kind}/{contender}"]
+                    r["commits_per_run"] = r["commits"] / args.runs
+                    found[contender] = r
+                rec = {
+                    "store": kind,
+                    "round": n,
+                    "load": load(),
+                    "ceilings": ceilings,
+                    "contenders": found,
+                }
+                data["results"].append(rec)
+                print(
+                    f"round {n} {kind} load {rec['load']}: "
+                    + ", ".join(
+                        f"{c} {found[c]['runs_per_s']:.0f}/s {found[c]['commits_per_run']:.2f}c/run"
+                        for c in CONTENDERS
                     )
-        print("\ntime from SIGKILL inside a step to its next attempt in a restarted process (s)")
+                    + f"; ceilings {', '.join(f'{k} {v:.0f}' for k, v in ceilings.items())}",
+                    flush=True,
+                )
+        data["load_after"] = load()
+    finally:
+        if server:
+            server[0].stop()
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
+    summarise(data)
+
+
+def crashes(args: argparse.Namespace) -> None:
+    server = None if args.no_postgres else start_postgres()
+    kinds: list[tuple[str, str | None]] = [("sqlite", None)]
+    if server:
+        kinds.append(("postgresql", server[1]))
+    try:
+        print("time from SIGKILL inside a step to its next attempt in a restarted process (s)")
         print("| store | seawall (lease 1 s) | DBOS |")
         print("|---|---|---|")
         for kind, base in kinds:
-            s = min(crash("seawall", kind, base) for _ in range(args.repeats))
-            d = min(crash("dbos", kind, base) for _ in range(args.repeats))
-            print(f"| {kind} | {s:.2f} | {d:.2f} |", flush=True)
+            s = [crash("seawall", kind, base) for _ in range(args.rounds)]
+            d = [crash("dbos", kind, base) for _ in range(args.rounds)]
+            print(
+                f"| {kind} | {statistics.median(s):.2f} | {statistics.median(d):.2f} |", flush=True
+            )
     finally:
         if server:
             server[0].stop()
 
 
+def profile(args: argparse.Namespace) -> None:
+    server = None if args.profile == "sqlite" else start_postgres()
+    base = server[1] if server else None
+    out = pathlib.Path(tempfile.mkdtemp(prefix="saga-bench-")) / "worker.prof"
+    env = os.environ.copy()
+    env["SAGA_BENCH_PROFILE"] = str(out)
+    try:
+        r = measure("seawall-1w", args.profile, base, args.runs, args.failures, env=env)
+        print(f"seawall-1w on {args.profile}: {r['runs_per_s']:.0f} runs/s (under the profiler)")
+        stats = pstats.Stats(str(out))
+        stats.sort_stats("cumulative").print_stats(30)
+        stats.sort_stats("tottime").print_stats(20)
+    finally:
+        if server:
+            server[0].stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=240)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--failures", type=float, default=0.0, help="share of attempts that fail")
+    parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--json", help="write every round's figures to this file")
+    parser.add_argument(
+        "--recovery", action="store_true", help="measure the recovery time after a SIGKILL instead"
+    )
+    parser.add_argument("--profile", choices=("sqlite", "postgresql"))
+    parser.add_argument("--summarise", metavar="JSON", help="print the tables of a saved run")
+    args = parser.parse_args()
+    if args.summarise:
+        summarise(json.loads(pathlib.Path(args.summarise).read_text()))
+        return
+    print(f"machine: {machine()}, load {load()}")
+    if args.recovery:
+        crashes(args)
+    elif args.profile:
+        profile(args)
+    else:
+        throughput(args)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        contender, url, lo, hi, total, rate, go, out = sys.argv[2:]
-        share = range(int(lo), int(hi))
-        if contender == "dbos":
-            dbos_worker(url, share, int(total), float(rate), go, out)
+    if len(sys.argv) > 1 and sys.argv[1] == "--app":
+        contender, url, total, rate, work = sys.argv[2:]
+        if contender.startswith("seawall"):
+            seawall_app(url, int(total), float(rate), pathlib.Path(work))
         else:
-            seawall_worker(
-                url, share, int(total), float(rate), go, out, contender == "seawall_many"
-            )
+            dbos_app(url, int(total), float(rate), pathlib.Path(work), contender == "dbos-queue")
+    elif len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        url, rate, conc, work, k = sys.argv[2:]
+        seawall_worker(url, float(rate), int(conc), pathlib.Path(work), int(k))
     elif len(sys.argv) > 1 and sys.argv[1] == "--crash":
         contender, url, marker = sys.argv[2:]
         (seawall_crash if contender == "seawall" else dbos_crash)(url, marker)

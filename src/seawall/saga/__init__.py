@@ -32,6 +32,7 @@ from seawall.saga._model import (
 )
 from seawall.saga._orchestrator import Orchestrator
 from seawall.saga._store import SCHEMA_VERSION
+from seawall.saga._tracing import TracingHook
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -49,6 +50,7 @@ __all__ = [
     "Step",
     "StepContext",
     "StepRecord",
+    "TracingHook",
     "WorkerLost",
     "logging_hook",
 ]

@@ -401,6 +401,9 @@ class SagaEvent:
             attempt held back), why it waits: ``"budget"`` or ``"overloaded"``.
         status: the run's status after the event.
         duration: the attempt's seconds (for ``"run"`` events of final statuses: the run's).
+        started_at: for ``"attempt"`` and ``"hold"`` events of an action, when the step's first
+            attempt started (seconds since the epoch, on the store's clock), in whichever worker
+            it ran; ``None`` otherwise.
     """
 
     kind: Literal["attempt", "hold", "run"]
@@ -414,3 +417,4 @@ class SagaEvent:
     reason: str | None
     status: Status
     duration: float
+    started_at: float | None = None

@@ -109,6 +109,7 @@ class Outcomes:
                 reason=None,
                 status=Status(run.status),
                 duration=duration,
+                started_at=None if comp else row.started_at,
             )
         )
 
@@ -391,6 +392,9 @@ class Outcomes:
         """Queue a hooks' event of *w*'s run (emitted once the transaction is committed)."""
         if self.notify:
             run = w.loaded.run
+            started = None
+            if phase == "action":
+                started = next((r.started_at for r in w.loaded.steps if r.name == step), None)
             w.events.append(
                 SagaEvent(
                     kind=kind,
@@ -404,6 +408,7 @@ class Outcomes:
                     reason=reason,
                     status=Status(run.status),
                     duration=duration,
+                    started_at=started,
                 )
             )
 
