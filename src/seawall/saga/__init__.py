@@ -18,16 +18,20 @@ from seawall.saga._hooks import Hook, logging_hook
 from seawall.saga._metrics import MetricsHook
 from seawall.saga._model import (
     DEFAULT_POLICY,
+    MAX_DEPTH,
+    MAX_PAYLOAD_BYTES,
     HistoryEntry,
     OnExhausted,
     Run,
     Saga,
     SagaEvent,
     SchemaVersionError,
+    Sleep,
     Status,
     Step,
     StepContext,
     StepRecord,
+    WaitFor,
     WorkerLost,
 )
 from seawall.saga._orchestrator import Orchestrator
@@ -36,6 +40,8 @@ from seawall.saga._store import SCHEMA_VERSION
 __all__ = [
     "DEFAULT_POLICY",
     "SCHEMA_VERSION",
+    "MAX_DEPTH",
+    "MAX_PAYLOAD_BYTES",
     "HistoryEntry",
     "Hook",
     "MetricsHook",
@@ -45,10 +51,12 @@ __all__ = [
     "Saga",
     "SagaEvent",
     "SchemaVersionError",
+    "Sleep",
     "Status",
     "Step",
     "StepContext",
     "StepRecord",
+    "WaitFor",
     "WorkerLost",
     "logging_hook",
 ]
