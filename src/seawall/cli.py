@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     saga = commands.add_parser(
         "saga",
-        help="list, show, retry, compensate or cancel saga runs in a store (--store URL)",
+        help="list, show, retry, compensate, cancel or signal saga runs in a store (--store URL)",
         description="Read and operate a saga log. `seawall saga COMMAND --help` for each.",
     )
     add_saga_arguments(saga)
