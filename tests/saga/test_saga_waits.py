@@ -337,15 +337,20 @@ def test_a_pending_signal_and_a_sleeping_run_survive_a_new_orchestrator(store_ur
         assert run.step("cool-off").finished_at.timestamp() == pytest.approx(START + 60.0)
 
 
-def test_workers_take_waiting_runs_on_time(store_url: str) -> None:
-    """Two orchestrators on one store, the worker loop: leases, due times and signals."""
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_workers_take_waiting_runs_on_time(store_url: str, concurrency: int) -> None:
+    """Two orchestrators on one store: leases, due times and signals, one attempt at a time or
+    several."""
     book = Book()
     order = saga.Saga(
         "order",
         [saga.Sleep(5.0), saga.WaitFor("go", timeout=100.0), book.step("ship")],
     )
     clock = seawall.VirtualClock(start=START)
-    with orchestrator(store_url, [order], clock) as a, orchestrator(store_url, [order], clock) as b:
+    with (
+        orchestrator(store_url, [order], clock, concurrency=concurrency) as a,
+        orchestrator(store_url, [order], clock, concurrency=concurrency) as b,
+    ):
         ids = [a.start("order") for _ in range(4)]
         for run_id in ids[:2]:
             b.signal(run_id, "go", {"id": run_id})
@@ -422,7 +427,9 @@ def test_a_retry_due_past_the_run_deadline_is_not_scheduled(store_url: str) -> N
         assert book.calls == ["reserve", "undo reserve"]
 
 
-def test_the_run_deadline_caps_a_wait_and_survives_a_restart(store_url: str) -> None:
+def test_the_run_deadline_caps_a_wait_and_survives_a_restart(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     book = Book()
 
     def definition() -> saga.Saga:
@@ -440,6 +447,10 @@ def test_the_run_deadline_caps_a_wait_and_survives_a_restart(store_url: str) -> 
     assert wait.next_retry_at is not None
     assert wait.next_retry_at.timestamp() == pytest.approx(START + 600.0)
     orch.close()
+    assert main(["saga", "show", "--store", store_url, run_id, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["deadline"] == "2023-11-14T22:23:20.000Z"
+    assert main(["saga", "show", "--store", store_url, run_id]) == 0
+    assert "deadline: 2023-11-14T22:23:20.000Z" in capsys.readouterr().out
     with orchestrator(store_url, [definition()], clock) as again:
         run = again.run_until_settled(run_id)
         assert clock.now() == pytest.approx(START + 600.0)

@@ -75,6 +75,8 @@ def format_run(run: Run) -> str:
     lines = [head]
     if run.reason:
         lines.append(f"reason: {escape_controls(run.reason)}")
+    if run.deadline is not None:
+        lines.append(f"deadline: {_when(run.deadline)}")
     lines.append(
         _table(
             ["step", "status", "attemptCount", "nextRetryAt", "lastError"],
@@ -148,6 +150,7 @@ def run_json(run: Run, history: Sequence[HistoryEntry] | None = None) -> dict[st
         "status": run.status.value,
         "input": run.input,
         "reason": run.reason,
+        "deadline": _iso(run.deadline),
         "createdAt": _iso(run.created_at),
         "updatedAt": _iso(run.updated_at),
         "steps": [
