@@ -7,6 +7,7 @@ Everything runs on virtual time: a wait of a day costs nothing, and every due ti
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import time
@@ -637,3 +638,115 @@ def test_a_step_turned_into_a_wait_is_another_definition() -> None:
     assert plain.fingerprint != waiting.fingerprint
     # A saga of plain steps keeps the digest it had before waits existed.
     assert plain.fingerprint == saga._model.fingerprint("s", 1, ["paid"])
+
+
+# -- Random schedules -------------------------------------------------------------------------
+
+
+#: Seeds of a default run (``SEAWALL_SAGA_WAIT_SCHEDULES`` raises it).
+SCHEDULES = int(os.environ.get("SEAWALL_SAGA_WAIT_SCHEDULES", "8"))
+
+
+@pytest.mark.parametrize("seed", range(SCHEDULES))
+def test_random_schedules_of_signals_timers_and_deadlines_keep_the_rules(
+    sqlite_url: str, seed: int
+) -> None:
+    """Two workers, restarts, early, late and duplicate signals, sleeps and deadlines, drawn
+    from a seed. After every operation: a WAITING run is held by no worker; no attempt began
+    at or past its run's deadline; a step after a wait saw the first signal sent."""
+    rng = random.Random(seed)
+    clock = seawall.VirtualClock(start=START)
+    began: list[tuple[str, str, float]] = []  # run, step, when
+    seen: dict[str, Any] = {}
+
+    def action(name: str) -> Any:
+        def run(ctx: saga.StepContext) -> Any:
+            began.append((ctx.run_id, name, clock.now()))
+            if name == "ship":
+                seen[ctx.run_id] = ctx.results["go"]
+            if name != "undo" and rng.random() < 0.2:  # compensations do not give up here
+                raise ConnectionError("flaky")
+            return name
+
+        return run
+
+    policy = seawall.RetryPolicy(
+        max_attempts=4, backoff=seawall.Backoff.constant(30.0), rng=rng, hooks=()
+    )
+
+    pause = rng.choice([0.0, 20.0, 90.0])
+    wait = rng.choice([None, 60.0, 400.0])
+    timeout = rng.choice([None, 300.0, 1000.0])
+
+    def definition() -> saga.Saga:
+        return saga.Saga(
+            "flow",
+            [
+                saga.Step("prepare", action("prepare"), compensate=action("undo"), policy=policy),
+                saga.Sleep(pause, name="pause"),
+                saga.WaitFor("go", timeout=wait),
+                saga.Step("ship", action("ship"), policy=policy),
+            ],
+            timeout=timeout,
+        )
+
+    workers = [orchestrator(sqlite_url, [definition()], clock) for _ in range(2)]
+    first: dict[str, Any] = {}
+    ids: list[str] = []
+    try:
+        for _ in range(40):
+            op = rng.random()
+            if op < 0.2 or not ids:
+                ids.append(rng.choice(workers).start("flow", run_id=f"r{len(ids)}"))
+            elif op < 0.45:
+                run_id = rng.choice(ids)
+                data = {"n": rng.randrange(1000)}
+                try:
+                    kept = rng.choice(workers).signal(run_id, "go", data)
+                except ValueError:
+                    assert workers[0].get(run_id).status.final or (
+                        workers[0].get(run_id).step("go").status
+                        in (saga.Status.FAILED, saga.Status.COMPENSATED)
+                    )
+                else:
+                    assert kept is (run_id not in first)
+                    first.setdefault(run_id, data)
+            elif op < 0.75:
+                rng.choice(workers).run_due()
+            elif op < 0.9:
+                clock.sleep(rng.choice([5.0, 30.0, 70.0, 200.0]))
+            else:
+                k = rng.randrange(2)
+                workers[k].close()  # a restart: a new orchestrator on the same store
+                workers[k] = orchestrator(sqlite_url, [definition()], clock)
+            for run_id in ids:
+                loaded = workers[0].store.load(run_id)
+                assert loaded is not None
+                if loaded.run.status == "WAITING":
+                    assert loaded.run.lease_owner is None
+        for _ in range(200):  # drain: time moves on until every run has settled or waits
+            workers[0].run_due()
+            if all(workers[0].get(r).status.final for r in ids):
+                break
+            for r in ids:  # a wait with no timeout and no deadline needs its signal
+                if r not in first and workers[0].get(r).step("go").status is saga.Status.WAITING:
+                    first[r] = {"n": -1}
+                    workers[0].signal(r, "go", first[r])
+            clock.sleep(100.0)
+        for run_id in ids:
+            run = workers[0].get(run_id)
+            assert run.status.final, (run_id, run.status)
+            if run.deadline is not None:
+                late = [
+                    (s, t)
+                    for r, s, t in began
+                    if r == run_id and s != "undo" and t >= run.deadline.timestamp()
+                ]
+                assert late == [], (run_id, late)
+            if run_id in seen:
+                assert seen[run_id] == first[run_id]
+            if run.status is saga.Status.SUCCEEDED:
+                assert run.step("go").result == first[run_id]
+    finally:
+        for w in workers:
+            w.close()

@@ -309,12 +309,15 @@ class Transitions:
             if not isinstance(step, WaitFor):
                 self.outcomes.waited(w, index, None, now)
                 return False
+            # The timeout the wait began with (a deploy may have changed the step's since).
+            waited = row.next_retry_at - (row.started_at if row.started_at is not None else now)
+            limit = step.timeout if step.timeout is not None else max(waited, 0.0)
             self.outcomes.give_up(
                 w,
                 index,
                 "action",
                 "timeout",
-                f"TimeoutError: no signal {step.name!r} within {step.timeout:g} s",
+                f"TimeoutError: no signal {step.name!r} within {limit:g} s",
                 now,
             )
             return False
