@@ -230,6 +230,20 @@ def test_a_parked_wait_takes_a_late_signal_after_an_operators_retry(store_url: s
         assert book.seen["ship"]["paid"] == {"late": True}
 
 
+def test_a_wait_keeps_the_timeout_it_began_with_across_a_deploy(store_url: str) -> None:
+    clock = seawall.VirtualClock(start=START)
+    before = saga.Saga("s", [saga.WaitFor("go", timeout=60.0)])
+    with orchestrator(store_url, [before], clock) as a:
+        run_id = a.start("s")
+        a.run_due()
+    clock.sleep(61.0)
+    after = saga.Saga("s", [saga.WaitFor("go")])  # the new deploy waits without a timeout
+    with orchestrator(store_url, [after], clock) as b:
+        run = b.run_until_settled(run_id)
+        assert run.status is saga.Status.COMPENSATED  # the wait that began keeps its own
+        assert run.step("go").last_error == "TimeoutError: no signal 'go' within 60 s"
+
+
 def test_compensating_or_cancelling_a_waiting_run_ends_its_wait(store_url: str) -> None:
     book = Book()
     order = saga.Saga("order", [book.step("reserve"), saga.WaitFor("paid")])
