@@ -408,6 +408,8 @@ def test_bad_sleeps_and_waits_are_refused_naming_the_parameter() -> None:
         saga.Sleep(float("inf"))
     with pytest.raises(ValueError, match="name"):
         saga.WaitFor("")
+    with pytest.raises(ValueError, match="signal must be at most 200"):
+        saga.WaitFor("x" * 201)
     with pytest.raises(ValueError, match="on_exhausted"):
         saga.WaitFor("x", on_exhausted="later")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="duplicate step name 'sleep'"):

@@ -25,6 +25,7 @@ __all__ = [
     "Saga",
     "MAX_DEPTH",
     "MAX_PAYLOAD_BYTES",
+    "MAX_SIGNAL_NAME",
     "SagaEvent",
     "SchemaVersionError",
     "Sleep",
@@ -129,6 +130,8 @@ def utc(timestamp: float | None) -> datetime.datetime | None:
 #: The deepest nesting of lists and objects accepted in an input, a result or a signal's data
 #: (a value at the top is at depth 1).
 MAX_DEPTH: Final = 100
+#: The longest signal name (a :class:`WaitFor`'s, and what ``signal()`` accepts).
+MAX_SIGNAL_NAME: Final = 200
 #: The default limit of an input, a step's result or a signal's data: 1 MiB of compact JSON.
 MAX_PAYLOAD_BYTES: Final = 1 << 20
 
@@ -276,7 +279,8 @@ class WaitFor(Step):
     ends the wait as soon as it begins.
 
     Args:
-        signal: the signal's name (the step's name): a non-empty printable str.
+        signal: the signal's name (the step's name): a non-empty printable str of at most 200
+            characters.
         timeout: seconds to wait (on the store's clock), or ``None`` for no limit but the run's
             deadline (``Saga(..., timeout=...)``, which also caps this one). Past it the step
             fails (``TimeoutError``, reason ``"timeout"``) and *on_exhausted* applies.
@@ -302,6 +306,10 @@ class WaitFor(Step):
         setattr_(self, "on_exhausted", on_exhausted)
         setattr_(self, "timeout", _validate.optional_seconds("timeout", timeout, finite=True))
         self.__post_init__()
+        if len(signal) > MAX_SIGNAL_NAME:
+            raise ValueError(
+                f"signal must be at most {MAX_SIGNAL_NAME} characters, got {len(signal)}"
+            )
 
     @property
     def signal(self) -> str:

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from seawall.saga._model import MAX_PAYLOAD_BYTES, Status, check_payload
+from seawall.saga._model import MAX_PAYLOAD_BYTES, MAX_SIGNAL_NAME, Status, check_payload
 from seawall.saga._store import Store
 
 __all__ = ["send_signal"]
 
-#: The longest signal name (a step name; the store keeps it in a key).
-_MAX_NAME = 200
+_MAX_NAME = MAX_SIGNAL_NAME
 
 
 def send_signal(
