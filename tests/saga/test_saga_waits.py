@@ -138,6 +138,34 @@ def test_a_signal_sent_before_the_wait_began_is_kept_and_ends_it_at_once(
         assert book.seen["ship"]["paid"] == {"early": True}
 
 
+def test_hooks_hear_once_that_a_run_waits(
+    sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    events: list[saga.SagaEvent] = []
+    order = saga.Saga("order", [saga.Sleep(10.0), saga.WaitFor("paid", timeout=60.0)])
+    clock = seawall.VirtualClock(start=START)
+    with saga.Orchestrator(
+        sqlite_url, [order], clock=clock, hooks=[events.append, saga.logging_hook]
+    ) as orch:
+        run_id = orch.start("order")
+        with caplog.at_level("INFO", logger="seawall.saga"):
+            orch.run_due()
+            orch.retry_now(run_id)  # a claim that finds the run still waiting: no news
+            orch.run_due()
+            clock.sleep(10.0)
+            orch.run_due()
+        waits = [(e.status, e.reason) for e in events if e.kind == "run"]
+        assert waits == [
+            (saga.Status.RUNNING, None),
+            (saga.Status.WAITING, "sleeps at 'sleep' until 2023-11-14 22:13:30+00:00"),
+            (
+                saga.Status.WAITING,
+                "waits for the signal 'paid' until 2023-11-14 22:14:30+00:00",
+            ),
+        ]
+        assert f"run {run_id}: WAITING (waits for the signal 'paid'" in caplog.text
+
+
 def test_a_duplicate_signal_is_a_no_op_and_the_first_is_kept(store_url: str) -> None:
     book = Book()
     order = saga.Saga("order", [saga.WaitFor("paid"), book.step("ship")])

@@ -549,7 +549,7 @@ class SagaEvent:
             ``delay``, the budget refused the retry and it is held back, not given up),
             ``"hold"`` (a retry was pushed out by the budget or an overloaded dependency; with
             ``delay`` ``None``, refused once too often: the step gives up) or ``"run"`` (the run
-            entered ``status``).
+            entered ``status``; WAITING with a ``reason`` saying for what and until when).
         saga: the saga's name.
         run_id: the run.
         step: the step's name (``None`` for ``"run"``).

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from seawall._core.errors import DeadlineExceeded, Overloaded, error_summary
 from seawall._strategies.retry import RetryState
-from seawall.saga._model import Sleep, Status, StepContext, WaitFor, WorkerLost
+from seawall.saga._model import Sleep, Status, StepContext, WaitFor, WorkerLost, utc
 from seawall.saga._operations import ACTIVE, apply_operation
 from seawall.saga._outcomes import Outcomes, Recorded
 from seawall.saga._rows import HistoryRow, dumps
@@ -260,7 +260,8 @@ class Transitions:
         loaded, run = w.loaded, w.loaded.run
         row = loaded.steps[index]
         wait = isinstance(step, WaitFor)
-        if row.status != S.WAITING.value:
+        began = row.status != S.WAITING.value
+        if began:
             # It begins (PENDING), or begins again after an operator's retry of a parked one.
             if isinstance(step, WaitFor):
                 until = None if step.timeout is None else now + step.timeout
@@ -325,6 +326,10 @@ class Transitions:
         if wait:
             loaded.waiting_for = step.name
         self.outcomes.release(w, row.next_retry_at, now)
+        if began:  # the run entered WAITING: the hooks hear of it once
+            what = f"waits for the signal {step.name!r}" if wait else f"sleeps at {step.name!r}"
+            end = "" if row.next_retry_at is None else f" until {utc(row.next_retry_at)}"
+            self.outcomes.event(w, "run", reason=f"{what}{end}")
         return True
 
     def _lost(self, w: Work, index: int, phase: str, now: float) -> None:
