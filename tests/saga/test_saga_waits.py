@@ -280,6 +280,9 @@ def test_compensating_or_cancelling_a_waiting_run_ends_its_wait(store_url: str) 
         orch.run_due()
         assert orch.get(a).status is saga.Status.WAITING
         assert row(orch, a).due_at is None  # no timeout, no deadline: only a signal wakes it
+        # On virtual time nothing but a signal would move it: returned as it is, not spun on.
+        assert orch.run_until_settled(a).status is saga.Status.WAITING
+        assert orch.clock.now() == START
         orch.retry_now(a)  # does not end the wait
         orch.run_due()
         assert orch.get(a).step("paid").status is saga.Status.WAITING

@@ -428,6 +428,10 @@ class Orchestrator:
         """Drive one run until it is SUCCEEDED, COMPENSATED, FAILED or NEEDS_ATTENTION,
         sleeping on the orchestrator's clock between attempts.
 
+        A run waiting for a signal is waited for (its timeout, the run's deadline, or a signal
+        sent meanwhile ends the wait). On virtual time, a run waiting for a signal with neither
+        a timeout nor a deadline is returned as it is (WAITING): the clock would move forever.
+
         Raises:
             KeyError: no such run.
             ValueError: the run's saga is not one of this orchestrator's.

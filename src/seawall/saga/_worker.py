@@ -25,11 +25,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple
 
-from seawall._core.clock import Clock, SystemClock
+from seawall._core.clock import Clock, SystemClock, VirtualClock
 from seawall._core.errors import error_summary
 from seawall.saga._execution import Executor, Heartbeat
 from seawall.saga._hooks import Hook, emit
-from seawall.saga._model import MAX_PAYLOAD_BYTES, Run, Saga, SagaEvent
+from seawall.saga._model import MAX_PAYLOAD_BYTES, Run, Saga, SagaEvent, Status
 from seawall.saga._operations import ACTIVE, SETTLED, unknown_status
 from seawall.saga._outcomes import Outcomes
 from seawall.saga._rows import HistoryRow, Loaded, RunRow, dumps, to_run
@@ -166,6 +166,12 @@ class Worker:
             claimed, _ = self._round(run_id)
             if claimed:
                 continue
+            if (
+                run.status == Status.WAITING.value
+                and run.due_at is None
+                and isinstance(self.clock, VirtualClock)
+            ):
+                return to_run(loaded)  # only a signal would move it: none will on this clock
             now = self.store.now()
             due = run.due_at if run.due_at is not None else now + poll
             wait = due - now
