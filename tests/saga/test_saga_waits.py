@@ -10,6 +10,9 @@ import json
 import os
 import random
 import re
+import signal
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -385,6 +388,58 @@ def test_a_pending_signal_and_a_sleeping_run_survive_a_new_orchestrator(store_ur
         assert book.seen["ship"]["go"] == {"n": 7}
         assert run.step("cool-off").finished_at is not None
         assert run.step("cool-off").finished_at.timestamp() == pytest.approx(START + 60.0)
+
+
+CRASHING_WORKER = """
+import os, signal, sys
+import seawall
+from seawall import saga
+
+url, start = sys.argv[1], float(sys.argv[2])
+order = saga.Saga("order", [
+    saga.Step("reserve", lambda ctx: "R-1"),
+    saga.Sleep(60.0, name="cool-off"),
+    saga.WaitFor("go", timeout=600.0),
+    saga.Step("ship", lambda ctx: {"shipped": ctx.results["go"]}),
+])
+orch = saga.Orchestrator(url, [order], clock=seawall.VirtualClock(start=start), hooks=())
+run_id = orch.start("order", run_id="crashed")
+orch.run_due()
+assert orch.get(run_id).status is saga.Status.WAITING
+assert orch.signal(run_id, "go", {"n": 7})
+sys.stdout.write("ready\\n")
+sys.stdout.flush()
+os.kill(os.getpid(), signal.SIGKILL)  # no close, no clean-up
+"""
+
+
+def test_a_pending_signal_and_a_timer_survive_a_killed_worker(store_url: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CRASHING_WORKER, store_url, str(START)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.stdout == "ready\n", done.stderr
+    assert done.returncode == -signal.SIGKILL
+    order = saga.Saga(
+        "order",
+        [
+            saga.Step("reserve", lambda ctx: "R-1"),
+            saga.Sleep(60.0, name="cool-off"),
+            saga.WaitFor("go", timeout=600.0),
+            saga.Step("ship", lambda ctx: {"shipped": ctx.results["go"]}),
+        ],
+    )
+    clock = seawall.VirtualClock(start=START + 59.0)
+    with orchestrator(store_url, [order], clock) as orch:
+        assert orch.run_due() == 0  # the timer holds: not reset, not cut short
+        clock.sleep(1.0)
+        assert orch.run_due() == 1
+        run = orch.get("crashed")
+        assert run.status is saga.Status.SUCCEEDED
+        assert run.step("ship").result == {"shipped": {"n": 7}}
 
 
 @pytest.mark.parametrize("concurrency", [1, 4])
