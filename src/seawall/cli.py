@@ -4,7 +4,7 @@
 a JSON summary to ``./seawall-report/``; it ends with a saga run's log. ``seawall sim NAME`` runs
 one scenario with its own options (``seawall sim NAME --help``). Both need the ``sim`` extra
 (``pip install -e '.[sim]'`` in a checkout). ``seawall saga list / show / retry / compensate /
-cancel --store URL`` reads and operates a saga log (no extra needed). ``seawall web`` (or
+cancel / signal --store URL`` reads and operates a saga log (no extra needed). ``seawall web`` (or
 ``seawall demo --web``) serves the interactive page on 127.0.0.1 (the ``web`` extra).
 """
 
@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     saga = commands.add_parser(
         "saga",
-        help="list, show, retry, compensate or cancel saga runs in a store (--store URL)",
+        help="list, show, retry, compensate, cancel or signal saga runs in a store (--store URL)",
         description="Read and operate a saga log. `seawall saga COMMAND --help` for each.",
     )
     add_saga_arguments(saga)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import random
 
 import seawall
@@ -169,6 +170,21 @@ def _drive(orch: saga.Orchestrator) -> None:
     status: saga.Status = record.status
     history: tuple[saga.HistoryEntry, ...] = orch.history(run_id)
     del ran, status, history
+
+
+waiting = saga.Saga(
+    "waiting",
+    [saga.WaitFor("paid", timeout=60.0), saga.Sleep(5.0, name="pause")],
+    version=2,
+    timeout=3600.0,
+)
+
+
+def _signal(orch: saga.Orchestrator, run_id: str) -> None:
+    kept: bool = orch.signal(run_id, "paid", {"tx": "T-9"})
+    limit: int = orch.max_payload_bytes
+    deadline: datetime.datetime | None = orch.get(run_id).deadline
+    del kept, limit, deadline
 
 
 def fleet_shared() -> None:

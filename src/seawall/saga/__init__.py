@@ -18,16 +18,20 @@ from seawall.saga._hooks import Hook, logging_hook
 from seawall.saga._metrics import MetricsHook
 from seawall.saga._model import (
     DEFAULT_POLICY,
+    MAX_DEPTH,
+    MAX_PAYLOAD_BYTES,
     HistoryEntry,
     OnExhausted,
     Run,
     Saga,
     SagaEvent,
     SchemaVersionError,
+    Sleep,
     Status,
     Step,
     StepContext,
     StepRecord,
+    WaitFor,
     WorkerLost,
 )
 from seawall.saga._orchestrator import Orchestrator
@@ -37,6 +41,8 @@ from seawall.saga._tracing import TracingHook
 __all__ = [
     "DEFAULT_POLICY",
     "SCHEMA_VERSION",
+    "MAX_DEPTH",
+    "MAX_PAYLOAD_BYTES",
     "HistoryEntry",
     "Hook",
     "MetricsHook",
@@ -46,11 +52,13 @@ __all__ = [
     "Saga",
     "SagaEvent",
     "SchemaVersionError",
+    "Sleep",
     "Status",
     "Step",
     "StepContext",
     "StepRecord",
     "TracingHook",
+    "WaitFor",
     "WorkerLost",
     "logging_hook",
 ]

@@ -1,5 +1,5 @@
-"""``seawall saga list / show / retry / compensate / cancel --store URL``, and the tables the
-command and the demo print.
+"""``seawall saga list / show / retry / compensate / cancel / signal --store URL``, and the
+tables the command and the demo print.
 
 The command needs no saga definitions: it reads the log, and its operations change rows that
 the workers (which have the definitions) then act on.
@@ -20,6 +20,7 @@ from seawall._core.redact import escape_controls
 from seawall.saga._model import HistoryEntry, Run, Status, StepRecord
 from seawall.saga._operations import operate
 from seawall.saga._rows import to_history, to_run
+from seawall.saga._signals import send_signal
 from seawall.saga._store import Store
 from seawall.saga._stores import open_store
 
@@ -74,6 +75,8 @@ def format_run(run: Run) -> str:
     lines = [head]
     if run.reason:
         lines.append(f"reason: {escape_controls(run.reason)}")
+    if run.deadline is not None:
+        lines.append(f"deadline: {_when(run.deadline)}")
     lines.append(
         _table(
             ["step", "status", "attemptCount", "nextRetryAt", "lastError"],
@@ -86,6 +89,8 @@ def format_run(run: Run) -> str:
 def _current(run: Run) -> StepRecord | None:
     for step in run.steps:
         if step.status in (Status.RUNNING, Status.RETRYING, Status.COMPENSATING, Status.FAILED):
+            return step
+        if step.status is Status.WAITING:
             return step
     return next((s for s in run.steps if s.status is Status.PENDING), None)
 
@@ -145,6 +150,7 @@ def run_json(run: Run, history: Sequence[HistoryEntry] | None = None) -> dict[st
         "status": run.status.value,
         "input": run.input,
         "reason": run.reason,
+        "deadline": _iso(run.deadline),
         "createdAt": _iso(run.created_at),
         "updatedAt": _iso(run.updated_at),
         "steps": [
@@ -210,6 +216,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         sub = commands.add_parser(name, help=help_text)
         common(sub)
         sub.add_argument("run_id")
+    signal = commands.add_parser(
+        "signal",
+        help="send a signal to a run (its saga.WaitFor of that name); a duplicate changes nothing",
+    )
+    common(signal)
+    signal.add_argument("run_id")
+    signal.add_argument("name", help="the signal's name (the WaitFor step's)")
+    signal.add_argument("--data", help="the signal's data, as JSON (default: null)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -236,6 +250,24 @@ def _dispatch(store: Store, args: argparse.Namespace) -> int:
         else:
             out.write((format_runs(runs) if runs else "no runs") + "\n")
         return 0
+    kept = None
+    if command == "signal":
+        try:
+            data = None if args.data is None else json.loads(args.data)
+        except (ValueError, RecursionError) as err:
+            raise ValueError(f"--data is not JSON: {err}") from None
+        try:
+            kept = send_signal(store, args.run_id, args.name, data)
+        except KeyError:
+            sys.stderr.write(
+                f"seawall saga: no run {escape_controls(args.run_id)!r} in the store\n"
+            )
+            return 1
+        if not args.json:
+            out.write(
+                f"signal {escape_controls(args.name)!r}: "
+                + ("kept\n" if kept else "a duplicate, ignored (the first one is kept)\n")
+            )
     if command in ("retry", "compensate", "cancel"):
         operation = "retry_now" if command == "retry" else command
         try:
@@ -254,7 +286,10 @@ def _dispatch(store: Store, args: argparse.Namespace) -> int:
     run = to_run(loaded)
     history = to_history(store.history(args.run_id))
     if args.json:
-        out.write(json.dumps(run_json(run, history), indent=2) + "\n")
+        data = run_json(run, history)
+        if kept is not None:
+            data["signal"] = {"name": args.name, "kept": kept}
+        out.write(json.dumps(data, indent=2) + "\n")
     else:
         out.write(format_run(run) + "\n")
         if getattr(args, "history", False):

@@ -13,6 +13,7 @@ import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
+from seawall._core import validate as _validate
 from seawall._strategies.backoff import Backoff
 from seawall._strategies.retry import RetryPolicy
 
@@ -22,15 +23,22 @@ __all__ = [
     "OnExhausted",
     "Run",
     "Saga",
+    "MAX_DEPTH",
+    "MAX_PAYLOAD_BYTES",
+    "MAX_SIGNAL_NAME",
     "SagaEvent",
     "SchemaVersionError",
+    "Sleep",
     "Status",
     "Step",
     "StepContext",
     "StepRecord",
+    "WaitFor",
     "WorkerLost",
     "check_json",
+    "check_payload",
     "fingerprint",
+    "kind",
     "utc",
 ]
 
@@ -42,8 +50,10 @@ _MAX_STATUS: Final = 64
 class Status(str, enum.Enum):
     """The status of a run or of a step; the values are the upper-case names.
 
-    Steps are PENDING, RUNNING, RETRYING, SUCCEEDED, FAILED, COMPENSATING or COMPENSATED. Runs
-    are RUNNING, RETRYING, SUCCEEDED, COMPENSATING, COMPENSATED, FAILED or NEEDS_ATTENTION.
+    Steps are PENDING, RUNNING, RETRYING, WAITING, SUCCEEDED, FAILED, COMPENSATING or
+    COMPENSATED. Runs are RUNNING, RETRYING, WAITING, SUCCEEDED, COMPENSATING, COMPENSATED,
+    FAILED or NEEDS_ATTENTION. WAITING: at a :class:`WaitFor` (for its signal) or a
+    :class:`Sleep` (for its timer), holding no worker.
     """
 
     PENDING = "PENDING"
@@ -54,6 +64,7 @@ class Status(str, enum.Enum):
     COMPENSATING = "COMPENSATING"
     COMPENSATED = "COMPENSATED"
     NEEDS_ATTENTION = "NEEDS_ATTENTION"
+    WAITING = "WAITING"
 
     def __str__(self) -> str:
         return self.value
@@ -116,32 +127,67 @@ def utc(timestamp: float | None) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(timestamp, tz=datetime.timezone.utc)
 
 
+#: The deepest nesting of lists and objects accepted in an input, a result or a signal's data
+#: (a value at the top is at depth 1).
+MAX_DEPTH: Final = 100
+#: The longest signal name (a :class:`WaitFor`'s, and what ``signal()`` accepts).
+MAX_SIGNAL_NAME: Final = 200
+#: The default limit of an input, a step's result or a signal's data: 1 MiB of compact JSON.
+MAX_PAYLOAD_BYTES: Final = 1 << 20
+
+
 def check_json(value: object, what: str) -> None:
     """Raise ``TypeError`` naming *what* (and where inside it) unless *value* is plain JSON.
 
     Plain JSON: ``None``, ``bool``, ``int``, finite ``float``, ``str``, lists (tuples) of plain
     JSON, and dicts with ``str`` keys. Nothing is converted silently (a set, bytes, a datetime,
     NaN, an ``int`` key: each is refused), so what a step reads back is what was written.
+    Lists and dicts nested deeper than :data:`MAX_DEPTH` raise ``ValueError`` (JSON that deep
+    cannot be read back without exhausting the interpreter's stack).
     """
-    stack: list[tuple[object, str]] = [(value, what)]
+    stack: list[tuple[object, str, int]] = [(value, what, 1)]
     while stack:
-        item, where = stack.pop()
+        item, where, depth = stack.pop()
         if item is None or isinstance(item, (bool, int, str)):
             continue
         if isinstance(item, float):
             if not math.isfinite(item):
                 raise TypeError(f"{where} is {item!r}, which JSON cannot hold")
             continue
+        if isinstance(item, (list, tuple, dict)) and depth > MAX_DEPTH:
+            raise ValueError(
+                f"{what} is nested deeper than the limit of {MAX_DEPTH} lists and objects"
+            )
         if isinstance(item, (list, tuple)):
-            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
+            stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(item))
             continue
         if isinstance(item, dict):
             for k, v in item.items():
                 if not isinstance(k, str):
                     raise TypeError(f"{where} has the key {k!r}: JSON object keys are strings")
-                stack.append((v, f"{where}[{k!r}]"))
+                stack.append((v, f"{where}[{k!r}]", depth + 1))
             continue
         raise TypeError(f"{where} is a {type(item).__name__}, not JSON ({item!r:.80})")
+
+
+def check_payload(value: object, what: str, limit: int) -> str:
+    """*value* as compact JSON text, once checked: plain JSON (:func:`check_json`), at most
+    :data:`MAX_DEPTH` deep and at most *limit* bytes encoded.
+
+    Raises:
+        TypeError: *value* is not plain JSON.
+        ValueError: it is nested too deep, or its JSON is longer than *limit* bytes (the
+            message names both sizes).
+    """
+    check_json(value, what)
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    size = len(text) if text.isascii() else len(text.encode())
+    if size > limit:
+        raise ValueError(
+            f"{what} is {size} bytes of JSON, over the limit of {limit} bytes "
+            "(Orchestrator(max_payload_bytes=...))"
+        )
+    return text
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -220,6 +266,98 @@ class Step:
         return self.policy if self.policy is not None else DEFAULT_POLICY
 
 
+def _never(ctx: StepContext) -> None:  # pragma: no cover - the orchestrator runs no function
+    raise RuntimeError(f"step {ctx.step!r} is a wait: the orchestrator runs no function for it")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, init=False, repr=False)
+class WaitFor(Step):
+    """A step that waits for the signal *signal* (:meth:`Orchestrator.signal`), holding no worker.
+
+    The step is named after the signal. Its result is the signal's data: the steps after it read
+    it as ``ctx.results[signal]``. A signal sent before the wait began is kept in the store and
+    ends the wait as soon as it begins.
+
+    Args:
+        signal: the signal's name (the step's name): a non-empty printable str of at most 200
+            characters.
+        timeout: seconds to wait (on the store's clock), or ``None`` for no limit but the run's
+            deadline (``Saga(..., timeout=...)``, which also caps this one). Past it the step
+            fails (``TimeoutError``, reason ``"timeout"``) and *on_exhausted* applies.
+        on_exhausted: as for :class:`Step`: ``"compensate"`` the finished steps (default),
+            ``"fail"`` the run, or ``"park"`` it (NEEDS_ATTENTION); an operator's ``retry_now``
+            then waits again, with a fresh timeout.
+    """
+
+    timeout: float | None = None
+
+    def __init__(
+        self,
+        signal: str,
+        *,
+        timeout: float | None = None,
+        on_exhausted: OnExhausted = "compensate",
+    ) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "name", signal)
+        setattr_(self, "action", _never)
+        setattr_(self, "compensate", None)
+        setattr_(self, "policy", None)
+        setattr_(self, "on_exhausted", on_exhausted)
+        setattr_(self, "timeout", _validate.optional_seconds("timeout", timeout, finite=True))
+        self.__post_init__()
+        if len(signal) > MAX_SIGNAL_NAME:
+            raise ValueError(
+                f"signal must be at most {MAX_SIGNAL_NAME} characters, got {len(signal)}"
+            )
+
+    @property
+    def signal(self) -> str:
+        """The signal's name (the step's name)."""
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"saga.WaitFor({self.name!r}, timeout={self.timeout!r})"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, init=False, repr=False)
+class Sleep(Step):
+    """A step that waits *seconds* on the store's clock: a due time in the log, not a worker's
+    sleep (no worker is held, and a restart keeps the wake-up time).
+
+    Args:
+        seconds: how long, from the moment the step is reached (finite, >= 0).
+        name: the step's name (``"sleep"``); give each of several sleeps its own.
+
+    Its result is ``None``. A sleep that would end past the run's deadline fails at once (the
+    run compensates).
+    """
+
+    seconds: float = 0.0
+
+    def __init__(self, seconds: float, *, name: str = "sleep") -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "name", name)
+        setattr_(self, "action", _never)
+        setattr_(self, "compensate", None)
+        setattr_(self, "policy", None)
+        setattr_(self, "on_exhausted", "compensate")
+        setattr_(self, "seconds", _validate.seconds("seconds", seconds, finite=True))
+        self.__post_init__()
+
+    def __repr__(self) -> str:
+        return f"saga.Sleep({self.seconds!r}, name={self.name!r})"
+
+
+def kind(step: Step) -> str:
+    """``"wait"``, ``"sleep"`` or ``"step"`` (a step whose action runs)."""
+    if isinstance(step, WaitFor):
+        return "wait"
+    if isinstance(step, Sleep):
+        return "sleep"
+    return "step"
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Saga:
     """A named sequence of steps, run in order; finished ones are compensated in reverse.
@@ -230,6 +368,11 @@ class Saga:
         version: the definition's version (an int from 1). Give a changed step list a new
             version and register both with the orchestrator: a run continues on the definition
             it started under (see :attr:`fingerprint`).
+        timeout: a deadline for each run, in seconds from its start on the store's clock, or
+            ``None`` (no deadline). Recorded in the run's row. Past it no new attempt begins and
+            the run compensates; a retry that would be due past it is not scheduled (the step
+            fails then), and a :class:`WaitFor`'s timeout is capped by it. Compensations are not
+            bounded by it. Each attempt's time limit is capped by it.
 
     Attributes:
         fingerprint: a digest of the name, the version and the step names in order: what a
@@ -240,6 +383,7 @@ class Saga:
     name: str
     steps: Sequence[Step]
     version: int = 1
+    timeout: float | None = None
     fingerprint: str = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -266,7 +410,17 @@ class Saga:
             raise ValueError(
                 f"version must be an int from 1 to {_MAX_VERSION}, got {self.version!r}"
             )
-        object.__setattr__(self, "fingerprint", fingerprint(self.name, self.version, self.names))
+        object.__setattr__(
+            self, "timeout", _validate.optional_seconds("timeout", self.timeout, finite=True)
+        )
+        kinds = [kind(step) for step in steps]
+        object.__setattr__(
+            self,
+            "fingerprint",
+            fingerprint(
+                self.name, self.version, self.names, kinds if set(kinds) != {"step"} else ()
+            ),
+        )
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -277,10 +431,14 @@ class Saga:
 _MAX_VERSION: Final = 2**31 - 1
 
 
-def fingerprint(name: str, version: int, names: Sequence[str]) -> str:
+def fingerprint(name: str, version: int, names: Sequence[str], kinds: Sequence[str] = ()) -> str:
     """The digest a run records of the definition it started under: the saga's name, version
-    and step names in order (16 hex digits of SHA-256)."""
-    text = json.dumps([name, version, list(names)], separators=(",", ":"), ensure_ascii=True)
+    and step names in order (16 hex digits of SHA-256), and the steps' kinds when some step is
+    a wait or a sleep (a step turned into a wait is another definition)."""
+    parts: list[Any] = [name, version, list(names)]
+    if kinds:
+        parts.append(list(kinds))
+    text = json.dumps(parts, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -329,6 +487,7 @@ class Run:
         updated_at: when its log last changed.
         reason: why the run stopped or needs attention (e.g. ``"step 'charge' gave up:
             not_retryable"``), else ``None``.
+        deadline: when the run's deadline passes (``Saga(..., timeout=...)``), else ``None``.
     """
 
     run_id: str
@@ -339,6 +498,7 @@ class Run:
     created_at: datetime.datetime
     updated_at: datetime.datetime
     reason: str | None = None
+    deadline: datetime.datetime | None = None
 
     def step(self, name: str) -> StepRecord:
         """The record of the step called *name*."""
@@ -389,7 +549,7 @@ class SagaEvent:
             ``delay``, the budget refused the retry and it is held back, not given up),
             ``"hold"`` (a retry was pushed out by the budget or an overloaded dependency; with
             ``delay`` ``None``, refused once too often: the step gives up) or ``"run"`` (the run
-            entered ``status``).
+            entered ``status``; WAITING with a ``reason`` saying for what and until when).
         saga: the saga's name.
         run_id: the run.
         step: the step's name (``None`` for ``"run"``).

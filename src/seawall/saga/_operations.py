@@ -22,7 +22,9 @@ __all__ = [
 
 S = Status
 #: The run statuses a worker runs (the run has work: a step, a wait, a compensation).
-ACTIVE: Final = frozenset({S.RUNNING.value, S.RETRYING.value, S.COMPENSATING.value})
+ACTIVE: Final = frozenset(
+    {S.RUNNING.value, S.RETRYING.value, S.COMPENSATING.value, S.WAITING.value}
+)
 #: The run statuses no worker changes: over, or parked for a person.
 SETTLED: Final = frozenset(
     {S.SUCCEEDED.value, S.COMPENSATED.value, S.FAILED.value, S.NEEDS_ATTENTION.value}
@@ -126,6 +128,13 @@ def apply_operation(loaded: Loaded, operation: str, now: float) -> None:
         )
     else:
         raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
+    if operation in ("compensate", "cancel"):
+        for step in loaded.steps:
+            if step.status == S.WAITING.value:  # a wait or a timer stops with its run
+                step.status = S.FAILED.value
+                step.next_retry_at = None
+                step.finished_at = now
+                touch(step)
     run.updated_at = now
 
 
@@ -138,6 +147,7 @@ _STEP_STATUSES: Final = frozenset(
         S.FAILED.value,
         S.COMPENSATING.value,
         S.COMPENSATED.value,
+        S.WAITING.value,
     }
 )
 _RUN_STATUSES: Final = ACTIVE | SETTLED

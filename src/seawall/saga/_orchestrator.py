@@ -19,9 +19,19 @@ from typing import Any
 from seawall._core import validate as _validate
 from seawall._core.clock import SYSTEM_CLOCK, Clock, SystemClock, VirtualClock
 from seawall.saga._hooks import Hook, logging_hook
-from seawall.saga._model import HistoryEntry, Run, Saga, SagaEvent, Status, check_json
+from seawall.saga._model import (
+    MAX_PAYLOAD_BYTES,
+    HistoryEntry,
+    Run,
+    Saga,
+    SagaEvent,
+    Status,
+    WaitFor,
+    check_payload,
+)
 from seawall.saga._operations import operate
 from seawall.saga._rows import HistoryRow, Loaded, RunRow, StepRow, dumps, to_history, to_run
+from seawall.saga._signals import send_signal
 from seawall.saga._store import Store
 from seawall.saga._stores import open_store
 from seawall.saga._worker import Worker
@@ -30,6 +40,8 @@ __all__ = ["Orchestrator"]
 
 S = Status
 _MAX_RUN_ID = 200
+#: The highest ``max_payload_bytes`` accepted: a row's JSON text is read whole into memory.
+_MAX_PAYLOAD_LIMIT = 1 << 30
 
 
 class Orchestrator:
@@ -63,6 +75,11 @@ class Orchestrator:
             run status change is in the log; ``None`` means the logging hook.
         poll: longest idle wait of :meth:`work` between looks at the store (seconds).
         worker_id: how leases name this worker (default: host, pid and a random suffix).
+        max_payload_bytes: the largest run input, step result and signal data, in bytes of
+            compact JSON (default :data:`~seawall.saga.MAX_PAYLOAD_BYTES`, 1 MiB). Over it,
+            :meth:`start` and :meth:`signal` raise ``ValueError``, and a step's result is a
+            permanent failure of the step. Lists and objects nest at most
+            :data:`~seawall.saga.MAX_DEPTH` deep, checked the same way.
 
     Raises:
         TypeError, ValueError: a parameter is invalid, the store's scheme is unknown, two sagas
@@ -84,6 +101,7 @@ class Orchestrator:
         hooks: Sequence[Hook] | None = None,
         poll: float = 1.0,
         worker_id: str | None = None,
+        max_payload_bytes: int = MAX_PAYLOAD_BYTES,
     ) -> None:
         if isinstance(sagas, Saga) or not isinstance(sagas, Iterable):
             raise TypeError(f"sagas must be a sequence of saga.Saga, got {sagas!r}")
@@ -100,6 +118,10 @@ class Orchestrator:
         self.poll = _validate.seconds("poll", poll, zero=False, finite=True)
         self.batch = _validate.count("batch", batch, minimum=1)
         self.concurrency = _validate.count("concurrency", concurrency, minimum=1)
+        #: The largest input, step result and signal data, in bytes of JSON.
+        self.max_payload_bytes = _validate.count(
+            "max_payload_bytes", max_payload_bytes, minimum=64, maximum=_MAX_PAYLOAD_LIMIT
+        )
         if clock is not None and not isinstance(clock, Clock):
             raise TypeError(f"clock must implement seawall.Clock, got {clock!r}")
         if store_clock is not None and not isinstance(store_clock, Clock):
@@ -143,6 +165,7 @@ class Orchestrator:
             hooks=self._hooks,
             # A keeper process renews the leases on the system clock, with the store's own clock.
             keeper=type(self.clock) is SystemClock and store_clock is None,
+            max_payload_bytes=self.max_payload_bytes,
         )
         self._closed = False
 
@@ -185,7 +208,8 @@ class Orchestrator:
             The run's id.
 
         Raises:
-            ValueError: unknown saga, or *run_id* names a run of another saga or input.
+            ValueError: unknown saga, *run_id* names a run of another saga or input, or
+                *input* is larger than ``max_payload_bytes`` or nested too deep.
             TypeError: *input* is not JSON data, or *run_id* is not a str.
         """
         return self.start_many(name, [input], None if run_id is None else [run_id])[0]
@@ -218,9 +242,9 @@ class Orchestrator:
         items: list[Loaded] = []
         for k, value in enumerate(inputs):
             what = "input" if len(inputs) == 1 else f"inputs[{k}]"
-            check_json(value, what)
+            text = check_payload(value, what, self.max_payload_bytes)
             run_id = None if run_ids is None else run_ids[k]
-            items.append(self._new_run(saga, dumps(value), run_id, now))
+            items.append(self._new_run(saga, text, run_id, now))
         ids = [item.run.run_id for item in items]
         if len(set(ids)) != len(ids):
             raise ValueError("run_ids: the same run id is given twice")
@@ -280,6 +304,7 @@ class Orchestrator:
             requested=None,
             version=saga.version,
             fingerprint=saga.fingerprint,
+            deadline=None if saga.timeout is None else now + saga.timeout,
         )
         steps = [
             StepRow(
@@ -356,6 +381,35 @@ class Orchestrator:
         """Stop the run where it is: no step or compensation runs for it again (FAILED)."""
         return self._operate(run_id, "cancel")
 
+    def signal(self, run_id: str, name: str, data: Any = None) -> bool:
+        """Send the signal *name*, with *data* (JSON), to the run *run_id*: the run's
+        :class:`~seawall.saga.WaitFor` step of that name ends with *data* as its result (the
+        steps after it read ``ctx.results[name]``). Durable when this returns.
+
+        A signal sent before the wait began is kept and ends the wait as soon as it begins.
+        Signals are idempotent: the first one of a name is kept; another of the same name
+        changes nothing and returns ``False`` (its data is not compared).
+
+        Returns:
+            ``True`` if the signal was kept, ``False`` for a duplicate.
+
+        Raises:
+            KeyError: no such run.
+            ValueError: the run is over (SUCCEEDED, COMPENSATED or FAILED); the step *name* is
+                not one of its waits, or its wait is over (timed out); *data* is larger than
+                ``max_payload_bytes`` or nested too deep.
+            TypeError: *run_id* or *name* is not a str, or *data* is not JSON data.
+        """
+        return send_signal(self.store, run_id, name, data, self.max_payload_bytes, self._waits)
+
+    def _waits(self, saga: str, version: int | None) -> frozenset[str] | None:
+        """The names of the waits of a definition registered here (``None``: not known)."""
+        found = self._worker.versions.get(saga, {})
+        definition = found.get(version) if isinstance(version, int) else None
+        if definition is None:
+            return None
+        return frozenset(s.name for s in definition.steps if isinstance(s, WaitFor))
+
     def _operate(self, run_id: str, operation: str) -> Run:
         operate(self.store, run_id, operation)
         return self.get(run_id)
@@ -373,6 +427,10 @@ class Orchestrator:
     def run_until_settled(self, run_id: str) -> Run:
         """Drive one run until it is SUCCEEDED, COMPENSATED, FAILED or NEEDS_ATTENTION,
         sleeping on the orchestrator's clock between attempts.
+
+        A run waiting for a signal is waited for (its timeout, the run's deadline, or a signal
+        sent meanwhile ends the wait). On virtual time, a run waiting for a signal with neither
+        a timeout nor a deadline is returned as it is (WAITING): the clock would move forever.
 
         Raises:
             KeyError: no such run.

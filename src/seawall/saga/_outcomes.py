@@ -12,7 +12,7 @@ from typing import Any
 
 from seawall._core.errors import Overloaded, RetryAfter, error_summary, permanent, retry_after_of
 from seawall._strategies.retry import RetryState
-from seawall.saga._model import SagaEvent, Status, check_json
+from seawall.saga._model import MAX_PAYLOAD_BYTES, SagaEvent, Status, check_payload
 from seawall.saga._rows import HistoryRow, dumps
 from seawall.saga._work import Outcome, Work
 
@@ -21,6 +21,8 @@ __all__ = ["Outcomes", "Recorded"]
 logger = logging.getLogger("seawall.saga")
 
 S = Status
+#: The run statuses its deadline bounds (a compensation is not bounded by it).
+_BEFORE_DEADLINE = frozenset({S.RUNNING.value, S.RETRYING.value, S.WAITING.value})
 
 
 class Recorded(Exception):
@@ -31,10 +33,11 @@ class Outcomes:
     """Records the ends of attempts into claimed runs; events for the hooks are built when
     *notify* is true."""
 
-    __slots__ = ("notify",)
+    __slots__ = ("max_payload_bytes", "notify")
 
-    def __init__(self, notify: bool) -> None:
+    def __init__(self, notify: bool, max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> None:
         self.notify = notify
+        self.max_payload_bytes = max_payload_bytes
 
     def unreadable(self, w: Work, exc: Exception, now: float) -> None:
         """A row this worker cannot read (edited by hand, or written by a newer version): the
@@ -61,10 +64,14 @@ class Outcomes:
         row = loaded.steps[pending.index]
         comp = pending.phase == "compensation"
         attempt = pending.ctx.attempt
+        text = None
         if ok and not comp:
             try:
-                check_json(value, f"the result of step {row.name!r}")
-            except TypeError as err:
+                text = check_payload(
+                    value, f"the result of step {row.name!r}", self.max_payload_bytes
+                )
+            except (TypeError, ValueError) as err:
+                # Not JSON, too deep or too large: the same result again; never retried.
                 ok, value = False, permanent(err)
         if not ok:
             self.failure(
@@ -82,7 +89,7 @@ class Outcomes:
             row.status = S.COMPENSATED.value
         else:
             row.status = S.SUCCEEDED.value
-            row.result = dumps(value)
+            row.result = text
         loaded.history.append(
             HistoryRow(
                 run_id=run.run_id,
@@ -139,6 +146,16 @@ class Outcomes:
         delay = state.on_error(decided, now)
         state.last_error = exc
         summary = error_summary(exc)
+        reason_now = None
+        if (
+            delay is not None
+            and not comp
+            and not state.deferred
+            and run.deadline is not None
+            and now + delay > run.deadline
+        ):
+            # The retry would be due past the run's deadline: not scheduled; the step fails.
+            delay, reason_now = None, "run_deadline"
         row.running = False
         row.last_error = summary
         row.updated_at = now
@@ -159,7 +176,7 @@ class Outcomes:
             )
             return
         if delay is None:
-            reason = state.reason or "not_retryable"
+            reason = reason_now or state.reason or "not_retryable"
             loaded.history.append(
                 HistoryRow(
                     run_id=run.run_id,
@@ -344,7 +361,10 @@ class Outcomes:
         run = w.loaded.run
         row = w.loaded.steps[index]
         why = f"step {row.name!r} gave up ({reason}): {row.last_error}"
-        on_exhausted = w.saga.steps[index].on_exhausted
+        # Past the run's deadline the run compensates, whatever the step says.
+        on_exhausted = (
+            "compensate" if reason == "run_deadline" else w.saga.steps[index].on_exhausted
+        )
         if on_exhausted == "park":
             self.finish(w, S.NEEDS_ATTENTION, now, why)
         elif on_exhausted == "fail":
@@ -362,6 +382,32 @@ class Outcomes:
                 )
             )
             self.event(w, "run", reason=reason)
+
+    def waited(self, w: Work, index: int, data: str | None, now: float) -> None:
+        """A wait ended with its signal's *data* (JSON text), or a timer (``None``): the step
+        succeeded, and the run goes on."""
+        loaded, run = w.loaded, w.loaded.run
+        row = loaded.steps[index]
+        row.status = S.SUCCEEDED.value
+        row.result = data
+        row.next_retry_at = None
+        row.finished_at = now
+        row.updated_at = now
+        row.dirty = True
+        detail = {"waited": round(now - row.started_at, 6) if row.started_at else 0.0}
+        loaded.history.append(
+            HistoryRow(
+                run_id=run.run_id,
+                at=now,
+                event="success",
+                step=row.name,
+                phase="action",
+                detail=dumps(detail),
+            )
+        )
+        run.status = S.RUNNING.value
+        run.updated_at = now
+        run.due_at = now
 
     def finish(self, w: Work, status: Status, now: float, reason: str | None) -> None:
         run = w.loaded.run
@@ -414,6 +460,13 @@ class Outcomes:
 
     def release(self, w: Work, due_at: float | None, now: float) -> None:
         run = w.loaded.run
+        deadline = run.deadline
+        if (
+            deadline is not None
+            and run.status in _BEFORE_DEADLINE
+            and (due_at is None or due_at > deadline)
+        ):
+            due_at = deadline  # the run compensates then, whatever it waits for
         run.due_at = due_at
         run.lease_owner = None
         run.updated_at = now

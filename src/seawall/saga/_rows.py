@@ -30,7 +30,7 @@ __all__ = [
 #: The columns of a run's row, in the order of :class:`RunRow`'s fields.
 RUN_COLUMNS: Final = (
     "run_id, saga, status, input, reason, created_at, updated_at, due_at, lease_owner, "
-    "lease_token, requested, saga_version, fingerprint"
+    "lease_token, requested, saga_version, fingerprint, deadline"
 )
 #: The columns of a step's row, in the order of :class:`StepRow`'s fields.
 STEP_COLUMNS: Final = (
@@ -59,6 +59,7 @@ class RunRow:
     requested: str | None
     version: int | None  # the definition's version (column saga_version)
     fingerprint: str | None
+    deadline: float | None = None  # the run's deadline (Saga(timeout=)), on the store's clock
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> RunRow:
@@ -81,6 +82,7 @@ class RunRow:
             self.requested,
             self.version,
             self.fingerprint,
+            self.deadline,
         )
 
 
@@ -150,12 +152,15 @@ class HistoryRow(NamedTuple):
 class Loaded:
     """A run with its steps, and the history lines to append when it is saved."""
 
-    __slots__ = ("history", "run", "steps")
+    __slots__ = ("history", "run", "steps", "waiting_for")
 
     def __init__(self, run: RunRow, steps: list[StepRow]) -> None:
         self.run = run
         self.steps = steps
         self.history: list[HistoryRow] = []
+        #: The signal the run is released waiting for (the store checks, as it saves the run,
+        #: that it did not arrive meanwhile).
+        self.waiting_for: str | None = None
 
 
 def dumps(value: Any) -> str:
@@ -196,6 +201,7 @@ def to_run(loaded: Loaded) -> Run:
         created_at=created,
         updated_at=updated,
         reason=run.reason,
+        deadline=utc(run.deadline),
     )
 
 

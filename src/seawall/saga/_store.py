@@ -36,14 +36,23 @@ ACTIVE_STATUSES: Final = (
     Status.RUNNING.value,
     Status.RETRYING.value,
     Status.COMPENSATING.value,
+    Status.WAITING.value,
 )
 
 __all__ = ["SCHEMA_VERSION", "ColumnTypes", "Store"]
 
+#: The run statuses after which a signal is refused (the run is over).
+_OVER: Final = frozenset({Status.SUCCEEDED.value, Status.COMPENSATED.value, Status.FAILED.value})
+#: The statuses of a step whose wait has not ended (a signal for it is kept).
+_OPEN: Final = frozenset(
+    {Status.PENDING.value, Status.WAITING.value, Status.RETRYING.value, Status.RUNNING.value}
+)
+
 #: The version of the tables this seawall writes; a store of a newer version is refused.
 #: Version 2 adds the definition a run started under (``saga_version``, ``fingerprint``) and
-#: the table of registered definitions.
-SCHEMA_VERSION: Final = 2
+#: the table of registered definitions; version 3 the run's ``deadline`` and the table of
+#: signals (``seawall_saga_signals``).
+SCHEMA_VERSION: Final = 3
 
 
 class ColumnTypes(NamedTuple):
@@ -123,7 +132,7 @@ class Store:
         run = loaded.run
         cur = self.execute(
             f"INSERT INTO seawall_saga_runs ({RUN_COLUMNS}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
             run.values(),
         )
         if cur.rowcount != 1:
@@ -250,6 +259,8 @@ class Store:
             return str(rows[0][1])
         run.requested = None
         dirty = [s for s in loaded.steps if s.dirty]
+        waiting = loaded.waiting_for
+        loaded.waiting_for = None
         if dirty:
             self.executemany(
                 _UPDATE_STEP,
@@ -274,10 +285,84 @@ class Store:
             )
             for s in dirty:
                 s.dirty = False
+        if waiting is not None and run.lease_owner is None:
+            self.wake_if_signalled(run, waiting)
         if loaded.history:
             self.executemany(_INSERT_HISTORY, loaded.history)
             loaded.history = []
         return None
+
+    def wake_if_signalled(self, run: RunRow, name: str) -> None:
+        """Inside a transaction, after :meth:`save` released *run* waiting for the signal
+        *name*: make it due now if that signal is in (one that arrived while this worker held
+        the run, which the sender saw leased and so left to the holder)."""
+        cur = self.execute(
+            "UPDATE seawall_saga_runs SET due_at = ? WHERE run_id = ? AND status = ? "
+            "AND lease_owner IS NULL AND EXISTS (SELECT 1 FROM seawall_saga_signals "
+            "WHERE run_id = ? AND name = ?)",
+            (run.updated_at, run.run_id, Status.WAITING.value, run.run_id, name),
+        )
+        if cur.rowcount == 1:
+            run.due_at = run.updated_at
+
+    def signal_data(self, run_id: str, name: str) -> str | None:
+        """The data (JSON text) of the signal *name* sent to *run_id*, or ``None``."""
+        rows = self.execute(
+            "SELECT data FROM seawall_saga_signals WHERE run_id = ? AND name = ?", (run_id, name)
+        ).fetchall()
+        return None if not rows else str(rows[0][0])
+
+    def signal(self, run_id: str, name: str, data: str, now: float) -> bool:
+        """Inside a transaction: keep the signal *name* (*data*: JSON text) for *run_id*, and
+        wake the run if it is waiting for it. Returns ``False`` for a duplicate: the first
+        signal of a name is kept, and a second changes nothing (a history line says so).
+
+        Raises:
+            KeyError: no such run.
+            ValueError: the run is over, has no step *name*, or that step's wait is over.
+        """
+        loaded = self.lock(run_id)
+        if loaded is None:
+            raise KeyError(f"no run {run_id!r} in {self.redacted()}")
+        run = loaded.run
+        if run.status in _OVER:
+            raise ValueError(
+                f"run {run_id!r} is {run.status}: it is over and takes no signal ({name!r})"
+            )
+        row = next((s for s in loaded.steps if s.name == name), None)
+        if row is None:
+            raise ValueError(
+                f"name: run {run_id!r} has no step {name!r} to signal (its steps: "
+                f"{', '.join(repr(s.name) for s in loaded.steps)})"
+            )
+        line = HistoryRow(run_id=run_id, at=now, event="signal", step=name)
+        if self.signal_data(run_id, name) is not None:
+            self.append_history([line._replace(detail=json.dumps({"duplicate": True}))])
+            return False
+        if row.status not in _OPEN and run.status != Status.NEEDS_ATTENTION.value:
+            raise ValueError(
+                f"run {run_id!r}: the wait for {name!r} is over (the step is {row.status}); "
+                "the signal is not kept"
+            )
+        self.execute(
+            "INSERT INTO seawall_saga_signals (run_id, name, data, received_at) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT (run_id, name) DO NOTHING",
+            (run_id, name, data, now),
+        )
+        self.append_history([line._replace(detail=json.dumps({"bytes": len(data)}))])
+        if (
+            run.status == Status.WAITING.value
+            and row.status == Status.WAITING.value
+            and run.lease_owner is None
+        ):
+            # Waiting for it, and no worker holds the run: due now. A worker holding it finds
+            # the signal itself (it looks when the wait begins, and once more as it releases
+            # the run: wake_if_signalled).
+            self.execute(
+                "UPDATE seawall_saga_runs SET due_at = ? WHERE run_id = ? AND lease_owner IS NULL",
+                (now, run_id),
+            )
+        return True
 
     def request(self, run_id: str, operation: str) -> None:
         """Inside a transaction: ask the worker holding *run_id* to apply *operation*."""
@@ -428,7 +513,8 @@ class Store:
                 lease_token {big} NOT NULL DEFAULT 0,
                 requested TEXT,
                 saga_version INTEGER,
-                fingerprint TEXT)""",
+                fingerprint TEXT,
+                deadline {real})""",
             "CREATE INDEX IF NOT EXISTS seawall_saga_runs_due ON seawall_saga_runs (due_at) "
             "WHERE due_at IS NOT NULL",
             "CREATE INDEX IF NOT EXISTS seawall_saga_runs_updated ON seawall_saga_runs "
@@ -464,6 +550,7 @@ class Store:
             "CREATE INDEX IF NOT EXISTS seawall_saga_history_run ON seawall_saga_history "
             "(run_id, id)",
             *self.ddl_definitions(),
+            *self.ddl_signals(),
         ]
 
     def ddl_definitions(self) -> list[str]:
@@ -477,6 +564,19 @@ class Store:
                 steps TEXT NOT NULL,
                 registered_at {real} NOT NULL,
                 PRIMARY KEY (saga, version))"""
+        ]
+
+    def ddl_signals(self) -> list[str]:
+        """The table of signals (schema version 3): one row per run and name, the first one
+        sent (a duplicate changes nothing); kept until the run is deleted."""
+        real = self.types().real
+        return [
+            f"""CREATE TABLE IF NOT EXISTS seawall_saga_signals (
+                run_id TEXT NOT NULL,
+                name TEXT NOT NULL,
+                data TEXT NOT NULL,
+                received_at {real} NOT NULL,
+                PRIMARY KEY (run_id, name))"""
         ]
 
     def types(self) -> ColumnTypes:
@@ -518,6 +618,13 @@ class Store:
                 self.execute("ALTER TABLE seawall_saga_runs ADD COLUMN saga_version INTEGER")
                 self.execute("ALTER TABLE seawall_saga_runs ADD COLUMN fingerprint TEXT")
                 for statement in self.ddl_definitions():
+                    self.execute(statement)
+                version = 2
+            if version == 2:
+                # Runs of version 2 have no deadline; waits and signals are new.
+                real = self.types().real
+                self.execute(f"ALTER TABLE seawall_saga_runs ADD COLUMN deadline {real}")
+                for statement in self.ddl_signals():
                     self.execute(statement)
             self.execute("DELETE FROM seawall_saga_schema")
             self.execute("INSERT INTO seawall_saga_schema (version) VALUES (?)", (SCHEMA_VERSION,))

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 
 from seawall._core.errors import DeadlineExceeded, Overloaded, error_summary
 from seawall._strategies.retry import RetryState
-from seawall.saga._model import Status, StepContext, WorkerLost
+from seawall.saga._model import Sleep, Status, StepContext, WaitFor, WorkerLost, utc
 from seawall.saga._operations import ACTIVE, apply_operation
 from seawall.saga._outcomes import Outcomes, Recorded
 from seawall.saga._rows import HistoryRow, dumps
@@ -31,12 +32,21 @@ class Transitions:
     """Decides the next move of claimed runs, as this worker (*worker_id*, holding runs for
     *lease* seconds), recording what happens through *outcomes*."""
 
-    __slots__ = ("lease", "outcomes", "worker_id")
+    __slots__ = ("lease", "outcomes", "signal_data", "worker_id")
 
-    def __init__(self, lease: float, worker_id: str, outcomes: Outcomes) -> None:
+    def __init__(
+        self,
+        lease: float,
+        worker_id: str,
+        outcomes: Outcomes,
+        signal_data: Callable[[str, str], str | None] | None = None,
+    ) -> None:
         self.lease = lease
         self.worker_id = worker_id
         self.outcomes = outcomes
+        #: The data (JSON text) of a signal sent to a run, by run id and name; ``None`` if none
+        #: is in (read in the worker's open transaction).
+        self.signal_data: Callable[[str, str], str | None] = signal_data or (lambda r, n: None)
 
     def advance_safely(self, w: Work, now: float) -> None:
         """:meth:`advance`; a run whose rows cannot be read parks (:meth:`Outcomes.unreadable`)."""
@@ -65,7 +75,7 @@ class Transitions:
                 apply_operation(loaded, run.requested, now)
         for _ in range(4 * len(loaded.steps) + 8):
             status = run.status
-            if status in (S.RUNNING.value, S.RETRYING.value):
+            if status in (S.RUNNING.value, S.RETRYING.value, S.WAITING.value):
                 index = next(
                     (i for i, s in enumerate(loaded.steps) if s.status != S.SUCCEEDED.value), None
                 )
@@ -75,6 +85,23 @@ class Transitions:
                 if loaded.steps[index].status == S.FAILED.value:
                     # Only an operation leaves a failed step in a going run: compensate.
                     self.outcomes.exhausted(w, index, "not_retryable", now)
+                    continue
+                deadline = run.deadline
+                if deadline is not None and now >= deadline and not loaded.steps[index].running:
+                    # The run's deadline passed: no attempt begins; the run compensates.
+                    self.outcomes.give_up(
+                        w,
+                        index,
+                        "action",
+                        "run_deadline",
+                        f"DeadlineExceeded: the run's deadline passed ({now - deadline:.3f} s ago)",
+                        now,
+                    )
+                    continue
+                step = w.saga.steps[index]
+                if isinstance(step, (WaitFor, Sleep)):
+                    if self._wait(w, index, step, now):
+                        return
                     continue
                 if self._step(w, index, "action", now):
                     return
@@ -165,6 +192,8 @@ class Transitions:
         except DeadlineExceeded as exc:
             self.outcomes.give_up(w, index, phase, "deadline", error_summary(exc), now)
             return False
+        if not comp and run.deadline is not None:
+            attempt_deadline = min(attempt_deadline, run.deadline)  # the run's deadline caps it
         if comp:
             row.compensation_attempt_count += 1
             attempt = row.compensation_attempt_count
@@ -222,6 +251,85 @@ class Transitions:
             started=now,
             is_async=is_async(fn),
         )
+        return True
+
+    def _wait(self, w: Work, index: int, step: WaitFor | Sleep, now: float) -> bool:
+        """The step *index* is a wait or a timer: begin it (its end is the step's
+        ``next_retry_at``), end it (the signal is in, the timer is due, or the wait timed out),
+        or leave the run WAITING, released, until then. ``True`` once the run is released."""
+        loaded, run = w.loaded, w.loaded.run
+        row = loaded.steps[index]
+        wait = isinstance(step, WaitFor)
+        began = row.status != S.WAITING.value
+        if began:
+            # It begins (PENDING), or begins again after an operator's retry of a parked one.
+            if isinstance(step, WaitFor):
+                until = None if step.timeout is None else now + step.timeout
+                if run.deadline is not None:
+                    until = run.deadline if until is None else min(until, run.deadline)
+                detail: dict[str, object] = {"signal": step.name, "until": until}
+            else:
+                until = now + step.seconds
+                if run.deadline is not None and until > run.deadline:
+                    self.outcomes.give_up(
+                        w,
+                        index,
+                        "action",
+                        "run_deadline",
+                        f"DeadlineExceeded: a sleep of {step.seconds:g} s would end past the "
+                        "run's deadline",
+                        now,
+                    )
+                    return False
+                detail = {"seconds": step.seconds, "until": until}
+            row.status = S.WAITING.value
+            row.next_retry_at = until
+            row.retry_state = None
+            row.last_error = None
+            row.finished_at = None
+            if row.started_at is None:
+                row.started_at = now
+            row.updated_at = now
+            row.dirty = True
+            loaded.history.append(
+                HistoryRow(
+                    run_id=run.run_id,
+                    at=now,
+                    event="wait" if wait else "sleep",
+                    step=row.name,
+                    phase="action",
+                    detail=dumps(detail),
+                )
+            )
+        if isinstance(step, WaitFor):
+            data = self.signal_data(run.run_id, step.name)
+            if data is not None:
+                self.outcomes.waited(w, index, data, now)
+                return False
+        if row.next_retry_at is not None and row.next_retry_at <= now:
+            if not isinstance(step, WaitFor):
+                self.outcomes.waited(w, index, None, now)
+                return False
+            # The timeout the wait began with (a deploy may have changed the step's since).
+            waited = row.next_retry_at - (row.started_at if row.started_at is not None else now)
+            limit = step.timeout if step.timeout is not None else max(waited, 0.0)
+            self.outcomes.give_up(
+                w,
+                index,
+                "action",
+                "timeout",
+                f"TimeoutError: no signal {step.name!r} within {limit:g} s",
+                now,
+            )
+            return False
+        run.status = S.WAITING.value
+        if wait:
+            loaded.waiting_for = step.name
+        self.outcomes.release(w, row.next_retry_at, now)
+        if began:  # the run entered WAITING: the hooks hear of it once
+            what = f"waits for the signal {step.name!r}" if wait else f"sleeps at {step.name!r}"
+            end = "" if row.next_retry_at is None else f" until {utc(row.next_retry_at)}"
+            self.outcomes.event(w, "run", reason=f"{what}{end}")
         return True
 
     def _lost(self, w: Work, index: int, phase: str, now: float) -> None:

@@ -26,11 +26,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple
 
-from seawall._core.clock import Clock, SystemClock
+from seawall._core.clock import Clock, SystemClock, VirtualClock
 from seawall._core.errors import error_summary
 from seawall.saga._execution import Executor, Heartbeat
 from seawall.saga._hooks import Hook, emit
-from seawall.saga._model import Run, Saga, SagaEvent
+from seawall.saga._model import MAX_PAYLOAD_BYTES, Run, Saga, SagaEvent, Status
 from seawall.saga._operations import ACTIVE, SETTLED, unknown_status
 from seawall.saga._outcomes import Outcomes
 from seawall.saga._rows import HistoryRow, Loaded, RunRow, dumps, to_run
@@ -92,6 +92,7 @@ class Worker:
         worker_id: how leases name this worker.
         hooks: told of every attempt and run status change, once it is in the log.
         keeper: renew leases from a process of its own too (system clock only).
+        max_payload_bytes: the largest step result, in bytes of JSON.
     """
 
     def __init__(
@@ -106,6 +107,7 @@ class Worker:
         worker_id: str,
         hooks: tuple[Hook, ...],
         keeper: bool,
+        max_payload_bytes: int = MAX_PAYLOAD_BYTES,
     ) -> None:
         self.store = store
         self.lease = lease
@@ -119,11 +121,21 @@ class Worker:
         self._saga_names = tuple(versions)
         heartbeat = Heartbeat(lambda: self.store, lease, use_process=keeper)
         self._execution = Executor(clock, concurrency, heartbeat)
-        self._outcomes = Outcomes(notify=bool(hooks))
-        self._transitions = Transitions(lease, worker_id, self._outcomes)
+        self._outcomes = Outcomes(notify=bool(hooks), max_payload_bytes=max_payload_bytes)
+        self._transitions = Transitions(
+            lease,
+            worker_id,
+            self._outcomes,
+            signal_data=lambda run_id, name: self.store.signal_data(run_id, name),
+        )
         # Decisions and attempts run in a context of the orchestrator's own: a durable run does
         # not inherit the ambient deadline or one_attempt() of whoever called run_due().
         self._context = contextvars.Context()
+
+    @property
+    def versions(self) -> dict[str, dict[int, Saga]]:
+        """Every definition this worker runs, by name and version."""
+        return self._versions
 
     def close(self) -> None:
         """Stop renewing leases, stop the threads and event loops, close the store."""
@@ -155,6 +167,12 @@ class Worker:
             claimed, _ = self._round(run_id)
             if claimed:
                 continue
+            if (
+                run.status == Status.WAITING.value
+                and run.due_at is None
+                and isinstance(self.clock, VirtualClock)
+            ):
+                return to_run(loaded)  # only a signal would move it: none will on this clock
             now = self.store.now()
             due = run.due_at if run.due_at is not None else now + poll
             wait = due - now
