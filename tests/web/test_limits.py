@@ -366,28 +366,3 @@ async def test_the_runner_shares_a_run_refuses_a_crowd_and_stops_a_slow_one() ->
     # A failed run is not kept and holds no place: the next request starts afresh.
     with pytest.raises(RunFailed):
         await quick.run("occ", 7)
-
-
-@pytest.mark.skipif(not hasattr(os, "nice"), reason="no process priorities here")
-def test_experiments_run_at_a_lower_priority_than_the_server() -> None:
-    # The experiment child lowers its own priority before it runs anything: a long run gives
-    # way to the server's quick answers on a busy machine. (An unknown experiment's name makes
-    # the child fail right after; the priority it set is what is read.)
-    from seawall.web._worker import NICENESS
-
-    code = (
-        "import os\n"
-        "from seawall.web import _worker\n"
-        "base = os.nice(0)\n"
-        "try:\n"
-        "    _worker.main(['no-such-experiment', '1', '5'])\n"
-        "except Exception:\n"
-        "    pass\n"
-        "print(base, os.nice(0))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    ).stdout.split()
-    base, after = int(out[0]), int(out[1])
-    assert NICENESS > 0
-    assert after == min(19, base + NICENESS)

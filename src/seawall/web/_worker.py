@@ -2,29 +2,20 @@
 SEED SECONDS`` prints its JSON data on stdout.
 
 The server kills the process when the run is no longer wanted; SECONDS is a second guard, for a
-server that died before it could: the process ends itself once they have passed. The process
-runs at a lower scheduling priority than the server (nice 10): on a busy machine, the page's
-quick answers (a backoff curve, a storm) keep their share of the CPU beside a long experiment.
+server that died before it could: the process ends itself once they have passed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
 import sys
-
-NICENESS = 10  # added to the server's
 
 
 def main(argv: list[str]) -> int:
     name, seed, seconds = argv
     if hasattr(signal, "alarm"):
         signal.alarm(int(seconds) + 1)
-    if hasattr(os, "nice"):
-        with contextlib.suppress(OSError):
-            os.nice(NICENESS)
     from seawall.web._adapter import run_experiment
 
     data = run_experiment(name, int(seed))
