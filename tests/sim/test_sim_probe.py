@@ -123,8 +123,21 @@ def test_the_verdicts_hold_on_a_loaded_machine(
         data = json.loads(capsys.readouterr().out)
         with server(*WORK, "--shed") as url:
             saved = probe(url, SCENARIO).get("naive")
-    assert code == 3  # the exit status carries "stuck"
     (stuck,) = data["series"]
+    # Never a wrong verdict. The two spinners come on top of whatever else the machine runs:
+    # past what the generator can keep up with (a load of 15 and more on two cores, seen in
+    # a full suite run beside other work) it says it fell behind, and why, rather than judge.
+    if stuck["verdict"] == "inconclusive" or saved.verdict == "inconclusive":
+        print("the generator fell behind:", stuck["reasons"], saved.reasons)
+        for verdict, reasons, right in (
+            (stuck["verdict"], stuck["reasons"], "metastable"),
+            (saved.verdict, list(saved.reasons), "recovered"),
+        ):
+            assert verdict in ("inconclusive", right), (verdict, reasons)
+            assert (verdict == "inconclusive") == bool(reasons), (verdict, reasons)
+        assert code in (3, 4)  # stuck, or no verdict
+        return
+    assert code == 3  # the exit status carries "stuck"
     assert stuck["verdict"] == "metastable" and stuck["reasons"] == []
     assert stuck["late"] <= 0.05 * stuck["requests"]
     _saved(saved)
