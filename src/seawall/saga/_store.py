@@ -370,6 +370,119 @@ class Store:
         ).fetchall()
         return self._with_steps(rows)
 
+    def find_runs(
+        self,
+        now: float,
+        *,
+        status: str | None = None,
+        saga: str | None = None,
+        stuck_after: float | None = None,
+        older_than: float | None = None,
+        error_contains: str | None = None,
+        limit: int,
+    ) -> list[Loaded]:
+        """The latest runs (most recently changed first) that match every filter given, judged
+        at the store's time *now*.
+
+        Args:
+            now: the store's time (:meth:`now`).
+            status: only runs in this status.
+            saga: only runs of this saga.
+            stuck_after: only stuck runs: NEEDS_ATTENTION, or overdue by this many seconds
+                (see :meth:`overdue_clause`).
+            older_than: only runs unchanged for at least this many seconds.
+            error_contains: only runs whose reason or a step's last error contains this text
+                (case-insensitive for ASCII letters; ``%`` and ``_`` are plain characters).
+            limit: at most this many runs.
+        """
+        where: list[str] = []
+        params: list[Any] = []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if saga is not None:
+            where.append("saga = ?")
+            params.append(saga)
+        if stuck_after is not None:
+            clause, values = self.overdue_clause(now, stuck_after)
+            where.append(f"(status = ? OR {clause})")
+            params += [Status.NEEDS_ATTENTION.value, *values]
+        if older_than is not None:
+            where.append("updated_at <= ?")
+            params.append(now - older_than)
+        if error_contains:
+            # LIKE with its wildcards escaped: the operator's text matches as written.
+            escaped = error_contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            pattern = f"%{escaped}%"
+            where.append(
+                "(LOWER(COALESCE(reason, '')) LIKE LOWER(?) ESCAPE '\\' OR EXISTS "
+                "(SELECT 1 FROM seawall_saga_steps AS s WHERE s.run_id = seawall_saga_runs.run_id "
+                "AND LOWER(s.last_error) LIKE LOWER(?) ESCAPE '\\'))"
+            )
+            params += [pattern, pattern]
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = self.execute(
+            f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs{clause} "
+            "ORDER BY updated_at DESC, run_id LIMIT ?",
+            (*params, limit),
+        ).fetchall()
+        return self._with_steps(rows)
+
+    def overdue_clause(self, now: float, after: float) -> tuple[str, tuple[Any, ...]]:
+        """The SQL condition (and its parameters) of an overdue run at the store's time *now*:
+        an active run whose lease expired, or whose work has been due, unclaimed, for more
+        than *after* seconds. :func:`seawall.saga._operations.is_overdue` is the same test on
+        a row in memory."""
+        active = ", ".join(repr(s) for s in ACTIVE_STATUSES)
+        return (
+            f"(status IN ({active}) AND due_at IS NOT NULL AND ("
+            "(lease_owner IS NOT NULL AND due_at <= ?) OR "
+            "(lease_owner IS NULL AND due_at < ?)))",
+            (now, now - after),
+        )
+
+    def counts_by_saga(self, now: float, overdue_after: float) -> dict[str, dict[str, int]]:
+        """How many runs each saga has in each status, and, under the key ``"overdue"`` of
+        each saga, how many of its active runs are overdue by *overdue_after* seconds at the
+        store's time *now* (a status is never spelled so: statuses are upper-case)."""
+        found: dict[str, dict[str, int]] = {}
+        rows = self.execute(
+            "SELECT saga, status, COUNT(*) FROM seawall_saga_runs GROUP BY saga, status"
+        ).fetchall()
+        for saga, status, n in rows:
+            found.setdefault(str(saga), {"overdue": 0})[str(status)] = int(n)
+        clause, values = self.overdue_clause(now, overdue_after)
+        rows = self.execute(
+            f"SELECT saga, COUNT(*) FROM seawall_saga_runs WHERE {clause} GROUP BY saga", values
+        ).fetchall()
+        for saga, n in rows:
+            found.setdefault(str(saga), {"overdue": 0})["overdue"] = int(n)
+        return found
+
+    def check_schema(self) -> None:
+        """Check, without writing, that the store holds saga tables of this seawall's schema
+        version (for reads and operators' tools, which never create or migrate a store).
+
+        Raises:
+            ValueError: the database holds no saga store.
+            SchemaVersionError: the schema is of another version.
+        """
+        if not self.has_schema_table():
+            raise ValueError(f"url: no saga store in {self.redacted()} (no seawall_saga tables)")
+        rows = self.execute("SELECT MAX(version) FROM seawall_saga_schema").fetchall()
+        version = int(rows[0][0] or 0) if rows else 0
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"the saga store {self.redacted()} has schema version {version}, newer than "
+                f"this seawall's ({SCHEMA_VERSION}); upgrade seawall"
+            )
+        if version < SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"the saga store {self.redacted()} has schema version {version}, older than "
+                f"this seawall's ({SCHEMA_VERSION}); a worker (saga.Orchestrator) of this "
+                "version migrates it when it starts"
+            )
+
     def counts(self) -> dict[str, int]:
         rows = self.execute(
             "SELECT status, COUNT(*) FROM seawall_saga_runs GROUP BY status"
