@@ -496,6 +496,18 @@ class Store:
         ).fetchall()
         return [HistoryRow(*row) for row in rows]
 
+    def latest_history(self, run_id: str, limit: int) -> tuple[list[HistoryRow], int]:
+        """The run's last *limit* history lines, oldest first, and how many it has in all."""
+        rows = self.execute(
+            f"SELECT {HISTORY_COLUMNS} FROM seawall_saga_history WHERE run_id = ? "
+            "ORDER BY id DESC LIMIT ?",
+            (run_id, limit),
+        ).fetchall()
+        total = self.execute(
+            "SELECT COUNT(*) FROM seawall_saga_history WHERE run_id = ?", (run_id,)
+        ).fetchall()
+        return [HistoryRow(*row) for row in reversed(rows)], int(total[0][0])
+
     def next_due(self, sagas: Sequence[str]) -> float | None:
         """The earliest due time of a run of *sagas* (``None`` if none has work)."""
         if not sagas:
