@@ -95,6 +95,7 @@ def test_the_overview_shows_counts_and_stuck_runs_escaped(readonly: str, hostile
     csp = answer.headers["content-security-policy"]
     assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
     assert answer.headers["x-frame-options"] == "DENY"
+    assert answer.headers["referrer-policy"] == "same-origin"  # a form's Origin is sent
     assert "read-only" in page and "name='csrf'" not in page
 
 
@@ -154,6 +155,8 @@ def test_an_action_needs_the_pages_csrf_token(acting: str, store_file: str) -> N
         acting, {"csrf": token, "run": "parked", "op": "retry"}, Origin="http://evil.example"
     )
     assert answer.status == 403
+    sandboxed = post(acting, {"csrf": token, "run": "parked", "op": "retry"}, Origin="null")
+    assert sandboxed.status == 403
     assert status_of(store_file, "parked") == "NEEDS_ATTENTION"
     host = acting.split("//")[1].rstrip("/")
     answer = post(acting, {"csrf": token, "run": "parked", "op": "retry"}, Origin=f"http://{host}")

@@ -63,7 +63,9 @@ _HEADERS: Final = {
     ),
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # Not no-referrer: under it a browser sends "Origin: null" with a form, and the same-origin
+    # check of an action could not tell the view's own page from a sandboxed one.
+    "Referrer-Policy": "same-origin",
 }
 
 
@@ -399,7 +401,8 @@ class StoreView:
 def _message(status: int, message: str) -> HTMLResponse:
     body = (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>seawall</title>"
-        "<link rel='stylesheet' href='/static/style.css'></head><body><main>"
+        "<link rel='icon' href='data:,'><link rel='stylesheet' href='/static/style.css'>"
+        "</head><body><main>"
         f"<h1>{status}</h1><p id='error'>{text(message, 2000)}</p><p><a href='/'>all runs</a>"
         "</p></main></body></html>"
     )
