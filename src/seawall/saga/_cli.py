@@ -446,6 +446,10 @@ def _dispatch(store: Store, args: argparse.Namespace) -> int:
     return 0
 
 
+def _runs(n: int) -> str:
+    return "1 run" if n == 1 else f"{n} runs"
+
+
 def _confirm(question: str) -> bool:
     """Ask on the terminal; anything but y or yes is a no."""
     sys.stderr.write(f"{question} [y/N] ")
@@ -474,11 +478,11 @@ def _bulk(store: Store, args: argparse.Namespace, command: str, operation: str) 
     if not args.yes:
         if not sys.stdin.isatty():
             raise ValueError(
-                f"{command}: {len(ids)} runs match; without a terminal to confirm on, "
+                f"{command}: {_runs(len(ids))} match; without a terminal to confirm on, "
                 "give --yes to act on them"
             )
         shown = ", ".join(escape_controls(r) for r in ids[:5]) + (", ..." if len(ids) > 5 else "")
-        if not _confirm(f"{command}{forced} {len(ids)} runs{more} ({shown})?"):
+        if not _confirm(f"{command}{forced} {_runs(len(ids))}{more} ({shown})?"):
             sys.stderr.write(f"{command}: nothing done\n")
             return 1
     applied = requested = 0
@@ -504,7 +508,7 @@ def _bulk(store: Store, args: argparse.Namespace, command: str, operation: str) 
         out.write(json.dumps(summary, indent=2) + "\n")
     else:
         out.write(
-            f"{command}: {len(ids)} runs matched{more}: {applied} applied, {requested} "
+            f"{command}: {_runs(len(ids))} matched{more}: {applied} applied, {requested} "
             f"requested from their workers, {len(skipped)} skipped\n"
         )
         for item in skipped:

@@ -444,8 +444,8 @@ def create_store_app(
         refresh: seconds between the overview's reloads in the browser (0: never).
         clock: the store's clock (seconds since the epoch), for tests on virtual time.
 
-    Bounded like the demo page: a short query, a form body of at most :data:`MAX_BODY`
-    bytes, a time limit per request, and the store used by one request at a time with a short
+    Bounded like the demo page: a short query, a form body of at most 2 KiB, a time limit per
+    request, and the store used by one request at a time with a short
     line behind (``503`` with ``Retry-After`` beyond it).
 
     Raises:
