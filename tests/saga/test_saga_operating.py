@@ -333,3 +333,42 @@ def test_a_reader_sees_what_a_worker_wrote_after_it_opened(sqlite_url: str) -> N
             assert loaded is not None and loaded.run.status == "SUCCEEDED"
         finally:
             reader.close()
+
+
+def test_many_runs_are_listed_and_operated_in_chunks(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # More runs than one query of their steps takes (500): every run keeps its own steps.
+    from seawall.cli import main
+
+    clock = seawall.VirtualClock(start=START)
+    flow = saga.Saga("bulk", [saga.Step("a", lambda ctx: None), saga.Step("b", lambda ctx: None)])
+    with saga.Orchestrator(store_url, [flow], clock=clock, hooks=()) as orch:
+        orch.start_many("bulk", [{"k": k} for k in range(620)], [f"r{k:04}" for k in range(620)])
+        runs = orch.runs(limit=1000)
+        assert len(runs) == 620
+        assert all([s.name for s in r.steps] == ["a", "b"] for r in runs)
+        assert {r.input["k"] for r in runs} == set(range(620))
+    argv = ["saga", "cancel", "--store", store_url, "--saga", "bulk", "--yes"]
+    assert main(argv) == 0
+    assert "620 runs matched: 620 applied" in capsys.readouterr().out
+    store = open_store(store_url, create=False)
+    try:
+        assert store.counts() == {"FAILED": 620}
+    finally:
+        store.close()
+
+
+def test_error_text_with_a_backslash_matches_as_written(sqlite_url: str) -> None:
+    clock = seawall.VirtualClock(start=START)
+
+    def fails(ctx: saga.StepContext) -> None:
+        raise seawall.Permanent(ctx.input["message"])
+
+    flow = saga.Saga("s", [saga.Step("only", fails, on_exhausted="park")])
+    with saga.Orchestrator(sqlite_url, [flow], clock=clock, hooks=()) as orch:
+        orch.start("s", {"message": r"C:\temp\x_1 100%"}, run_id="windows")
+        orch.start("s", {"message": "C:/temp/xy1 1000"}, run_id="unix")
+        orch.run_due()
+        assert ids(orch.runs(error_contains=r"\temp\x_1 100%")) == {"windows"}
+        assert ids(orch.runs(error_contains="temp")) == {"windows", "unix"}

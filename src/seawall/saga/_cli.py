@@ -460,8 +460,15 @@ def _confirm(question: str) -> bool:
 
 def _bulk(store: Store, args: argparse.Namespace, command: str, operation: str) -> int:
     out = sys.stdout
-    _, found = _find(store, args, BULK_LIMIT)
-    ids = [item.run.run_id for item in found]
+    ids = store.find_run_ids(
+        store.now(),
+        status=None if args.status is None else args.status.value,
+        saga=args.saga,
+        stuck_after=args.overdue_after if args.stuck else None,
+        older_than=args.older_than,
+        error_contains=args.error_contains or None,
+        limit=BULK_LIMIT,
+    )
     more = (
         " (the most one command acts on: run it again for the rest)"
         if (len(ids) == BULK_LIMIT)

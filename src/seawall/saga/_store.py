@@ -65,6 +65,8 @@ _UPDATE_STEP: Final = (
     "retry_state = ?, started_at = ?, finished_at = ?, updated_at = ? "
     "WHERE run_id = ? AND position = ?"
 )
+#: Run ids per query of their steps.
+_STEPS_CHUNK: Final = 500
 _INSERT_HISTORY: Final = (
     f"INSERT INTO seawall_saga_history ({HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
@@ -143,16 +145,18 @@ class Store:
 
     def _steps(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:
         found: dict[str, list[StepRow]] = {r: [] for r in run_ids}
-        if not run_ids:
-            return found
-        marks = ", ".join("?" * len(run_ids))
-        rows = self.execute(
-            f"SELECT {STEP_COLUMNS} FROM seawall_saga_steps WHERE run_id IN ({marks}) "
-            "ORDER BY run_id, position",
-            tuple(run_ids),
-        ).fetchall()
-        for row in rows:
-            found[row[0]].append(StepRow.from_row(row))
+        # In chunks: a statement takes a bounded number of parameters (SQLite's limit was 999
+        # before 3.32; PostgreSQL's is 65,535), and an operator may list many runs.
+        for start in range(0, len(run_ids), _STEPS_CHUNK):
+            chunk = tuple(run_ids[start : start + _STEPS_CHUNK])
+            marks = ", ".join("?" * len(chunk))
+            rows = self.execute(
+                f"SELECT {STEP_COLUMNS} FROM seawall_saga_steps WHERE run_id IN ({marks}) "
+                "ORDER BY run_id, position",
+                chunk,
+            ).fetchall()
+            for row in rows:
+                found[row[0]].append(StepRow.from_row(row))
         return found
 
     def _with_steps(self, rows: Sequence[Sequence[Any]]) -> list[Loaded]:
@@ -395,6 +399,44 @@ class Store:
                 (case-insensitive for ASCII letters; ``%`` and ``_`` are plain characters).
             limit: at most this many runs.
         """
+        clause, params = self._filters(now, status, saga, stuck_after, older_than, error_contains)
+        rows = self.execute(
+            f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs{clause} "
+            "ORDER BY updated_at DESC, run_id LIMIT ?",
+            (*params, limit),
+        ).fetchall()
+        return self._with_steps(rows)
+
+    def find_run_ids(
+        self,
+        now: float,
+        *,
+        status: str | None = None,
+        saga: str | None = None,
+        stuck_after: float | None = None,
+        older_than: float | None = None,
+        error_contains: str | None = None,
+        limit: int,
+    ) -> list[str]:
+        """The ids of the runs :meth:`find_runs` finds, in its order (without their rows: for
+        bulk operations, which load each run as they change it)."""
+        clause, params = self._filters(now, status, saga, stuck_after, older_than, error_contains)
+        rows = self.execute(
+            f"SELECT run_id FROM seawall_saga_runs{clause} "
+            "ORDER BY updated_at DESC, run_id LIMIT ?",
+            (*params, limit),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def _filters(
+        self,
+        now: float,
+        status: str | None,
+        saga: str | None,
+        stuck_after: float | None,
+        older_than: float | None,
+        error_contains: str | None,
+    ) -> tuple[str, list[Any]]:
         where: list[str] = []
         params: list[Any] = []
         if status is not None:
@@ -420,13 +462,7 @@ class Store:
                 "AND LOWER(s.last_error) LIKE LOWER(?) ESCAPE '\\'))"
             )
             params += [pattern, pattern]
-        clause = f" WHERE {' AND '.join(where)}" if where else ""
-        rows = self.execute(
-            f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs{clause} "
-            "ORDER BY updated_at DESC, run_id LIMIT ?",
-            (*params, limit),
-        ).fetchall()
-        return self._with_steps(rows)
+        return (f" WHERE {' AND '.join(where)}" if where else ""), params
 
     def overdue_clause(self, now: float, after: float) -> tuple[str, tuple[Any, ...]]:
         """The SQL condition (and its parameters) of an overdue run at the store's time *now*:
