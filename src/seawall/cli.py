@@ -3,9 +3,10 @@
 ``seawall demo`` runs every scenario in a short version, prints tables, and writes PNG plots and
 a JSON summary to ``./seawall-report/``; it ends with a saga run's log. ``seawall sim NAME`` runs
 one scenario with its own options (``seawall sim NAME --help``). Both need the ``sim`` extra
-(``pip install -e '.[sim]'`` in a checkout). ``seawall saga list / show / retry / compensate /
-cancel --store URL`` reads and operates a saga log (no extra needed). ``seawall web`` (or
-``seawall demo --web``) serves the interactive page on 127.0.0.1 (the ``web`` extra).
+(``pip install -e '.[sim]'`` in a checkout). ``seawall saga list / show / counts / retry /
+compensate / cancel --store URL`` reads and operates a saga log (no extra needed). ``seawall web``
+(or ``seawall demo --web``) serves the interactive page on 127.0.0.1, and ``seawall web --store
+URL`` a saga store (the ``web`` extra).
 """
 
 from __future__ import annotations

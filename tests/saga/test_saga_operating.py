@@ -372,3 +372,36 @@ def test_error_text_with_a_backslash_matches_as_written(sqlite_url: str) -> None
         orch.run_due()
         assert ids(orch.runs(error_contains=r"\temp\x_1 100%")) == {"windows"}
         assert ids(orch.runs(error_contains="temp")) == {"windows", "unix"}
+
+
+def test_compensate_force_compensates_while_the_old_worker_is_fenced(store_url: str) -> None:
+    clock = seawall.VirtualClock(start=START)
+    other: dict[str, saga.Orchestrator] = {}
+    released: list[str] = []
+
+    def charge(ctx: saga.StepContext) -> str:
+        b = other["b"]
+        b.compensate(ctx.run_id, force=True)
+        assert b.run_due() >= 1  # the second worker compensates the reservation now
+        return "charged late"
+
+    flow = saga.Saga(
+        "order",
+        [
+            saga.Step("reserve", lambda ctx: "r", compensate=lambda ctx: released.append("r")),
+            saga.Step("charge", charge),
+        ],
+    )
+    with (
+        saga.Orchestrator(store_url, [flow], clock=clock, hooks=(), worker_id="a") as a,
+        saga.Orchestrator(store_url, [flow], clock=clock, hooks=(), worker_id="b") as b,
+    ):
+        other["b"] = b
+        run_id = a.start("order", {})
+        a.run_due()
+        run = a.get(run_id)
+        history = a.history(run_id)
+    assert run.status is saga.Status.COMPENSATED
+    assert released == ["r"]
+    assert run.step("charge").result is None  # the late outcome was not recorded
+    assert any(h.event == "fenced" for h in history)
