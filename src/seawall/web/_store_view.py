@@ -96,7 +96,10 @@ def _table(
     head = "".join(f"<th scope='col'>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
     cap = f"<caption>{caption}</caption>" if caption else ""
-    return f"<table class='{css}'>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return (
+        f"<div class='scroll'><table class='{css}'>{cap}<thead><tr>{head}</tr></thead>"
+        f"<tbody>{body}</tbody></table></div>"
+    )
 
 
 def _run_link(run_id: str) -> str:
