@@ -88,3 +88,45 @@ def test_the_view_reads_and_acts_on_each_store(view: tuple[str, str]) -> None:
         store_url, [saga.Saga("order", [saga.Step("charge", _charge)])], hooks=()
     ) as orch:
         assert orch.get("parked").status is saga.Status.COMPENSATING
+
+
+def test_the_view_reconnects_after_the_database_drops_it(pg_url: str) -> None:
+    import urllib.error
+
+    import psycopg
+    import uvicorn
+
+    from seawall.web import create_store_app
+
+    flow = saga.Saga("order", [saga.Step("charge", _charge, on_exhausted="park")])
+    with saga.Orchestrator(pg_url, [flow], hooks=()) as orch:
+        orch.start("order", {"ok": False}, run_id="parked")
+        orch.run_due()
+    app: Any = create_store_app(pg_url)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        assert "parked" in get(base + "/run?id=parked")
+        # A restart or a failover, as the view sees it: its connection is gone.
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        with pytest.raises(urllib.error.HTTPError) as info:
+            get(base + "/run?id=parked")
+        assert info.value.code == 503
+        assert info.value.headers["Retry-After"] == "1"
+        message = info.value.read().decode()
+        assert "cannot be reached now" in message and "password" not in message
+        assert "parked" in get(base + "/run?id=parked")  # on a new connection
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+        app.state.store_view.close()

@@ -16,6 +16,7 @@ requests waiting; everything shown is bounded (runs per table, history lines, ce
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hmac
 import html
@@ -107,6 +108,10 @@ def _run_link(run_id: str) -> str:
     return f"<a href='{html.escape(href, quote=True)}'>{text(run_id, 80)}</a>"
 
 
+class Unavailable(Exception):
+    """The store cannot be reached now (a reconnection is under way)."""
+
+
 class Refused(Exception):
     """An action refused: its status code and message."""
 
@@ -154,6 +159,26 @@ class StoreView:
 
     def close(self) -> None:
         self.store.close()
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """*fn* on the store; a store that went away (a restart, a failover) is reconnected to
+        for the next request, and this one raises :class:`Unavailable`."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            if not self.store.unavailable(exc):
+                raise
+            try:
+                fresh = self.store.clone()
+            except Exception:
+                fresh = None  # still down: the next request tries again
+            if fresh is not None:
+                old, self.store = self.store, fresh
+                with contextlib.suppress(Exception):
+                    old.close()
+            raise Unavailable(
+                f"the saga store {self.where} cannot be reached now; try again shortly"
+            ) from None
 
     # -- pages ------------------------------------------------------------------------------
 
@@ -467,7 +492,7 @@ def create_store_app(
     )
 
     async def guarded(request: Request, fn: Callable[..., Any], *args: Any) -> Any:
-        return await view.gate.run_sync(fn, *args)
+        return await view.gate.run_sync(view.call, fn, *args)
 
     async def index(request: Request) -> Response:
         if not _host_allowed(request):
@@ -478,7 +503,7 @@ def create_store_app(
             return _message(400, f"unknown parameter {unknown[0]!r}")
         try:
             page = await guarded(request, view.overview, params)
-        except Busy as err:
+        except (Busy, Unavailable) as err:
             return _busy(err)
         except ValueError as err:
             return _message(400, str(err))
@@ -491,7 +516,7 @@ def create_store_app(
         done = request.query_params.get("done")
         try:
             page = await guarded(request, view.run_page, run_id, done)
-        except Busy as err:
+        except (Busy, Unavailable) as err:
             return _busy(err)
         if page is None:
             return _message(404, f"no run {run_id!r} in the store")
@@ -516,7 +541,7 @@ def create_store_app(
             return _message(403, "missing or wrong CSRF token: reload the page and try again")
         try:
             run_id, done = await guarded(request, view.act, form)
-        except Busy as err:
+        except (Busy, Unavailable) as err:
             return _busy(err)
         except Refused as err:
             return _message(err.status, str(err))
@@ -541,7 +566,8 @@ def create_store_app(
 _FILTERS: Final = frozenset({"status", "saga", "error", "older", "stuck"})
 
 
-def _busy(err: Busy) -> Response:
+def _busy(err: Busy | Unavailable) -> Response:
     response = _message(503, str(err))
-    response.headers["Retry-After"] = str(max(1, round(err.retry_after)))
+    retry_after = err.retry_after if isinstance(err, Busy) else 1.0
+    response.headers["Retry-After"] = str(max(1, round(retry_after)))
     return response
