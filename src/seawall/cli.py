@@ -3,9 +3,10 @@
 ``seawall demo`` runs every scenario in a short version, prints tables, and writes PNG plots and
 a JSON summary to ``./seawall-report/``; it ends with a saga run's log. ``seawall sim NAME`` runs
 one scenario with its own options (``seawall sim NAME --help``). Both need the ``sim`` extra
-(``pip install -e '.[sim]'`` in a checkout). ``seawall saga list / show / retry / compensate /
-cancel / signal --store URL`` reads and operates a saga log (no extra needed). ``seawall web`` (or
-``seawall demo --web``) serves the interactive page on 127.0.0.1 (the ``web`` extra).
+(``pip install -e '.[sim]'`` in a checkout). ``seawall saga list / show / counts / retry /
+compensate / cancel / signal --store URL`` reads and operates a saga log (no extra needed).
+``seawall web`` (or ``seawall demo --web``) serves the interactive page on 127.0.0.1, and
+``seawall web --store URL`` a saga store (the ``web`` extra).
 """
 
 from __future__ import annotations
@@ -114,14 +115,31 @@ def build_parser() -> argparse.ArgumentParser:
     _web_arguments(demo)
     web = commands.add_parser(
         "web",
-        help="serve the interactive demo page on 127.0.0.1 and print its URL",
+        help="serve the interactive demo page (or, with --store, a saga store) on 127.0.0.1",
         description=(
             "Serve the demo page: backoff stepped attempt by attempt, retry storms with and "
-            "without jitter, the simulator's experiments and a saga's log. Needs the 'web' "
-            "extra: pip install 'seawall[web,sim]'."
+            "without jitter, the simulator's experiments and a saga's log. With --store URL, "
+            "serve that saga store instead: counts, stuck and overdue runs, each run's steps "
+            "and history, and (with --allow-actions) retry, compensate and cancel. Needs the "
+            "'web' extra: pip install 'seawall[web,sim]'."
         ),
     )
     _web_arguments(web)
+    web.add_argument(
+        "--store",
+        help="serve this saga store instead (sqlite:///path.db or postgresql://...)",
+    )
+    web.add_argument(
+        "--allow-actions",
+        action="store_true",
+        help="with --store: offer retry, compensate and cancel (read-only otherwise)",
+    )
+    web.add_argument(
+        "--overdue-after",
+        default="60s",
+        metavar="DURATION",
+        help="with --store: due work unclaimed this long makes a run overdue (60s)",
+    )
 
     from seawall.sim._args import non_negative, positive
     from seawall.sim._scenarios import _policy_file, _scenario_file
@@ -278,6 +296,21 @@ def _run_web(args: argparse.Namespace) -> int:
             "pip install 'seawall[web,sim]'\n"
         )
         return 1
+    store = getattr(args, "store", None)
+    if store:
+        from seawall.saga._operations import parse_duration
+        from seawall.web import serve_store
+
+        serve_store(
+            store,
+            args.host,
+            args.port,
+            allow_actions=args.allow_actions,
+            overdue_after=parse_duration(args.overdue_after, "--overdue-after"),
+        )
+        return 0
+    if getattr(args, "allow_actions", False):
+        raise ValueError("--allow-actions: give the store to act on with --store URL")
     from seawall.web import serve
 
     serve(args.host, args.port)

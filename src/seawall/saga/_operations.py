@@ -1,21 +1,29 @@
 """Operations on a run that need no saga definition: an operator's retry, compensate or cancel
-(the CLI applies them too), and the statuses this version knows."""
+(the CLI and the store's web view apply them too), what an operator reads of a run's lease, and
+the statuses this version knows."""
 
 from __future__ import annotations
 
 import json
-from typing import Any, Final
+import math
+import re
+from typing import Any, Final, NamedTuple
 
 from seawall.saga._model import Status
-from seawall.saga._rows import HistoryRow, Loaded, StepRow, dumps
+from seawall.saga._rows import HistoryRow, Loaded, RunRow, StepRow, dumps
 from seawall.saga._store import Store
 
 __all__ = [
     "ACTIVE",
     "OPERATIONS",
+    "OVERDUE_AFTER",
     "SETTLED",
+    "Lease",
     "apply_operation",
+    "is_overdue",
+    "lease_of",
     "operate",
+    "parse_duration",
     "unknown_status",
     "without_holds",
 ]
@@ -31,6 +39,54 @@ SETTLED: Final = frozenset(
 )
 #: What an operator can do to a run.
 OPERATIONS: Final = ("retry_now", "compensate", "cancel")
+#: Seconds a run's due work may wait unclaimed before it counts as overdue (by default).
+OVERDUE_AFTER: Final = 60.0
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*", re.IGNORECASE)
+_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str, name: str = "duration") -> float:
+    """Seconds from ``"90"``, ``"90s"``, ``"1.5m"``, ``"2h"``, ``"1d"`` or ``"250ms"``.
+
+    Raises:
+        ValueError: naming *name*, for anything else (negative, infinite, a unit unknown).
+    """
+    match = _DURATION.fullmatch(text) if isinstance(text, str) and len(text) <= 32 else None
+    if match is None:
+        raise ValueError(f"{name} must be a duration such as 90s, 5m, 2h or 1d, got {text!r}")
+    value = float(match.group(1)) * _UNITS[(match.group(2) or "s").lower()]
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {text!r}")
+    return value
+
+
+class Lease(NamedTuple):
+    """Who holds a run and until when, on the store's clock (seconds since the epoch)."""
+
+    owner: str
+    expires_at: float
+    expired: bool
+
+
+def lease_of(run: RunRow, now: float) -> Lease | None:
+    """The run's lease at the store's time *now* (``None`` when no worker holds it): while a
+    run is leased, its ``due_at`` is when the lease expires."""
+    if run.lease_owner is None or run.due_at is None:
+        return None
+    return Lease(run.lease_owner, float(run.due_at), float(run.due_at) <= now)
+
+
+def is_overdue(run: RunRow, now: float, after: float = OVERDUE_AFTER) -> bool:
+    """Whether an active run is overdue at the store's time *now*: its lease expired (its
+    worker stopped), or its work has been due, unclaimed, for more than *after* seconds (no
+    worker runs its saga, or the workers are behind). The same test as the store's
+    :meth:`~seawall.saga._store.Store.overdue_clause`, on a row in memory."""
+    if run.status not in ACTIVE or run.due_at is None:
+        return False
+    if run.lease_owner is not None:
+        return run.due_at <= now
+    return run.due_at < now - after
 
 
 def apply_operation(loaded: Loaded, operation: str, now: float) -> None:
@@ -186,11 +242,19 @@ def without_holds(text: str | None) -> str | None:
     return text
 
 
-def operate(store: Store, run_id: str, operation: str, now: float | None = None) -> str:
+def operate(
+    store: Store, run_id: str, operation: str, now: float | None = None, *, force: bool = False
+) -> str:
     """Apply *operation* to *run_id* in *store*: at once when no worker holds the run, else as
     a request its worker applies after the attempt it is running. Returns ``"applied"`` or
     ``"requested"``. Times are the store's (*now* is not used: kept for callers of the first
     version).
+
+    With *force*, a worker's live lease is broken (for a worker known to be dead, or hung):
+    the operation is applied at once and the run can be claimed by another worker now. The
+    lease token moves on, so the old worker, should it still be running, records nothing of
+    its attempt but a ``fenced`` line in the history; the attempt it was running counts as
+    lost, and its step is tried again with the same idempotency key.
 
     Raises:
         KeyError: no such run.
@@ -206,8 +270,17 @@ def operate(store: Store, run_id: str, operation: str, now: float | None = None)
         run = loaded.run
         held = run.lease_owner is not None and run.due_at is not None and run.due_at > now
         if held and run.status in ACTIVE:
-            store.request(run_id, operation)
-            return "requested"
+            if not force:
+                store.request(run_id, operation)
+                return "requested"
+            loaded.history.append(
+                HistoryRow(
+                    run_id=run_id,
+                    at=now,
+                    event="operator",
+                    detail=dumps({"operation": "break_lease", "worker": run.lease_owner}),
+                )
+            )
         token = run.token
         apply_operation(loaded, operation, now)
         run.token = token + 1  # fences out a worker whose lease expired

@@ -29,7 +29,7 @@ from seawall.saga._model import (
     WaitFor,
     check_payload,
 )
-from seawall.saga._operations import operate
+from seawall.saga._operations import OVERDUE_AFTER, operate
 from seawall.saga._rows import HistoryRow, Loaded, RunRow, StepRow, dumps, to_history, to_run
 from seawall.saga._signals import send_signal
 from seawall.saga._store import Store
@@ -355,31 +355,83 @@ class Orchestrator:
         return to_history(self.store.history(run_id))
 
     def runs(
-        self, status: Status | str | None = None, *, saga: str | None = None, limit: int = 100
+        self,
+        status: Status | str | None = None,
+        *,
+        saga: str | None = None,
+        limit: int = 100,
+        stuck: bool = False,
+        older_than: float | None = None,
+        error_contains: str | None = None,
+        overdue_after: float = OVERDUE_AFTER,
     ) -> list[Run]:
-        """The latest runs (most recently changed first), optionally of one status or saga."""
+        """The latest runs (most recently changed first) that match every filter given.
+
+        Args:
+            status: only runs in this status.
+            saga: only runs of this saga.
+            limit: at most this many runs.
+            stuck: only runs that wait for a person or a worker: NEEDS_ATTENTION, or overdue
+                (see *overdue_after*).
+            older_than: only runs unchanged for at least this many seconds.
+            error_contains: only runs whose reason or a step's last error contains this text
+                (case-insensitive for ASCII letters).
+            overdue_after: seconds a run's due work may wait unclaimed before it is overdue;
+                a run whose lease expired is overdue at once. Times are the store's.
+        """
         _validate.count("limit", limit, minimum=1)
         value = None if status is None else Status(status).value
-        return [to_run(item) for item in self.store.runs(value, saga, limit)]
+        if saga is not None and not isinstance(saga, str):
+            raise TypeError(f"saga must be a str or None, got {saga!r}")
+        if error_contains is not None and not isinstance(error_contains, str):
+            raise TypeError(f"error_contains must be a str or None, got {error_contains!r}")
+        overdue_after = _validate.seconds("overdue_after", overdue_after, finite=True)
+        if older_than is not None:
+            older_than = _validate.seconds("older_than", older_than, finite=True)
+        found = self.store.find_runs(
+            self.store.now(),
+            status=value,
+            saga=saga,
+            stuck_after=overdue_after if stuck else None,
+            older_than=older_than,
+            error_contains=error_contains or None,
+            limit=limit,
+        )
+        return [to_run(item) for item in found]
 
     def counts(self) -> dict[Status, int]:
         """How many runs the store holds in each status (of every saga)."""
         return {Status(k): v for k, v in self.store.counts().items()}
 
+    def counts_by_saga(self, overdue_after: float = OVERDUE_AFTER) -> dict[str, dict[str, int]]:
+        """How many runs each saga has in each status (keys: the status values), and under
+        ``"overdue"``, how many of its runs are overdue (see :meth:`runs`); sagas of every
+        version and of other orchestrators included.
+        """
+        overdue_after = _validate.seconds("overdue_after", overdue_after, finite=True)
+        return self.store.counts_by_saga(self.store.now(), overdue_after)
+
     # -- operations ---------------------------------------------------------------------------
 
-    def retry_now(self, run_id: str) -> Run:
+    def retry_now(self, run_id: str, *, force: bool = False) -> Run:
         """Make the run's waiting attempt due now; for a NEEDS_ATTENTION run, try the step (or
-        compensation) that gave up again, with a fresh retry state."""
-        return self._operate(run_id, "retry_now")
+        compensation) that gave up again, with a fresh retry state.
 
-    def compensate(self, run_id: str) -> Run:
-        """Stop the run's steps and compensate the finished ones, in reverse order."""
-        return self._operate(run_id, "compensate")
+        While a worker holds the run, the retry is a request it applies after its attempt;
+        *force* breaks its lease instead (a worker known to be dead or hung): the run can be
+        claimed at once, and the old worker's outcome, if it ever comes, is not recorded.
+        """
+        return self._operate(run_id, "retry_now", force)
 
-    def cancel(self, run_id: str) -> Run:
-        """Stop the run where it is: no step or compensation runs for it again (FAILED)."""
-        return self._operate(run_id, "cancel")
+    def compensate(self, run_id: str, *, force: bool = False) -> Run:
+        """Stop the run's steps and compensate the finished ones, in reverse order (*force*:
+        as for :meth:`retry_now`)."""
+        return self._operate(run_id, "compensate", force)
+
+    def cancel(self, run_id: str, *, force: bool = False) -> Run:
+        """Stop the run where it is: no step or compensation runs for it again (FAILED)
+        (*force*: as for :meth:`retry_now`)."""
+        return self._operate(run_id, "cancel", force)
 
     def signal(self, run_id: str, name: str, data: Any = None) -> bool:
         """Send the signal *name*, with *data* (JSON), to the run *run_id*: the run's
@@ -410,8 +462,10 @@ class Orchestrator:
             return None
         return frozenset(s.name for s in definition.steps if isinstance(s, WaitFor))
 
-    def _operate(self, run_id: str, operation: str) -> Run:
-        operate(self.store, run_id, operation)
+    def _operate(self, run_id: str, operation: str, force: bool = False) -> Run:
+        if not isinstance(force, bool):
+            raise TypeError(f"force must be a bool, got {force!r}")
+        operate(self.store, run_id, operation, force=force)
         return self.get(run_id)
 
     # -- running ------------------------------------------------------------------------------

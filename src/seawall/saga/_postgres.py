@@ -34,8 +34,11 @@ class PostgresStore(Store):
     scheme = "postgresql"
     lock_clause = " FOR UPDATE SKIP LOCKED"
 
-    def __init__(self, url: str, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self, url: str, clock: Callable[[], float] | None = None, *, create: bool = True
+    ) -> None:
         super().__init__(url, clock)
+        self.create = create
         try:
             self._conn = psycopg.connect(url, autocommit=True)
         except psycopg.Error as err:
@@ -44,7 +47,10 @@ class PostgresStore(Store):
             ) from err
         self._cache: dict[str, str] = {}
         try:
-            self.migrate()
+            if create:
+                self.migrate()
+            else:
+                self.check_schema()
         except BaseException:
             self._conn.close()
             raise
@@ -109,7 +115,7 @@ class PostgresStore(Store):
         self.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
 
     def clone(self) -> PostgresStore:
-        return PostgresStore(self.url, self._given_clock)
+        return PostgresStore(self.url, self._given_clock, create=self.create)
 
     def close(self) -> None:
         self._conn.close()

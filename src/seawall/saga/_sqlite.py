@@ -21,20 +21,41 @@ class SQLiteStore(Store):
     finished step could run again). Writers take the lock at ``BEGIN IMMEDIATE`` and wait up to
     ``busy_timeout`` for each other; readers never wait."""
 
-    def __init__(self, url: str, path: str, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        path: str,
+        clock: Callable[[], float] | None = None,
+        *,
+        create: bool = True,
+    ) -> None:
         super().__init__(url, clock)
         self.path = path
+        self.create = create
         directory = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(directory):
             raise ValueError(f"url: the directory of the SQLite file does not exist: {directory}")
+        if not create and not os.path.isfile(path):
+            # A mistyped path must not read as an empty store (nor become one).
+            raise ValueError(
+                f"url: no saga store at {os.path.abspath(path)}: the file does not exist"
+            )
         self._conn = sqlite3.connect(
             path, isolation_level=None, check_same_thread=False, timeout=60.0
         )
         self._lock = threading.Lock()
         try:
             self._conn.execute("PRAGMA busy_timeout = 60000")
-            self.migrate()
-            self._conn.execute("PRAGMA journal_mode = WAL")
+            if create:
+                self.migrate()
+                self._conn.execute("PRAGMA journal_mode = WAL")
+            else:
+                try:
+                    self.check_schema()
+                except sqlite3.DatabaseError as err:
+                    raise ValueError(
+                        f"url: {os.path.abspath(path)} is not a saga store: {err}"
+                    ) from None
             self._conn.execute("PRAGMA synchronous = FULL")
         except BaseException:
             self._conn.close()
@@ -65,7 +86,7 @@ class SQLiteStore(Store):
         return bool(rows)
 
     def clone(self) -> SQLiteStore:
-        return SQLiteStore(self.url, self.path, self._given_clock)
+        return SQLiteStore(self.url, self.path, self._given_clock, create=self.create)
 
     def close(self) -> None:
         self._conn.close()

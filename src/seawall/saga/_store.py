@@ -74,6 +74,8 @@ _UPDATE_STEP: Final = (
     "retry_state = ?, started_at = ?, finished_at = ?, updated_at = ? "
     "WHERE run_id = ? AND position = ?"
 )
+#: Run ids per query of their steps.
+_STEPS_CHUNK: Final = 500
 _INSERT_HISTORY: Final = (
     f"INSERT INTO seawall_saga_history ({HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
@@ -152,16 +154,18 @@ class Store:
 
     def _steps(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:
         found: dict[str, list[StepRow]] = {r: [] for r in run_ids}
-        if not run_ids:
-            return found
-        marks = ", ".join("?" * len(run_ids))
-        rows = self.execute(
-            f"SELECT {STEP_COLUMNS} FROM seawall_saga_steps WHERE run_id IN ({marks}) "
-            "ORDER BY run_id, position",
-            tuple(run_ids),
-        ).fetchall()
-        for row in rows:
-            found[row[0]].append(StepRow.from_row(row))
+        # In chunks: a statement takes a bounded number of parameters (SQLite's limit was 999
+        # before 3.32; PostgreSQL's is 65,535), and an operator may list many runs.
+        for start in range(0, len(run_ids), _STEPS_CHUNK):
+            chunk = tuple(run_ids[start : start + _STEPS_CHUNK])
+            marks = ", ".join("?" * len(chunk))
+            rows = self.execute(
+                f"SELECT {STEP_COLUMNS} FROM seawall_saga_steps WHERE run_id IN ({marks}) "
+                "ORDER BY run_id, position",
+                chunk,
+            ).fetchall()
+            for row in rows:
+                found[row[0]].append(StepRow.from_row(row))
         return found
 
     def _with_steps(self, rows: Sequence[Sequence[Any]]) -> list[Loaded]:
@@ -465,6 +469,151 @@ class Store:
         ).fetchall()
         return self._with_steps(rows)
 
+    def find_runs(
+        self,
+        now: float,
+        *,
+        status: str | None = None,
+        saga: str | None = None,
+        stuck_after: float | None = None,
+        older_than: float | None = None,
+        error_contains: str | None = None,
+        limit: int,
+    ) -> list[Loaded]:
+        """The latest runs (most recently changed first) that match every filter given, judged
+        at the store's time *now*.
+
+        Args:
+            now: the store's time (:meth:`now`).
+            status: only runs in this status.
+            saga: only runs of this saga.
+            stuck_after: only stuck runs: NEEDS_ATTENTION, or overdue by this many seconds
+                (see :meth:`overdue_clause`).
+            older_than: only runs unchanged for at least this many seconds.
+            error_contains: only runs whose reason or a step's last error contains this text
+                (case-insensitive for ASCII letters; ``%`` and ``_`` are plain characters).
+            limit: at most this many runs.
+        """
+        clause, params = self._filters(now, status, saga, stuck_after, older_than, error_contains)
+        rows = self.execute(
+            f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs{clause} "
+            "ORDER BY updated_at DESC, run_id LIMIT ?",
+            (*params, limit),
+        ).fetchall()
+        return self._with_steps(rows)
+
+    def find_run_ids(
+        self,
+        now: float,
+        *,
+        status: str | None = None,
+        saga: str | None = None,
+        stuck_after: float | None = None,
+        older_than: float | None = None,
+        error_contains: str | None = None,
+        limit: int,
+    ) -> list[str]:
+        """The ids of the runs :meth:`find_runs` finds, in its order (without their rows: for
+        bulk operations, which load each run as they change it)."""
+        clause, params = self._filters(now, status, saga, stuck_after, older_than, error_contains)
+        rows = self.execute(
+            f"SELECT run_id FROM seawall_saga_runs{clause} "
+            "ORDER BY updated_at DESC, run_id LIMIT ?",
+            (*params, limit),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def _filters(
+        self,
+        now: float,
+        status: str | None,
+        saga: str | None,
+        stuck_after: float | None,
+        older_than: float | None,
+        error_contains: str | None,
+    ) -> tuple[str, list[Any]]:
+        where: list[str] = []
+        params: list[Any] = []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if saga is not None:
+            where.append("saga = ?")
+            params.append(saga)
+        if stuck_after is not None:
+            clause, values = self.overdue_clause(now, stuck_after)
+            where.append(f"(status = ? OR {clause})")
+            params += [Status.NEEDS_ATTENTION.value, *values]
+        if older_than is not None:
+            where.append("updated_at <= ?")
+            params.append(now - older_than)
+        if error_contains:
+            # LIKE with its wildcards escaped: the operator's text matches as written.
+            escaped = error_contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            pattern = f"%{escaped}%"
+            where.append(
+                "(LOWER(COALESCE(reason, '')) LIKE LOWER(?) ESCAPE '\\' OR EXISTS "
+                "(SELECT 1 FROM seawall_saga_steps AS s WHERE s.run_id = seawall_saga_runs.run_id "
+                "AND LOWER(s.last_error) LIKE LOWER(?) ESCAPE '\\'))"
+            )
+            params += [pattern, pattern]
+        return (f" WHERE {' AND '.join(where)}" if where else ""), params
+
+    def overdue_clause(self, now: float, after: float) -> tuple[str, tuple[Any, ...]]:
+        """The SQL condition (and its parameters) of an overdue run at the store's time *now*:
+        an active run whose lease expired, or whose work has been due, unclaimed, for more
+        than *after* seconds. :func:`seawall.saga._operations.is_overdue` is the same test on
+        a row in memory."""
+        active = ", ".join(repr(s) for s in ACTIVE_STATUSES)
+        return (
+            f"(status IN ({active}) AND due_at IS NOT NULL AND ("
+            "(lease_owner IS NOT NULL AND due_at <= ?) OR "
+            "(lease_owner IS NULL AND due_at < ?)))",
+            (now, now - after),
+        )
+
+    def counts_by_saga(self, now: float, overdue_after: float) -> dict[str, dict[str, int]]:
+        """How many runs each saga has in each status, and, under the key ``"overdue"`` of
+        each saga, how many of its active runs are overdue by *overdue_after* seconds at the
+        store's time *now* (a status is never spelled so: statuses are upper-case)."""
+        found: dict[str, dict[str, int]] = {}
+        rows = self.execute(
+            "SELECT saga, status, COUNT(*) FROM seawall_saga_runs GROUP BY saga, status"
+        ).fetchall()
+        for saga, status, n in rows:
+            found.setdefault(str(saga), {"overdue": 0})[str(status)] = int(n)
+        clause, values = self.overdue_clause(now, overdue_after)
+        rows = self.execute(
+            f"SELECT saga, COUNT(*) FROM seawall_saga_runs WHERE {clause} GROUP BY saga", values
+        ).fetchall()
+        for saga, n in rows:
+            found.setdefault(str(saga), {"overdue": 0})["overdue"] = int(n)
+        return found
+
+    def check_schema(self) -> None:
+        """Check, without writing, that the store holds saga tables of this seawall's schema
+        version (for reads and operators' tools, which never create or migrate a store).
+
+        Raises:
+            ValueError: the database holds no saga store.
+            SchemaVersionError: the schema is of another version.
+        """
+        if not self.has_schema_table():
+            raise ValueError(f"url: no saga store in {self.redacted()} (no seawall_saga tables)")
+        rows = self.execute("SELECT MAX(version) FROM seawall_saga_schema").fetchall()
+        version = int(rows[0][0] or 0) if rows else 0
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"the saga store {self.redacted()} has schema version {version}, newer than "
+                f"this seawall's ({SCHEMA_VERSION}); upgrade seawall"
+            )
+        if version < SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"the saga store {self.redacted()} has schema version {version}, older than "
+                f"this seawall's ({SCHEMA_VERSION}); a worker (saga.Orchestrator) of this "
+                "version migrates it when it starts"
+            )
+
     def counts(self) -> dict[str, int]:
         rows = self.execute(
             "SELECT status, COUNT(*) FROM seawall_saga_runs GROUP BY status"
@@ -477,6 +626,18 @@ class Store:
             (run_id,),
         ).fetchall()
         return [HistoryRow(*row) for row in rows]
+
+    def latest_history(self, run_id: str, limit: int) -> tuple[list[HistoryRow], int]:
+        """The run's last *limit* history lines, oldest first, and how many it has in all."""
+        rows = self.execute(
+            f"SELECT {HISTORY_COLUMNS} FROM seawall_saga_history WHERE run_id = ? "
+            "ORDER BY id DESC LIMIT ?",
+            (run_id, limit),
+        ).fetchall()
+        total = self.execute(
+            "SELECT COUNT(*) FROM seawall_saga_history WHERE run_id = ?", (run_id,)
+        ).fetchall()
+        return [HistoryRow(*row) for row in reversed(rows)], int(total[0][0])
 
     def next_due(self, sagas: Sequence[str]) -> float | None:
         """The earliest due time of a run of *sagas* (``None`` if none has work)."""

@@ -10,7 +10,7 @@ from seawall.saga._store import Store
 __all__ = ["open_store"]
 
 
-def open_store(url: str, clock: Callable[[], float] | None = None) -> Store:
+def open_store(url: str, clock: Callable[[], float] | None = None, *, create: bool = True) -> Store:
     """The store for *url*: ``sqlite:///relative.db``, ``sqlite:////absolute/path.db``, or
     ``postgresql://user@host:port/dbname`` (extra ``postgres``).
 
@@ -19,10 +19,15 @@ def open_store(url: str, clock: Callable[[], float] | None = None) -> Store:
     machine; for SQLite, ``time.time()``: a SQLite file is shared only by the processes of one
     machine, which read one system clock. A virtual clock is given in tests and simulations.
 
+    With *create* false (what reads and operators' tools use), the store must exist at the
+    schema version of this seawall: nothing is created or migrated, and a mistyped SQLite path
+    is an error naming it, not an empty store.
+
     Raises:
         TypeError: *url* is not a str.
         ValueError: the scheme is unknown, or the URL is malformed.
-        SchemaVersionError: the store was written by a newer seawall.
+        SchemaVersionError: the store was written by a newer seawall (or, with *create*
+            false, an older one whose workers have not migrated it yet).
     """
     if not isinstance(url, str):
         raise TypeError(f"url must be a str such as 'sqlite:///saga.db', got {url!r}")
@@ -38,11 +43,11 @@ def open_store(url: str, clock: Callable[[], float] | None = None) -> Store:
             raise ValueError(
                 f"url: the saga store must be a file that every worker opens, got {url!r}"
             )
-        return SQLiteStore(url, path, clock)
+        return SQLiteStore(url, path, clock, create=create)
     if scheme in ("postgresql", "postgres"):
         from seawall.saga._postgres import PostgresStore
 
-        return PostgresStore(url, clock)
+        return PostgresStore(url, clock, create=create)
     raise ValueError(
         f"url: unknown store scheme {scheme!r} in {url!r}; use sqlite:/// or postgresql://"
     )

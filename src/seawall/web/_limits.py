@@ -106,17 +106,20 @@ class Bounded:
     """The ASGI layer around the page's application that bounds every HTTP request.
 
     - size: a query string over :data:`MAX_QUERY` bytes is answered ``414``, a request with a
-      body ``413`` (the page only reads);
+      body ``413`` (the page only reads), or with *max_body*, a body longer than that many
+      bytes or of no declared length (the store view's small forms);
     - time: a request not answered within *time_limit* seconds is cancelled and answered
       ``503`` with a ``Retry-After``;
     - a client that leaves: its request is cancelled at once (work waiting for a place never
       starts, an experiment's process is stopped).
     """
 
-    def __init__(self, app: ASGIApp, *, time_limit: float) -> None:
+    def __init__(self, app: ASGIApp, *, time_limit: float, max_body: int = 0) -> None:
         _check_positive("time_limit", time_limit)
+        _check_count("max_body", max_body, 0)
         self.app = app
         self.time_limit = time_limit
+        self.max_body = max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -134,13 +137,46 @@ class Bounded:
         headers = dict(scope.get("headers", ()))
         length = headers.get(b"content-length", b"0").strip()
         if b"transfer-encoding" in headers or length not in (b"", b"0"):
+            if self.max_body and b"transfer-encoding" not in headers and length.isdigit():
+                if int(length) <= self.max_body:
+                    return None
+                return _json(413, {"error": f"the request body is over {self.max_body} bytes"})
             return _json(413, {"error": "the page's endpoints take no request body"})
         return None
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+        """The request's body, at most *max_body* bytes; ``None`` if the client left or sent
+        more than it declared."""
+        headers = dict(scope.get("headers", ()))
+        length = headers.get(b"content-length", b"0").strip()
+        if not self.max_body or length in (b"", b"0"):
+            return b""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > int(length):
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
 
     async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
         gone = anyio.Event()
         given = False
+        body: bytes | None = None  # stays None if the body is not in within the time limit
+        with anyio.move_on_after(self.time_limit):
+            body = await self._read_body(scope, receive)
+        if body is None:
+            await _json(400, {"error": "the request body was cut short or too long"})(
+                scope, receive, send
+            )
+            return
 
         async def tracked_send(message: Message) -> None:
             nonlocal started
@@ -149,12 +185,12 @@ class Bounded:
             await send(message)
 
         async def app_receive() -> Message:
-            # The request has no body (refused above): one empty chunk, then, if the
-            # application asks again, the client's departure.
+            # The body (empty, or read above): one chunk, then, if the application asks
+            # again, the client's departure.
             nonlocal given
             if not given:
                 given = True
-                return {"type": "http.request", "body": b"", "more_body": False}
+                return {"type": "http.request", "body": body, "more_body": False}
             await gone.wait()
             return {"type": "http.disconnect"}
 

@@ -1,0 +1,132 @@
+"""The store view (``seawall web --store``) on each store, SQLite and PostgreSQL: its queries,
+its store's clock and its actions, served on a loopback port (the page itself is tested in
+``tests/web``)."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import seawall
+from seawall import saga
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+START = 1_700_000_000.0
+
+
+def get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return str(response.read().decode())
+
+
+@pytest.fixture
+def view(store_url: str) -> Iterator[tuple[str, str]]:
+    import uvicorn
+
+    from seawall.web import create_store_app
+
+    clock = seawall.VirtualClock(start=START)
+    flow = saga.Saga("order", [saga.Step("charge", _charge, on_exhausted="park")])
+    with saga.Orchestrator(store_url, [flow], clock=clock, hooks=()) as orch:
+        orch.start("order", {"ok": False}, run_id="parked")
+        orch.start("order", {"ok": True}, run_id="paid")
+        orch.run_due()
+    app: Any = create_store_app(store_url, allow_actions=True)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", store_url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+        app.state.store_view.close()
+
+
+def _charge(ctx: saga.StepContext) -> str:
+    if not ctx.input["ok"]:
+        raise seawall.Permanent("card declined")
+    return "paid"
+
+
+def test_the_view_reads_and_acts_on_each_store(view: tuple[str, str]) -> None:
+    base, store_url = view
+    page = get(base + "/?error=DECLINED")
+    latest = page[page.index("id='latest'") :]
+    assert re.findall(r"<a href='/run\?id=[^']*'>([^<]*)</a>", latest) == ["parked"]
+    counts = page[page.index("id='counts'") : page.index("id='stuck'")]
+    assert re.findall(r"<th scope='col'>([^<]*)</th>", counts) == [
+        "saga",
+        "NEEDS_ATTENTION",
+        "SUCCEEDED",
+        "overdue",
+    ]
+    run = get(base + "/run?id=parked")
+    assert "Permanent: card declined" in run and "<dt>lease</dt><dd>none</dd>" in run
+    token = re.search(r"name='csrf' value='([^']+)'", run)
+    assert token is not None
+    form = urllib.parse.urlencode({"csrf": token.group(1), "run": "parked", "op": "compensate"})
+    request = urllib.request.Request(base + "/action", data=form.encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=60) as response:  # follows the 303
+        assert response.url.endswith("/run?id=parked&done=applied")
+        shown = response.read().decode()
+    assert "<span id='run-status' class='status'>COMPENSATING</span>" in shown
+    with saga.Orchestrator(
+        store_url, [saga.Saga("order", [saga.Step("charge", _charge)])], hooks=()
+    ) as orch:
+        assert orch.get("parked").status is saga.Status.COMPENSATING
+
+
+def test_the_view_reconnects_after_the_database_drops_it(pg_url: str) -> None:
+    import urllib.error
+
+    import psycopg
+    import uvicorn
+
+    from seawall.web import create_store_app
+
+    flow = saga.Saga("order", [saga.Step("charge", _charge, on_exhausted="park")])
+    with saga.Orchestrator(pg_url, [flow], hooks=()) as orch:
+        orch.start("order", {"ok": False}, run_id="parked")
+        orch.run_due()
+    app: Any = create_store_app(pg_url)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        assert "parked" in get(base + "/run?id=parked")
+        # A restart or a failover, as the view sees it: its connection is gone.
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        with pytest.raises(urllib.error.HTTPError) as info:
+            get(base + "/run?id=parked")
+        assert info.value.code == 503
+        assert info.value.headers["Retry-After"] == "1"
+        message = info.value.read().decode()
+        assert "cannot be reached now" in message and "password" not in message
+        assert "parked" in get(base + "/run?id=parked")  # on a new connection
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+        app.state.store_view.close()
