@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from seawall._core.redact import redact_text
 from seawall.saga._store import Store
 
 __all__ = ["SQLiteStore"]
@@ -26,7 +27,8 @@ class SQLiteStore(Store):
         self.path = path
         directory = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(directory):
-            raise ValueError(f"url: the directory of the SQLite file does not exist: {directory}")
+            shown = redact_text(directory)  # a query (?password=a/b) may look like a directory
+            raise ValueError(f"url: the directory of the SQLite file does not exist: {shown}")
         self._conn = sqlite3.connect(
             path, isolation_level=None, check_same_thread=False, timeout=60.0
         )

@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
+from seawall._core.redact import REDACTED, redact_text
 from seawall.saga._sqlite import SQLiteStore
 from seawall.saga._store import Store
 
-__all__ = ["open_store"]
+__all__ = ["open_store", "shown"]
+
+# A URL scheme (RFC 3986): anything else before "://" is not one, and may be a password.
+_SCHEME = re.compile(r"[a-z][a-z0-9+.\-]*")
+
+
+def shown(url: object) -> str:
+    """*url* as a message repeats it (its repr): a password in the user info or the query
+    (``?password=``, ``sslpassword=``, a token) replaced by ``[redacted]``, as
+    :func:`~seawall.instrumentation.redact_text` does, also when the URL is malformed (no
+    ``scheme://``: everything up to its last ``@`` may be user info)."""
+    if isinstance(url, (bytes, bytearray)):
+        url = bytes(url).decode("utf-8", "replace")
+    if isinstance(url, str) and "@" in url:
+        scheme, sep, _ = url.partition("://")
+        if not sep or not _SCHEME.fullmatch(scheme.lower()):
+            url = REDACTED + url[url.rindex("@") :]
+    return redact_text(repr(url))
 
 
 def open_store(url: str, clock: Callable[[], float] | None = None) -> Store:
@@ -25,18 +44,20 @@ def open_store(url: str, clock: Callable[[], float] | None = None) -> Store:
         SchemaVersionError: the store was written by a newer seawall.
     """
     if not isinstance(url, str):
-        raise TypeError(f"url must be a str such as 'sqlite:///saga.db', got {url!r}")
+        raise TypeError(f"url must be a str such as 'sqlite:///saga.db', got {shown(url)}")
     scheme, sep, rest = url.partition("://")
     scheme = scheme.lower()
-    if not sep:
-        raise ValueError(f"url must start with a scheme (sqlite:/// or postgresql://), got {url!r}")
+    if not sep or not _SCHEME.fullmatch(scheme):
+        raise ValueError(
+            f"url must start with a scheme (sqlite:/// or postgresql://), got {shown(url)}"
+        )
     if scheme == "sqlite":
         if not rest.startswith("/") or rest == "/":
-            raise ValueError(f"url: a SQLite URL is sqlite:///path/to/file.db, got {url!r}")
+            raise ValueError(f"url: a SQLite URL is sqlite:///path/to/file.db, got {shown(url)}")
         path = rest[1:]
         if path == ":memory:" or path.startswith("file:"):
             raise ValueError(
-                f"url: the saga store must be a file that every worker opens, got {url!r}"
+                f"url: the saga store must be a file that every worker opens, got {shown(url)}"
             )
         return SQLiteStore(url, path, clock)
     if scheme in ("postgresql", "postgres"):
@@ -44,5 +65,5 @@ def open_store(url: str, clock: Callable[[], float] | None = None) -> Store:
 
         return PostgresStore(url, clock)
     raise ValueError(
-        f"url: unknown store scheme {scheme!r} in {url!r}; use sqlite:/// or postgresql://"
+        f"url: unknown store scheme {scheme!r} in {shown(url)}; use sqlite:/// or postgresql://"
     )
