@@ -2,8 +2,11 @@
 
 Each contender runs in a fresh interpreter: import the library, decorate a function, call it
 once; the time is measured inside the process (from before the import to after the call), so
-the interpreter's own start is left out. The contenders are interleaved (A B C ... A B C ...)
-over several rounds and each row shows the best time and its ratio to seawall's. Bytecode is
+the interpreter's own start is left out. The contenders are interleaved over several rounds
+(A B C ..., then B C ... A: each round starts one further on, so that none always runs first),
+each round's times are shown as ratios to seawall's time in that round, and each row gives the
+median time and the median of its per-round ratios (a noisy round moves every contender of it
+alike, so the ratio is steadier than the times). Bytecode is
 cached for every contender, as after an install (a cache directory of this run's own), and a
 first round that writes the cache is not counted. With ``--no-bytecode-cache`` nothing new is
 cached (``PYTHONDONTWRITEBYTECODE``): a source checkout on the path is compiled on every run,
@@ -20,6 +23,7 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,17 +61,26 @@ def main() -> None:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
         for name in names:  # writes the bytecode cache; not counted
             run_once(name, env)
-        best = {name: float("inf") for name in names}
-        for _ in range(args.rounds):
-            for name in names:
-                best[name] = min(best[name], run_once(name, env))
+        rounds: list[dict[str, float]] = []
+        for r in range(args.rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            rounds.append({name: run_once(name, env) for name in order})
     versions = ", ".join(f"{n} {importlib.metadata.version(n)}" for n in names)
     print(f"Python {platform.python_version()}, {os.cpu_count()} CPUs; {versions}")
     cached = "no new bytecode cached" if args.no_bytecode_cache else "bytecode cached"
-    print(f"best of {args.rounds} rounds ({cached}): import, decorate, first call")
+    print(f"{args.rounds} interleaved rounds ({cached}): import, decorate, first call")
+    print("each round, as a ratio to seawall's time in that round:")
+    print("  round  seawall ms  " + "  ".join(f"{n:>9}" for n in names if n != "seawall"))
+    for r, times in enumerate(rounds, 1):
+        ratios = "  ".join(
+            f"{times[n] / times['seawall']:8.2f}x" for n in names if n != "seawall"
+        )
+        print(f"  {r:>5}  {times['seawall'] * 1e3:10.1f}  {ratios}")
+    print("median over the rounds:")
     for name in names:
-        ratio = best[name] / best["seawall"]
-        print(f"  {name:<9} {best[name] * 1e3:7.1f} ms  {ratio:5.2f} x seawall")
+        median = statistics.median(times[name] for times in rounds)
+        ratio = statistics.median(times[name] / times["seawall"] for times in rounds)
+        print(f"  {name:<9} {median * 1e3:7.1f} ms  {ratio:5.2f} x seawall")
 
 
 if __name__ == "__main__":

@@ -632,6 +632,18 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``seawall`` command; returns the exit status."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C, at any point: while the command imports what it needs as well as in a run.
+        sys.stderr.write("\nseawall: interrupted\n")
+        return EXIT_INTERRUPTED
+    except _Terminated:
+        sys.stderr.write("seawall: terminated\n")
+        return EXIT_TERMINATED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     serves_page = bool(words) and (words[0] == "web" or (words[0] == "demo" and "--web" in words))
     if not words or not (words[0] == "saga" or serves_page):
@@ -713,12 +725,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"seawall: internal error: {type(err).__name__}: {_said(err)}; please report it\n"
             )
             return EXIT_INTERNAL
-    except KeyboardInterrupt:
-        sys.stderr.write("\nseawall: interrupted\n")
-        return EXIT_INTERRUPTED
-    except _Terminated:
-        sys.stderr.write("seawall: terminated\n")
-        return EXIT_TERMINATED
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
