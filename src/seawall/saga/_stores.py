@@ -2,31 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
-from seawall._core.redact import REDACTED, redact_text
+from seawall._core.redact import is_scheme, redact_repr
 from seawall.saga._sqlite import SQLiteStore
 from seawall.saga._store import Store
 
-__all__ = ["open_store", "shown"]
-
-# A URL scheme (RFC 3986): anything else before "://" is not one, and may be a password.
-_SCHEME = re.compile(r"[a-z][a-z0-9+.\-]*")
-
-
-def shown(url: object) -> str:
-    """*url* as a message repeats it (its repr): a password in the user info or the query
-    (``?password=``, ``sslpassword=``, a token) replaced by ``[redacted]``, as
-    :func:`~seawall.instrumentation.redact_text` does, also when the URL is malformed (no
-    ``scheme://``: everything up to its last ``@`` may be user info)."""
-    if isinstance(url, (bytes, bytearray)):
-        url = bytes(url).decode("utf-8", "replace")
-    if isinstance(url, str) and "@" in url:
-        scheme, sep, _ = url.partition("://")
-        if not sep or not _SCHEME.fullmatch(scheme.lower()):
-            url = REDACTED + url[url.rindex("@") :]
-    return redact_text(repr(url))
+__all__ = ["open_store"]
 
 
 def open_store(url: str, clock: Callable[[], float] | None = None) -> Store:
@@ -43,21 +25,20 @@ def open_store(url: str, clock: Callable[[], float] | None = None) -> Store:
         ValueError: the scheme is unknown, or the URL is malformed.
         SchemaVersionError: the store was written by a newer seawall.
     """
+    shown = redact_repr(url)  # as the errors below repeat it: no password
     if not isinstance(url, str):
-        raise TypeError(f"url must be a str such as 'sqlite:///saga.db', got {shown(url)}")
+        raise TypeError(f"url must be a str such as 'sqlite:///saga.db', got {shown}")
     scheme, sep, rest = url.partition("://")
     scheme = scheme.lower()
-    if not sep or not _SCHEME.fullmatch(scheme):
-        raise ValueError(
-            f"url must start with a scheme (sqlite:/// or postgresql://), got {shown(url)}"
-        )
+    if not sep or not is_scheme(scheme):
+        raise ValueError(f"url must start with a scheme (sqlite:/// or postgresql://), got {shown}")
     if scheme == "sqlite":
         if not rest.startswith("/") or rest == "/":
-            raise ValueError(f"url: a SQLite URL is sqlite:///path/to/file.db, got {shown(url)}")
+            raise ValueError(f"url: a SQLite URL is sqlite:///path/to/file.db, got {shown}")
         path = rest[1:]
         if path == ":memory:" or path.startswith("file:"):
             raise ValueError(
-                f"url: the saga store must be a file that every worker opens, got {shown(url)}"
+                f"url: the saga store must be a file that every worker opens, got {shown}"
             )
         return SQLiteStore(url, path, clock)
     if scheme in ("postgresql", "postgres"):
@@ -65,5 +46,5 @@ def open_store(url: str, clock: Callable[[], float] | None = None) -> Store:
 
         return PostgresStore(url, clock)
     raise ValueError(
-        f"url: unknown store scheme {scheme!r} in {shown(url)}; use sqlite:/// or postgresql://"
+        f"url: unknown store scheme {scheme!r} in {shown}; use sqlite:/// or postgresql://"
     )
