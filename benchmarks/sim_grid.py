@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
 from collections.abc import Callable
 from typing import Any
+
+from _interleaved import best_of
 
 from seawall.sim._grid import run_grid
 from seawall.sim._published import scenario_parameters
@@ -50,13 +51,7 @@ def main() -> None:
             "occ", params, grid, [0], workers=2, engine="dask"
         ),
     }
-    best = {name: float("inf") for name in contenders}
-    results: dict[str, Any] = {}
-    for _ in range(args.repeats):
-        for name, fn in contenders.items():
-            t0 = time.perf_counter()
-            results[name] = fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
+    best, results = best_of(contenders, args.repeats)
     reference = results["1 process"]
     base = best["1 process"]
     print()

@@ -124,3 +124,46 @@ def test_redact_text_removes_passwords_tokens_and_secret_headers(text: str, kept
 )
 def test_redact_text_leaves_settings_that_only_sound_secret(text: str) -> None:
     assert redact_text(text) == text
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "app:pw-secret@db.internal/app",  # no scheme: all before the @ may be user info
+        "postgresql//app:pw-secret@db/app",  # a scheme missing its colon
+        "app:pw-secret@db/x://y",  # what stands before :// is no scheme
+        "https://app:pw-secret@api.example.com/v1",
+        "api.example.com/v1?token=pw-secret",
+        b"redis://:pw-secret@cache:6379/0",
+        {"password": "pw-secret"},
+    ],
+)
+def test_redact_repr_hides_secrets_of_malformed_urls_too(value: object) -> None:
+    from seawall._core.redact import redact_repr
+
+    shown = redact_repr(value)
+    assert "pw-secret" not in shown and REDACTED in shown, shown
+
+
+def test_redact_repr_keeps_what_is_not_secret() -> None:
+    from seawall._core.redact import redact_repr
+
+    assert redact_repr("mysql://db/app") == "'mysql://db/app'"
+    assert redact_repr(42) == "42"
+    assert redact_repr("user@example.com") == "'[redacted]@example.com'"  # no scheme: hidden
+
+
+def test_refused_urls_of_other_entry_points_hide_their_secrets() -> None:
+    from seawall.redis import _origin
+    from seawall.sim._probe import check_target
+
+    for refuse, url in (
+        (_origin, "app:pw-secret@api.example.com/v1?token=pw-secret"),
+        (_origin, b"https://app:pw-secret@api.example.com"),
+        (check_target, "ftp://app:pw-secret@127.0.0.1/?token=pw-secret"),
+        (check_target, "app:pw-secret@127.0.0.1"),
+    ):
+        with pytest.raises((TypeError, ValueError)) as info:
+            refuse(url)  # type: ignore[operator]
+        assert "pw-secret" not in str(info.value), info.value
+        assert str(info.value).startswith(("hosts must", "url must")), info.value

@@ -87,3 +87,43 @@ def test_the_deadline_and_the_attempt_block_use_it() -> None:
     # the jittered wait before attempt 2).
     assert [m.partition(" (")[0] for m in messages] == ["attempt 2 timed out after 1.000 s"]
     assert isinstance(passed.value.__cause__, TimeoutError)
+
+
+class _ClientTimeout(Exception):
+    """What a client library raises when its request times out."""
+
+
+def test_the_http_attempt_bound_uses_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from seawall._core import compat
+    from seawall._policy.http.drive import within
+
+    scopes: list[TimeoutScope] = []
+
+    class Counted(TimeoutScope):
+        __slots__ = ()
+
+        async def __aenter__(self) -> TimeoutScope:
+            scopes.append(self)
+            return await super().__aenter__()
+
+    monkeypatch.setattr(compat, "TimeoutScope", Counted)
+
+    async def slow() -> str:
+        await asyncio.sleep(5.0)
+        return "late"
+
+    async def own() -> str:
+        raise TimeoutError("the request's own")
+
+    async def quick() -> str:
+        await asyncio.sleep(0.5)
+        return "in time"
+
+    with pytest.raises(_ClientTimeout, match=r"ran out of time after 1\.000 s") as caught:
+        run(within(slow(), 1.0, _ClientTimeout))
+    assert isinstance(caught.value.__cause__, TimeoutError)
+    with pytest.raises(TimeoutError, match="the request's own"):
+        run(within(own(), 1.0, _ClientTimeout))
+    assert run(within(quick(), 1.0, _ClientTimeout)) == "in time"
+    assert run(within(quick(), float("inf"), _ClientTimeout)) == "in time"
+    assert [scope.seconds for scope in scopes] == [1.0, 1.0, 1.0]  # none for no limit

@@ -42,9 +42,18 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise _Terminated
 
 
-def _is_store_error(err: BaseException) -> bool:
+def _is_store_error(err: BaseException | None) -> bool:
     """Whether *err* is the database's own (SQLite's or PostgreSQL's driver)."""
     return type(err).__module__.partition(".")[0] in ("sqlite3", "psycopg")
+
+
+def _store_refused(store: str, why: object) -> int:
+    """The database refused (a read-only file, a full disk, a lost connection): the store's
+    state, not a bug of seawall; one line, exit status 1."""
+    sys.stderr.write(
+        f"seawall: error: the saga store {_said(store)} refused the operation: {_said(str(why))}\n"
+    )
+    return EXIT_INTERNAL
 
 
 def _said(err: BaseException | str) -> str:
@@ -656,6 +665,18 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``seawall`` command; returns the exit status."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C, at any point: while the command imports what it needs as well as in a run.
+        sys.stderr.write("\nseawall: interrupted\n")
+        return EXIT_INTERRUPTED
+    except _Terminated:
+        sys.stderr.write("seawall: terminated\n")
+        return EXIT_TERMINATED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     serves_page = bool(words) and (words[0] == "web" or (words[0] == "demo" and "--web" in words))
     if not words or not (words[0] == "saga" or serves_page):
@@ -723,29 +744,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.write(f"seawall: error: {_said(err)}\n")
             return EXIT_INTERNAL
         except OSError as err:
+            if args.command == "saga" and _is_store_error(err.__cause__):
+                # The store turned the database's refusal into the path and its cause.
+                return _store_refused(args.store, err.strerror or err)
             # Writing a result (a plot, the report) failed after the run: the path is the cause.
             name = f" {_said(err.filename)}" if err.filename else ""
             why = _said(err.strerror or err)
             parser.exit(EXIT_USAGE, f"seawall: error: cannot write{name}: {why}\n")
         except Exception as err:
             if args.command == "saga" and _is_store_error(err):
-                # The database refused (a read-only file, a full disk, a lost connection): the
-                # store's state, not a bug of seawall.
-                sys.stderr.write(
-                    f"seawall: error: the saga store {_said(args.store)} refused the operation: "
-                    f"{type(err).__name__}: {_said(err)}\n"
-                )
-                return EXIT_INTERNAL
+                return _store_refused(args.store, f"{type(err).__name__}: {err}")
             sys.stderr.write(
                 f"seawall: internal error: {type(err).__name__}: {_said(err)}; please report it\n"
             )
             return EXIT_INTERNAL
-    except KeyboardInterrupt:
-        sys.stderr.write("\nseawall: interrupted\n")
-        return EXIT_INTERRUPTED
-    except _Terminated:
-        sys.stderr.write("seawall: terminated\n")
-        return EXIT_TERMINATED
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -6,6 +6,7 @@
 running code without a restart. See ``docs/config.md``.
 """
 
+from seawall._core.public import show_public_module
 from seawall._policy.config import (
     BudgetConfig,
     ConfigError,
@@ -29,3 +30,5 @@ __all__ = [
     "load_config",
     "parse_config",
 ]
+
+show_public_module(__name__, globals())

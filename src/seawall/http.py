@@ -5,6 +5,7 @@ Which methods are idempotent, which statuses are retried, how ``Retry-After`` an
 integrations (:mod:`seawall.httpx`, :mod:`seawall.requests`) take these as arguments.
 """
 
+from seawall._core.public import show_public_module
 from seawall._policy.http import (
     DEFAULT_RETRY_STATUSES,
     DEFAULT_TOTAL_TIMEOUT,
@@ -48,3 +49,5 @@ __all__ = [
     "override",
     "parse_retry_after",
 ]
+
+show_public_module(__name__, globals())

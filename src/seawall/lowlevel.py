@@ -16,6 +16,7 @@ from seawall._core.classify import (
     is_transient,
 )
 from seawall._core.errors import error_summary
+from seawall._core.public import show_public_module
 from seawall._core.switch import one_attempt
 from seawall._strategies.breaker import BreakerEvent, BreakerState, Permit, StateHook
 from seawall._strategies.budget import FirstAttempt, answer_callback, first_attempt_callables
@@ -60,3 +61,5 @@ __all__ = [
     "is_transient",
     "one_attempt",
 ]
+
+show_public_module(__name__, globals())

@@ -6,6 +6,7 @@ scope, clamped to its own maximum, and counts what it saw (:func:`deadline_heade
 The HTTP integrations and the server middleware use these; most code never calls them.
 """
 
+from seawall._core.public import show_public_module
 from seawall._strategies.deadline import (
     DEFAULT_TRANSIT_MARGIN,
     GRPC_TIMEOUT_HEADER,
@@ -39,3 +40,5 @@ __all__ = [
     "encode_request_deadline",
     "timeout_from_headers",
 ]
+
+show_public_module(__name__, globals())

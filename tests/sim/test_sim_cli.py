@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +130,39 @@ def test_ctrl_c_exits_130_without_a_traceback(
     err = capsys.readouterr().err
     assert "interrupted" in err
     assert "Traceback" not in err
+
+
+# Ctrl-C while the command is still importing what it needs (a terminal's SIGINT a moment after
+# Enter): a real SIGINT, sent by the process to itself as the import of `module` begins.
+CTRL_C_DURING_IMPORT = """
+import os, signal, sys
+
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+from seawall.cli import main
+sys.exit(main({argv!r}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "argv"),
+    [
+        ("matplotlib", ["sim", "storm", "--json"]),
+        ("seawall.sim", ["sim", "storm", "--json"]),
+        ("seawall.saga._cli", ["saga", "list", "--store", "sqlite:///unused.db"]),
+    ],
+)
+def test_ctrl_c_while_starting_exits_130_without_a_traceback(module: str, argv: list[str]) -> None:
+    code = CTRL_C_DURING_IMPORT.format(module=module, argv=argv)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stderr == "\nseawall: interrupted\n"
 
 
 @pytest.mark.slow  # every scenario, with plots

@@ -85,6 +85,7 @@ class DeadlineExceeded(TimeoutError):
     """
 
 
+@public("seawall")
 def permanent(exc: E) -> E:
     """Mark an exception instance as never retried, and return it (``raise permanent(e)``)."""
     try:
@@ -97,6 +98,7 @@ def permanent(exc: E) -> E:
 _NEVER_RETRIED: tuple[type[BaseException], ...] = (Permanent, Overloaded, DeadlineExceeded)
 
 
+@public("seawall")
 def is_permanent(exc: BaseException) -> bool:
     """Whether *exc* is never retried, whatever a policy's ``retry_on`` says.
 

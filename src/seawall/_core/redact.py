@@ -15,7 +15,7 @@ import functools
 import re
 from typing import Final, NamedTuple
 
-__all__ = ["REDACTED", "escape_controls", "redact_text", "redact_url"]
+__all__ = ["REDACTED", "escape_controls", "is_scheme", "redact_repr", "redact_text", "redact_url"]
 
 #: What stands in for a removed query string, user info or secret value.
 REDACTED: Final = "[redacted]"
@@ -141,6 +141,30 @@ def redact_text(text: str) -> str:
         if ":" in text:
             text = patterns.header_line.sub(rf"\1\2{REDACTED}", text)
     return text
+
+
+def redact_repr(value: object) -> str:
+    """``repr(value)`` for a message that repeats what it refused (``got {...}``), without
+    secrets: :func:`redact_text` of it, and a URL that is malformed (no ``scheme://``, or a
+    scheme that is not one) has everything up to its last ``@`` hidden, for that may be user
+    info (``"app:password@db/app"``). Bytes are read as UTF-8 text. Never raises.
+    """
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value).decode("utf-8", "replace")
+    if isinstance(value, str) and "@" in value:
+        scheme, sep, _ = value.partition("://")
+        if not sep or not is_scheme(scheme):
+            value = REDACTED + value[value.rindex("@") :]
+    try:
+        shown = repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+    return redact_text(shown)
+
+
+def is_scheme(text: str) -> bool:
+    """Whether *text* is a URL scheme (RFC 3986: a letter, then letters, digits, + - .)."""
+    return text[:1].isalpha() and text.isascii() and all(c.isalnum() or c in "+-." for c in text)
 
 
 def escape_controls(text: str) -> str:

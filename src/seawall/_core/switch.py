@@ -6,6 +6,7 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 
+from seawall._core.public import public
 from seawall._core.runtime import ISOLATED, SWITCH
 
 __all__ = ["ISOLATED", "SWITCH", "is_enabled", "one_attempt", "set_enabled"]
@@ -14,6 +15,7 @@ __all__ = ["ISOLATED", "SWITCH", "is_enabled", "one_attempt", "set_enabled"]
 # The switch itself, and ISOLATED, are process-wide state: kept in the runtime module.
 
 
+@public("seawall")
 def set_enabled(enabled: bool, *, name: str | None = None) -> None:
     """Turn retries on or off at runtime.
 
@@ -41,6 +43,7 @@ def set_enabled(enabled: bool, *, name: str | None = None) -> None:
     SWITCH.disabled_names = frozenset(names)
 
 
+@public("seawall")
 def is_enabled(name: str | None = None) -> bool:
     """Whether retries are on globally and, if *name* is given, for policies of that name."""
     if not SWITCH.enabled:

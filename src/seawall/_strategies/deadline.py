@@ -90,6 +90,7 @@ current_deadline = _DEADLINE.get
 SCOPES: Final = _runtime.SCOPES
 
 
+@public("seawall")
 def remaining() -> float:
     """Seconds left in the ambient deadline (``math.inf`` if none is set)."""
     d = _DEADLINE.get()

@@ -606,6 +606,7 @@ def _failed_last(task: asyncio.Future[Any]) -> int:
     return 1 if task.cancelled() or task.exception() is not None else 0
 
 
+@public("seawall")
 async def hedge(
     fn: Callable[..., Awaitable[T]],
     /,

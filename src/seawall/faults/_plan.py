@@ -73,11 +73,13 @@ class _Numbers:
         return f"nth({', '.join(map(str, sorted(self.numbers)))})"
 
 
+@public("seawall.faults")
 def window(start: float, end: float = float("inf")) -> Schedule:
     """In force from *start* to *end* seconds after the plan started (an outage, a slow spell)."""
     return _Window(start, end)
 
 
+@public("seawall.faults")
 def nth(*numbers: int) -> Schedule:
     """In force for the requests with these numbers (from 1).
 

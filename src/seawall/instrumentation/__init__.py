@@ -10,6 +10,7 @@ Nothing seawall logs or labels carries a secret: errors are logged through :func
 (URLs without query strings or user info), headers never (see ``docs/observability.md``).
 """
 
+from seawall._core.public import show_public_module
 from seawall._core.redact import REDACTED, redact_text, redact_url
 from seawall._strategies.retry import Hook, RetryEvent, logging_hook
 from seawall.instrumentation._core import (
@@ -45,3 +46,5 @@ __all__ = [
     "redact_text",
     "redact_url",
 ]
+
+show_public_module(__name__, globals())

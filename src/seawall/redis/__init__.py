@@ -22,6 +22,7 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import Callable, Iterable
 
+from seawall._core.redact import redact_repr
 from seawall._policy.http import budget_for_host, origin
 from seawall._strategies.budget import RetryBudget
 from seawall.redis._breaker import SharedCircuitBreaker
@@ -95,7 +96,7 @@ def share_hosts(
     """
     factory = host_budgets(fleet, ratio, min_per_second, window)
     if isinstance(hosts, str):
-        raise TypeError(f"hosts must be an iterable of URLs, not one str, got {hosts!r}")
+        raise TypeError(f"hosts must be an iterable of URLs, not one str, got {redact_repr(hosts)}")
     shared = []
     for host in hosts:
         key = _origin(host)
@@ -103,15 +104,15 @@ def share_hosts(
         if isinstance(budget, SharedRetryBudget):
             shared.append(budget)
         else:
-            raise ValueError(f"host {host!r} already has a local budget in this process")
+            raise ValueError(f"host {redact_repr(host)} already has a local budget in this process")
     return shared
 
 
 def _origin(url: str) -> str:
     """The origin of *url*, spelled as the per-host budgets' keys (``"scheme://host[:port]"``)."""
     if not isinstance(url, str):
-        raise TypeError(f"hosts must hold URLs (str), got {url!r}")
+        raise TypeError(f"hosts must hold URLs (str), got {redact_repr(url)}")
     parts = urllib.parse.urlsplit(url.strip())
     if not parts.scheme or not parts.netloc:
-        raise ValueError(f"hosts must hold URLs with a scheme and a host, got {url!r}")
+        raise ValueError(f"hosts must hold URLs with a scheme and a host, got {redact_repr(url)}")
     return origin(f"{parts.scheme}://{parts.netloc}")

@@ -20,7 +20,7 @@ import redis.retry
 from seawall._core.clock import Clock
 from seawall._core.events import check_hooks, emit
 from seawall._core.public import public
-from seawall._core.redact import redact_text
+from seawall._core.redact import redact_repr, redact_text
 from seawall._strategies.backoff import Backoff
 
 __all__ = ["DEFAULT_TIMEOUT", "Fleet", "FleetEvent", "FleetStats", "Member"]
@@ -179,7 +179,8 @@ class Fleet:
             self.client = url  # type: ignore[assignment]
         else:
             raise TypeError(
-                f"url must be a redis:// URL, a redis.Redis or a redis.RedisCluster, got {url!r}"
+                "url must be a redis:// URL, a redis.Redis or a redis.RedisCluster, got "
+                f"{redact_repr(url)}"
             )
         self._scripts: dict[str, Any] = {}
         self._members: list[Member] = []

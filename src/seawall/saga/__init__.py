@@ -14,6 +14,7 @@ Example:
     >>> order = saga.Saga("order", [saga.Step("reserve", lambda ctx: {"ok": True})])
 """
 
+from seawall._core.public import show_public_module
 from seawall.saga._hooks import Hook, logging_hook
 from seawall.saga._metrics import MetricsHook
 from seawall.saga._model import (
@@ -62,3 +63,5 @@ __all__ = [
     "WorkerLost",
     "logging_hook",
 ]
+
+show_public_module(__name__, globals())

@@ -3,15 +3,69 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from types import TracebackType
 from typing import Any
 
+from seawall._core.redact import redact_text
 from seawall.saga._store import Store
 
 __all__ = ["SQLiteStore"]
+
+# SQLite's answers that say the file cannot take a write (their extended codes too, such as
+# SQLITE_READONLY_DIRECTORY), as the error its owner can act on: an errno and what it means.
+_REFUSALS: dict[str, tuple[int, str]] = {
+    "SQLITE_READONLY": (errno.EACCES, "the file is read-only for this process"),
+    "SQLITE_FULL": (errno.ENOSPC, "the disk is full"),
+    "SQLITE_CANTOPEN": (
+        errno.EACCES,
+        "the file cannot be opened or created (is its directory writable?)",
+    ),
+}
+# Before Python 3.11 (no sqlite_errorname): SQLite's messages for those codes.
+_MESSAGES = {
+    "attempt to write a readonly database": "SQLITE_READONLY",
+    "database or disk is full": "SQLITE_FULL",
+    "unable to open database file": "SQLITE_CANTOPEN",
+}
+
+
+def refusal(err: sqlite3.Error, path: str) -> OSError | None:
+    """*err* as an :class:`OSError` naming *path* and the cause (``PermissionError`` for a
+    read-only file or directory, ``errno.ENOSPC`` for a full disk), or ``None`` when SQLite
+    refused for another reason."""
+    name = getattr(err, "sqlite_errorname", None) or _MESSAGES.get(str(err), "")
+    for code, (number, meaning) in _REFUSALS.items():
+        if name == code or name.startswith(code + "_"):
+            return OSError(number, f"{meaning} (SQLite: {err})", path)
+    return None
+
+
+class _Refusals:
+    """Turns SQLite's refusals to write into the :class:`OSError` of :func:`refusal`."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, sqlite3.Error):
+            refused = refusal(exc, self.path)
+            if refused is not None:
+                raise refused from exc
 
 
 class SQLiteStore(Store):
@@ -34,50 +88,71 @@ class SQLiteStore(Store):
         self.create = create
         directory = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(directory):
-            raise ValueError(f"url: the directory of the SQLite file does not exist: {directory}")
+            shown = redact_text(directory)  # a query (?password=a/b) may look like a directory
+            raise ValueError(f"url: the directory of the SQLite file does not exist: {shown}")
         if not create and not os.path.isfile(path):
             # A mistyped path must not read as an empty store (nor become one).
             raise ValueError(
-                f"url: no saga store at {os.path.abspath(path)}: the file does not exist"
+                f"url: no saga store at {redact_text(os.path.abspath(path))}: "
+                "the file does not exist"
             )
-        self._conn = sqlite3.connect(
-            path, isolation_level=None, check_same_thread=False, timeout=60.0
-        )
+        self._refusals = _Refusals(redact_text(os.path.abspath(path)))
+        with self._refusals:
+            self._conn = sqlite3.connect(
+                path, isolation_level=None, check_same_thread=False, timeout=60.0
+            )
         self._lock = threading.Lock()
         try:
-            self._conn.execute("PRAGMA busy_timeout = 60000")
-            if create:
-                self.migrate()
-                self._conn.execute("PRAGMA journal_mode = WAL")
-            else:
-                try:
-                    self.check_schema()
-                except sqlite3.DatabaseError as err:
-                    raise ValueError(
-                        f"url: {os.path.abspath(path)} is not a saga store: {err}"
-                    ) from None
-            self._conn.execute("PRAGMA synchronous = FULL")
+            with self._refusals:
+                self._conn.execute("PRAGMA busy_timeout = 60000")
+                if create:
+                    self.migrate()
+                    self._conn.execute("PRAGMA journal_mode = WAL")
+                else:
+                    try:
+                        self.check_schema()
+                    except sqlite3.DatabaseError as err:
+                        raise ValueError(
+                            f"url: {redact_text(os.path.abspath(path))} is not a saga store: "
+                            f"{err}"
+                        ) from None
+                self._conn.execute("PRAGMA synchronous = FULL")
         except BaseException:
             self._conn.close()
             raise
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._conn.execute(sql, params)
+        with self._refusals:
+            return self._conn.execute(sql, params)
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        self._conn.executemany(sql, rows)
+        with self._refusals:
+            self._conn.executemany(sql, rows)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+        conn = self._conn
+        with self._lock, self._refusals:
+            conn.execute("BEGIN IMMEDIATE")
             try:
                 yield
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                if conn.in_transaction:  # SQLite rolled back already after a full disk
+                    conn.execute("ROLLBACK")
                 raise
-            self._conn.execute("COMMIT")
+            try:
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
             self.commits += 1
+
+    def unavailable(self, exc: BaseException) -> bool:
+        # A full disk or a file made read-only may be put right while the workers wait.
+        return super().unavailable(exc) or (
+            isinstance(exc, OSError) and isinstance(exc.__cause__, sqlite3.OperationalError)
+        )
 
     def has_schema_table(self) -> bool:
         rows = self.execute(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from seawall._core.redact import is_scheme, redact_repr
 from seawall.saga._sqlite import SQLiteStore
 from seawall.saga._store import Store
 
@@ -29,19 +30,20 @@ def open_store(url: str, clock: Callable[[], float] | None = None, *, create: bo
         SchemaVersionError: the store was written by a newer seawall (or, with *create*
             false, an older one whose workers have not migrated it yet).
     """
+    shown = redact_repr(url)  # as the errors below repeat it: no password
     if not isinstance(url, str):
-        raise TypeError(f"url must be a str such as 'sqlite:///saga.db', got {url!r}")
+        raise TypeError(f"url must be a str such as 'sqlite:///saga.db', got {shown}")
     scheme, sep, rest = url.partition("://")
     scheme = scheme.lower()
-    if not sep:
-        raise ValueError(f"url must start with a scheme (sqlite:/// or postgresql://), got {url!r}")
+    if not sep or not is_scheme(scheme):
+        raise ValueError(f"url must start with a scheme (sqlite:/// or postgresql://), got {shown}")
     if scheme == "sqlite":
         if not rest.startswith("/") or rest == "/":
-            raise ValueError(f"url: a SQLite URL is sqlite:///path/to/file.db, got {url!r}")
+            raise ValueError(f"url: a SQLite URL is sqlite:///path/to/file.db, got {shown}")
         path = rest[1:]
         if path == ":memory:" or path.startswith("file:"):
             raise ValueError(
-                f"url: the saga store must be a file that every worker opens, got {url!r}"
+                f"url: the saga store must be a file that every worker opens, got {shown}"
             )
         return SQLiteStore(url, path, clock, create=create)
     if scheme in ("postgresql", "postgres"):
@@ -49,5 +51,5 @@ def open_store(url: str, clock: Callable[[], float] | None = None, *, create: bo
 
         return PostgresStore(url, clock, create=create)
     raise ValueError(
-        f"url: unknown store scheme {scheme!r} in {url!r}; use sqlite:/// or postgresql://"
+        f"url: unknown store scheme {scheme!r} in {shown}; use sqlite:/// or postgresql://"
     )

@@ -15,6 +15,8 @@ scenario functions themselves need nothing beyond seawall.
 
 # Registers the built-in scenarios, in the order the demo shows them: the retry scenarios,
 # then hedging.
+from seawall._core.public import show_public_module
+
 from seawall.sim import _scenarios  # noqa: F401  # isort: skip
 from seawall.sim import _hedge_report  # noqa: F401  # isort: skip
 from seawall.sim._amplify import AMPLIFY_STRATEGIES, AmplifyResult, AmplifyRow, amplify
@@ -69,3 +71,5 @@ __all__ = [
     "storm",
     "sweep",
 ]
+
+show_public_module(__name__, globals())

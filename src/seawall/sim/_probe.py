@@ -46,6 +46,7 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from seawall._core.redact import redact_repr
 from seawall.sim._file import scenario_plan
 from seawall.sim._metastable_model import _policy, _recovery
 from seawall.sim._util import trial_rng
@@ -144,7 +145,7 @@ def check_target(url: str, allow_hosts: Sequence[str] = ()) -> str:
     """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"url must be http:// or https:// with a host, got {url!r}")
+        raise ValueError(f"url must be http:// or https:// with a host, got {redact_repr(url)}")
     host = parts.hostname
     if host in allow_hosts or host == "localhost":
         return url

@@ -112,13 +112,12 @@ async def within(aw: Awaitable[R], seconds: float, timed_out: Callable[[str], Ex
     cancelled and ``timed_out(message)`` is raised (the client library's timeout error)."""
     if seconds == math.inf:
         return await aw
-    from seawall._core.compat import timeout_after  # here: no asyncio import for sync users
+    from seawall._core import compat  # here: no asyncio import for sync users
 
-    scope = timeout_after(seconds)
-    try:
-        async with scope:
-            return await aw
-    except TimeoutError as err:
-        if not scope.expired():
-            raise  # a timeout of the request itself, not of this scope
-        raise timed_out(f"seawall: the attempt ran out of time after {seconds:.3f} s") from err
+    def ran_out(error: TimeoutError, exc: BaseException | None, expired: bool) -> BaseException:
+        if not expired:
+            return error  # a timeout of the request itself, not of this scope
+        return timed_out(f"seawall: the attempt ran out of time after {seconds:.3f} s")
+
+    async with compat.TimeoutScope(seconds, ran_out):
+        return await aw

@@ -118,6 +118,7 @@ def _error_text(error: BaseException | None) -> str:
         return f"<{type(error).__name__}>"
 
 
+@public("seawall")
 def logging_hook(event: RetryEvent) -> None:
     """The default hook: log scheduled retries (INFO) and budget refusals (WARNING) to "seawall"."""
     if event.kind == "give_up":

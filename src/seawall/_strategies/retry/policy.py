@@ -525,6 +525,7 @@ def retry(
 ) -> RetryPolicy: ...
 
 
+@public("seawall")
 def retry(fn: Callable[..., Any] | None = None, /, **kwargs: Any) -> Any:
     """``RetryPolicy(**kwargs)``, read better as a decorator: ``@seawall.retry(max_attempts=5)``.
 
