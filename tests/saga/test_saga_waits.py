@@ -302,8 +302,13 @@ def test_compensating_or_cancelling_a_waiting_run_ends_its_wait(store_url: str) 
 def test_a_signal_that_arrives_as_the_worker_decides_to_wait_wakes_the_run(
     store: str, pg_url: str
 ) -> None:
-    """PostgreSQL: the sender sees the run held by a worker and leaves it to the holder; the
-    holder, which looked before the signal was committed, looks again as it releases the run."""
+    """PostgreSQL: a signal sent while a worker's commit decides that its run waits (the
+    worker looked for the signal, and found none) waits for that commit, which holds the run's
+    row, and then finds the run released and waiting: it makes it due. (Without the row lock, a
+    signal committed between the look and the release would be left to a holder that no longer
+    looks, and the run would wait for good.)"""
+    import threading
+
     book = Book()
     order = saga.Saga("order", [book.step("reserve"), saga.WaitFor("paid"), book.step("ship")])
     clock = seawall.VirtualClock(start=START)
@@ -311,18 +316,36 @@ def test_a_signal_that_arrives_as_the_worker_decides_to_wait_wakes_the_run(
         run_id = orch.start("order")
         transitions = orch._worker._transitions
         look = transitions.signal_data
+        sent: list[bool] = []
+        sender = threading.Thread(
+            target=lambda: sent.append(peer.signal(run_id, "paid", {"raced": True}))
+        )
+        watcher = peer.store.clone()
 
         def racing(run: str, name: str) -> str | None:
             found = look(run, name)  # nothing yet ...
             assert found is None
-            assert peer.signal(run, name, {"raced": True}) is True  # ... then it commits
+            sender.start()  # ... then the signal is sent, and waits for this commit
+            limit = time.monotonic() + 60.0
+            while sender.is_alive() and time.monotonic() < limit:
+                waiting = watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database()"
+                ).fetchone()[0]
+                if waiting:
+                    break
+                time.sleep(0.01)
             transitions.signal_data = look
             return found
 
         transitions.signal_data = racing
         orch.run_due()
-        run = orch.get(run_id)
+        sender.join(60.0)
+        watcher.close()
+        assert sent == [True]
         assert transitions.signal_data is look  # the race ran
+        orch.run_due()  # (it may have run already)
+        run = orch.get(run_id)
         assert run.status is saga.Status.SUCCEEDED
         assert book.seen["ship"]["paid"] == {"raced": True}
 

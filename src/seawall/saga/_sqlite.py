@@ -113,8 +113,7 @@ class SQLiteStore(Store):
                         self.check_schema()
                     except sqlite3.DatabaseError as err:
                         raise ValueError(
-                            f"url: {redact_text(os.path.abspath(path))} is not a saga store: "
-                            f"{err}"
+                            f"url: {redact_text(os.path.abspath(path))} is not a saga store: {err}"
                         ) from None
                 self._conn.execute("PRAGMA synchronous = FULL")
         except BaseException:
