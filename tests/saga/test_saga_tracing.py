@@ -298,6 +298,8 @@ def test_an_attempt_lost_with_its_worker_is_an_error_span_in_the_worker_that_too
         # The first worker's late outcome was fenced off (not recorded); the hooks still hear of
         # the attempt it ran, in the same trace.
         assert [attrs(s)["seawall.saga.attempt"] for s in first.named("attempt slow.s")] == [1]
+        # ... but not of a run it would have finished: the log says the other one did.
+        assert first.named("saga slow") == [] and len(second.named("saga slow")) == 1
         assert {s.context.trace_id for s in first.spans()} == {lost.context.trace_id}
         assert {s.context.trace_id for s in second.spans()} == {
             int(saga.TracingHook.trace_id("slow-1"), 16)

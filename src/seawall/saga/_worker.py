@@ -347,7 +347,9 @@ class Worker:
                 pending.append(w)
                 if w.pending is not None and not w.lost:
                     begun.append(w)
-        self.emit([e for w in pending for e in w.events])
+        # A fenced worker's hooks hear of the attempt it ran (it did run), never of a status
+        # change or a hold its outcome would have made: the log does not hold those.
+        self.emit([e for w in pending for e in w.events if not w.lost or e.kind == "attempt"])
         for w in pending:
             w.events = []
         return begun
