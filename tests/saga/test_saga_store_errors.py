@@ -149,10 +149,11 @@ def test_a_store_in_a_read_only_directory_names_the_file(
         saga.Orchestrator(f"sqlite:///{path}", SAGAS)
     assert info.value.filename == str(path) and str(path) in str(info.value)
     assert "cannot be opened or created" in str(info.value)
+    # The command never creates a store: the file that is not there is named as such.
     done = _command("saga", "list", "--store", f"sqlite:///{path}")
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
-    assert "cannot be opened or created" in done.stderr
+    assert str(path) in done.stderr and "does not exist" in done.stderr
 
 
 def test_a_full_store_names_the_file_and_the_cause(tmp_path: pathlib.Path) -> None:

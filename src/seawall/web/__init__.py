@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from seawall._core.public import show_public_module
 from seawall.web._app import create_app
 from seawall.web._store_view import create_store_app
 
@@ -118,3 +119,6 @@ def serve_store(
 
 def _announce(url: str) -> None:
     print(f"seawall: serving the demo page at {url} (Ctrl-C stops)", flush=True)
+
+
+show_public_module(__name__, globals())
