@@ -77,12 +77,14 @@ def call_retrying(
             # No deadline to install, no result to check, no clock to read: each retry
             # decision has begun the next attempt already (RetryState._begin_at_once).
             on_error = state._decide
+            budget = policy.budget
             while True:
                 # (delay is a float: a None gave up, above or below)
                 if delay > 0.0 or zero_waits:  # type: ignore[operator]
                     clock.sleep(delay)  # type: ignore[arg-type]
                 try:
-                    result = fn(*args, **kwargs)
+                    # Without keyword arguments, no empty dictionary to build for the call.
+                    result = fn(*args, **kwargs) if kwargs else fn(*args)
                 except Exception as exc:
                     delay = on_error(exc, now)
                     if delay is None:
@@ -90,7 +92,12 @@ def call_retrying(
                 else:
                     if type(result) is _COROUTINE:
                         _refuse_coroutine(fn, result)
-                    state.on_success(now)
+                    # state.on_success(now), inline: with no history (the state was made
+                    # here) and no hook that observes attempts (a first attempt without
+                    # bookkeeping has none), a success clears the error and tells the budget.
+                    state.last_error = None
+                    if budget is not None:
+                        budget.on_success()
                     return result
         check = policy.retry_if_result
         inf = _INF
@@ -102,7 +109,7 @@ def call_retrying(
             at = begin_attempt(now)
             token = None if at == inf else install(at, now, clock)
             try:
-                result = fn(*args, **kwargs)
+                result = fn(*args, **kwargs) if kwargs else fn(*args)
             except Exception as exc:
                 now = clock_now()
                 delay = on_error(exc, now)

@@ -54,7 +54,7 @@ def make(slow, before, after, scopes, ambient, coroutine, refuse, check_awaited{
         if before is not None:
             before()
         try:
-            result = {wait}fn(*args, **kwargs)
+            result = {wait}(fn(*args, **kwargs) if kwargs else fn(*args))
         except Exception as exc:
             {awaited}
             error = exc

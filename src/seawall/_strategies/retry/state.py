@@ -235,14 +235,15 @@ class RetryState:
         budget told already): the verdict on the error, then whether and when to retry. One
         method, not two calls: the retry loops call it on every failure."""
         p = self.policy
+        budget = p.budget
         wanted = None
         if error is not None:
             self.last_error = error
             if retry is None and type(error) in p._retried and not error.__dict__:
                 # The class alone decided a retry before (classify, then remember_retried):
                 # the same verdict without asking again, and no retry_after to read.
-                if p.budget is not None:
-                    p.budget.on_failure(error)
+                if budget is not None:
+                    budget.on_failure(error)
             else:
                 room = self.deadline - now > p.min_attempt_time
                 verdict = classify(error, p._matcher, retry, room, p.retry_nested)
@@ -252,11 +253,11 @@ class RetryState:
                 # present.
                 if getattr(error, "retry_after", None) is not None:
                     wanted = retry_after_of(error)
-                if p.budget is not None:
+                if budget is not None:
                     if verdict is _ANSWERED:
                         p._answer(error)  # answered, not healthily: neither sickness nor success
                     elif verdict is not _NEUTRAL:
-                        p.budget.on_failure(error)
+                        budget.on_failure(error)
                 if verdict is not _RETRY:
                     if verdict is _ANSWERED and not is_permanent(error):
                         self._unmatched(error)
@@ -269,13 +270,13 @@ class RetryState:
             # policy that makes a single attempt leaves the retrying to them.
             return self._give_up("attempts_exhausted", error, now, mark=attempts > 1)
         # SWITCH.enabled and SWITCH.disabled_names, inline (two property calls, each reading
-        # a context variable, on every failure): the operator's switch, off or for this name,
-        # applies outside isolated() only, which is read only when the switch is off.
-        if (not SWITCH.on or (p.name is not None and p.name in SWITCH._disabled_names)) and (
-            not ISOLATED.get()
-        ):
+        # a context variable, on every failure): the operator's switch, off or for this name
+        # (never None: names are strings), applies outside isolated() only, which is read only
+        # when the switch is off.
+        switch = SWITCH
+        if (not switch.on or p.name in switch._disabled_names) and not ISOLATED.get():
             return self._give_up("disabled", error, now)
-        if SWITCH.delegating and ONE_ATTEMPT.get():
+        if switch.delegating and ONE_ATTEMPT.get():
             return self._give_up("delegated", error, now)
         fixed = p._fixed_delays
         if fixed is not None:
@@ -299,7 +300,6 @@ class RetryState:
         if deadline != _INF and now + delay + p.min_attempt_time >= deadline:
             # Never sleep and then fail: give up now, with the last error.
             return self._give_up("deadline", error, now, mark=True)
-        budget = p.budget
         if budget is not None and not budget.allow_retry(error or _BadResult(None)):
             self._emit("budget_exhausted", error, 0.0, now, "budget", budget)
             if self.defer_refusals:
