@@ -214,22 +214,21 @@ def entry_points(repeat: int, number: int) -> list[tuple[str, Timings]]:
     (called from a lambda) against the loop taking the function as an argument, called from a
     lambda too: each pair does the same calls.
     """
-    groups: list[tuple[str, dict[str, Callable[[], object]]]] = []
-    for name, make in {"plain policy": None, **BUDGETS}.items():
-        policy = seawall.RetryPolicy(hooks=(), budget=None if make is None else make())
-        loop, loop_fn = hand_loops(None if make is None else make())
-        groups.append(
-            (
-                name,
-                {
-                    "hand-written loop": loop,
-                    "seawall decorator": policy(target),
-                    "hand-written loop(fn)": lambda loop_fn=loop_fn: loop_fn(target),
-                    "seawall policy.call(fn)": lambda p=policy: p.call(target),
-                },
-            )
-        )
+    groups = [(name, entry_point_group(name)) for name in ("plain policy", *BUDGETS)]
     return [(title, interleave(fns, repeat, number)) for title, fns in groups]
+
+
+def entry_point_group(name: str) -> dict[str, Callable[[], object]]:
+    """(c)'s four contenders for one budget (*name*: "plain policy" or a key of BUDGETS)."""
+    make = BUDGETS.get(name)
+    policy = seawall.RetryPolicy(hooks=(), budget=None if make is None else make())
+    loop, loop_fn = hand_loops(None if make is None else make())
+    return {
+        "hand-written loop": loop,
+        "seawall decorator": policy(target),
+        "hand-written loop(fn)": lambda: loop_fn(target),
+        "seawall policy.call(fn)": lambda: policy.call(target),
+    }
 
 
 def pairs_table(results: list[tuple[str, Timings]], markdown: bool) -> str:

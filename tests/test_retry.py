@@ -249,6 +249,43 @@ def test_kill_switch_per_policy_name(clock: VirtualClock) -> None:
     assert policy(clock, name="payments").call(Flaky(ConnectionError())) == "ok"
 
 
+@pytest.mark.parametrize("switch", ["global", "by name"])
+@pytest.mark.parametrize("entry", ["decorator", "call with a hook"])
+def test_kill_switch_applies_outside_isolated_only(
+    clock: VirtualClock, switch: str, entry: str
+) -> None:
+    """The switch, off for all or for one name, makes one attempt; inside a simulated run
+    (isolated) it is ignored and the call retries. Both retry loops: the one a decorated
+    function hands over to (no hooks) and the general one (a hook)."""
+    import contextvars
+
+    from seawall._core.runtime import ISOLATED
+
+    def attempt(errors: int) -> tuple[str, int]:
+        f = Flaky(*[ConnectionError() for _ in range(errors)])
+        if entry == "decorator":
+            wrapped = policy(clock, name="payments")(f)
+        else:
+            p = policy(clock, name="payments", hooks=(lambda event: None,))
+            wrapped = lambda: p.call(f)  # noqa: E731
+        try:
+            return wrapped(), f.calls
+        except ConnectionError:
+            return "raised", f.calls
+
+    def inside_isolated() -> tuple[str, int]:
+        ISOLATED.set(True)
+        return attempt(2)
+
+    seawall.set_enabled(False, name="payments" if switch == "by name" else None)
+    try:
+        assert attempt(2) == ("raised", 1)
+        assert contextvars.Context().run(inside_isolated) == ("ok", 3)
+    finally:
+        seawall.set_enabled(True, name="payments" if switch == "by name" else None)
+    assert attempt(2) == ("ok", 3)
+
+
 def test_kill_switch_from_the_environment() -> None:
     code = (
         "import seawall\n"

@@ -114,7 +114,7 @@ class Attempt:
             return False
         if not isinstance(exc, Exception):
             return False
-        delay = state.on_error(exc, now)
+        delay = state._decide(exc, now)
         if delay is None:
             owner._done = True
             return False

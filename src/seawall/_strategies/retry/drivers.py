@@ -63,31 +63,55 @@ def call_retrying(
             state = RetryState(policy, now)
             state.attempts = 1
             state._begin_at_once = timeless
-            delay = state.on_error(first_error, now)
+            delay = state._decide(first_error, now)
             if delay is None:
                 raise first_error
         else:
             if state is None:
                 state = policy.new_state(now)
             delay = None
-        check = policy.retry_if_result
         # The system clock does nothing for a zero wait: neither a call to make nor time
         # to read again (the next attempt starts at once).
         zero_waits = policy._zero_instant
+        if timeless:
+            # No deadline to install, no result to check, no clock to read: each retry
+            # decision has begun the next attempt already (RetryState._begin_at_once).
+            on_error = state._decide
+            budget = policy.budget
+            while True:
+                # (delay is a float: a None gave up, above or below)
+                if delay > 0.0 or zero_waits:  # type: ignore[operator]
+                    clock.sleep(delay)  # type: ignore[arg-type]
+                try:
+                    # Without keyword arguments, no empty dictionary to build for the call.
+                    result = fn(*args, **kwargs) if kwargs else fn(*args)
+                except Exception as exc:
+                    delay = on_error(exc, now)
+                    if delay is None:
+                        raise
+                else:
+                    if type(result) is _COROUTINE:
+                        _refuse_coroutine(fn, result)
+                    # state.on_success(now), inline: with no history (the state was made
+                    # here) and no hook that observes attempts (a first attempt without
+                    # bookkeeping has none), a success clears the error and tells the budget.
+                    state.last_error = None
+                    if budget is not None:
+                        budget.on_success()
+                    return result
+        check = policy.retry_if_result
         inf = _INF
-        begin_attempt, on_error = state.begin_attempt, state.on_error
+        begin_attempt, on_error = state.begin_attempt, state._decide
         while True:
             if delay is not None and (delay > 0.0 or zero_waits):
                 clock.sleep(delay)
-                if not timeless:
-                    now = clock_now()
-            at = inf if timeless else begin_attempt(now)
+                now = clock_now()
+            at = begin_attempt(now)
             token = None if at == inf else install(at, now, clock)
             try:
-                result = fn(*args, **kwargs)
+                result = fn(*args, **kwargs) if kwargs else fn(*args)
             except Exception as exc:
-                if not timeless:
-                    now = clock_now()
+                now = clock_now()
                 delay = on_error(exc, now)
                 if delay is None:
                     raise
@@ -95,7 +119,7 @@ def call_retrying(
                 if type(result) is _COROUTINE:
                     _refuse_coroutine(fn, result)
                 if check is None:
-                    state.on_success(now if timeless else clock_now())
+                    state.on_success(clock_now())
                     break
                 delay = state.on_result(result, clock_now())
                 if delay is None:
@@ -129,7 +153,7 @@ async def acall_retrying(
         if first_error is not None:
             state = RetryState(policy, now)
             state.attempts = 1
-            delay = state.on_error(first_error, now)
+            delay = state._decide(first_error, now)
             if delay is None:
                 raise first_error
         else:
@@ -150,7 +174,7 @@ async def acall_retrying(
                     result = await with_timeout(fn(*args, **kwargs), at - now, what)
             except Exception as exc:
                 _check_awaited(fn, exc)
-                delay = state.on_error(exc, clock_now())
+                delay = state._decide(exc, clock_now())
                 if delay is None:
                     raise
             else:

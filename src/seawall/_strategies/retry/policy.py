@@ -358,7 +358,8 @@ class RetryPolicy:
         if before is not None:
             before()
         try:
-            result = fn(*args, **kwargs)
+            # `fn(*args, **kwargs)` builds a dictionary on every call, even an empty one.
+            result = fn(*args, **kwargs) if kwargs else fn(*args)  # type: ignore[call-arg]
         except Exception as exc:
             error = exc
         else:
@@ -400,7 +401,7 @@ class RetryPolicy:
         if before is not None:
             before()
         try:
-            result = await fn(*args, **kwargs)
+            result = await (fn(*args, **kwargs) if kwargs else fn(*args))  # type: ignore[call-arg]
         except Exception as exc:
             _check_awaited(fn, exc)
             error = exc

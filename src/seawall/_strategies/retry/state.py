@@ -191,34 +191,7 @@ class RetryState:
                 (for budgets), e.g. a 503 answer to a POST that cannot be replayed. ``None``
                 asks the policy's ``retry_on``.
         """
-        self.last_error = error
-        p = self.policy
-        if retry is None and type(error) in p._retried and not error.__dict__:
-            # The class alone decided a retry before (classify, then remember_retried): the
-            # same verdict without asking again, and no retry_after to read.
-            if p.budget is None:
-                return self._schedule(error, now, None)
-            verdict: Verdict = _RETRY
-            wanted = None
-        else:
-            room = self.deadline - now > p.min_attempt_time
-            verdict = classify(error, p._matcher, retry, room, p.retry_nested)
-            if verdict is _RETRY and retry is None:
-                remember_retried(p._retried, error, p._matcher)
-            # Most errors have no retry_after at all: one lookup, validation only when present.
-            wanted = None if getattr(error, "retry_after", None) is None else retry_after_of(error)
-        if p.budget is not None:
-            if verdict is _ANSWERED:
-                p._answer(error)  # answered, not healthily: neither sickness nor a success
-            elif verdict is not _NEUTRAL:
-                p.budget.on_failure(error)
-        if verdict is not _RETRY:
-            if verdict is _ANSWERED and not is_permanent(error):
-                self._unmatched(error)
-            return self._give_up(
-                "exhausted_below" if verdict is _EXHAUSTED else "not_retryable", error, now
-            )
-        return self._schedule(error, now, wanted)
+        return self._decide(error, now, retry)
 
     def _unmatched(self, error: BaseException) -> None:
         """Say why an error outside ``retry_on`` was not retried (a note, a debug line): a
@@ -253,23 +226,57 @@ class RetryState:
         budget = self.policy.budget
         if budget is not None:
             budget.on_failure(_BadResult(result))
-        return self._schedule(None, now, None)
+        return self._decide(None, now)
 
-    def _schedule(
-        self, error: BaseException | None, now: float, wanted: float | None
+    def _decide(
+        self, error: BaseException | None, now: float, retry: bool | None = None
     ) -> float | None:
+        """:meth:`on_error` (an *error*) and :meth:`on_result` (``None``: a result rejected, the
+        budget told already): the verdict on the error, then whether and when to retry. One
+        method, not two calls: the retry loops call it on every failure."""
         p = self.policy
+        budget = p.budget
+        wanted = None
+        if error is not None:
+            self.last_error = error
+            if retry is None and type(error) in p._retried and not error.__dict__:
+                # The class alone decided a retry before (classify, then remember_retried):
+                # the same verdict without asking again, and no retry_after to read.
+                if budget is not None:
+                    budget.on_failure(error)
+            else:
+                room = self.deadline - now > p.min_attempt_time
+                verdict = classify(error, p._matcher, retry, room, p.retry_nested)
+                if verdict is _RETRY and retry is None:
+                    remember_retried(p._retried, error, p._matcher)
+                # Most errors have no retry_after at all: one lookup, validation only when
+                # present.
+                if getattr(error, "retry_after", None) is not None:
+                    wanted = retry_after_of(error)
+                if budget is not None:
+                    if verdict is _ANSWERED:
+                        p._answer(error)  # answered, not healthily: neither sickness nor success
+                    elif verdict is not _NEUTRAL:
+                        budget.on_failure(error)
+                if verdict is not _RETRY:
+                    if verdict is _ANSWERED and not is_permanent(error):
+                        self._unmatched(error)
+                    return self._give_up(
+                        "exhausted_below" if verdict is _EXHAUSTED else "not_retryable", error, now
+                    )
         attempts = self.attempts
         if attempts >= p.max_attempts:
             # Only an error this policy retried is "already retried" for the layers above: a
             # policy that makes a single attempt leaves the retrying to them.
             return self._give_up("attempts_exhausted", error, now, mark=attempts > 1)
-        # SWITCH.enabled, inline (a property call on every failure): off only outside isolated()
-        if (not SWITCH.on and not ISOLATED.get()) or (
-            p.name is not None and p.name in SWITCH.disabled_names
-        ):
+        # SWITCH.enabled and SWITCH.disabled_names, inline (two property calls, each reading
+        # a context variable, on every failure): the operator's switch, off or for this name
+        # (never None: names are strings), applies outside isolated() only, which is read only
+        # when the switch is off.
+        switch = SWITCH
+        if (not switch.on or p.name in switch._disabled_names) and not ISOLATED.get():
             return self._give_up("disabled", error, now)
-        if SWITCH.delegating and ONE_ATTEMPT.get():
+        if switch.delegating and ONE_ATTEMPT.get():
             return self._give_up("delegated", error, now)
         fixed = p._fixed_delays
         if fixed is not None:
@@ -293,7 +300,6 @@ class RetryState:
         if deadline != _INF and now + delay + p.min_attempt_time >= deadline:
             # Never sleep and then fail: give up now, with the last error.
             return self._give_up("deadline", error, now, mark=True)
-        budget = p.budget
         if budget is not None and not budget.allow_retry(error or _BadResult(None)):
             self._emit("budget_exhausted", error, 0.0, now, "budget", budget)
             if self.defer_refusals:
