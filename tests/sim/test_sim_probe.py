@@ -101,12 +101,25 @@ def _saved(s: ProbeSeries) -> None:
     assert s.recovered_at - 5.0 <= 2.0  # back within 2 s of the trigger's end
 
 
+def _judged(*options: str) -> ProbeSeries:
+    """The probe's series on a fresh server started with *options*, judged: on a machine too
+    busy for the generator to keep its schedule, the probe says so ("inconclusive", with its
+    reasons) and is run again on a fresh server, up to three times; it is never allowed a
+    verdict when it fell behind."""
+    for _ in range(3):
+        with server(*WORK, *options) as url:
+            s = probe(url, SCENARIO).get("naive")
+        if s.verdict != "inconclusive":
+            return s
+        assert s.reasons, s  # no verdict, and why
+        print("the generator fell behind, probing again:", s.reasons)
+    raise AssertionError(f"the generator fell behind in three runs out of three: {s.reasons}")
+
+
 @pytest.mark.slow  # 12 s of real load per run
 def test_the_metastable_server_stays_down_and_the_shedder_saves_it() -> None:
-    with server(*WORK) as url:
-        _stuck(probe(url, SCENARIO).get("naive"))
-    with server(*WORK, "--shed") as url:  # the same server behind LoadShedder
-        _saved(probe(url, SCENARIO).get("naive"))
+    _stuck(_judged())
+    _saved(_judged("--shed"))  # the same server behind LoadShedder
 
 
 @pytest.mark.slow

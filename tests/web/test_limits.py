@@ -171,7 +171,13 @@ def test_cheap_endpoints_stay_fast_under_a_flood_of_experiments(
     for _, headers, body, took in refused:
         assert int(headers["retry-after"]) >= 1
         assert "busy" in body["error"]
-        assert took < 10.0  # refused at once, not after waiting in line
+        if "took longer" in body["error"]:
+            # Accepted, then past the request's time limit on a starved machine: answered at
+            # the limit (60 s), not after it.
+            assert took < 60.0 + 15.0, (took, body)
+        else:
+            assert took < 10.0, (took, body)  # refused at once, not after waiting in line
+    assert sum("took longer" not in r[2]["error"] for r in refused) >= FLOOD // 2, statuses
     accepted = [r for r in results if r[0] == 200]
     assert accepted, statuses
     for (status, _, body, _), request in zip(results, requests, strict=True):
