@@ -185,6 +185,29 @@ def test_an_unnamed_policy_logs_without_a_double_space(caplog: pytest.LogCapture
     assert warning.getMessage().startswith("retry budget exhausted for an unnamed policy (")
 
 
+def test_a_policy_name_from_a_file_cannot_forge_log_lines(caplog: pytest.LogCaptureFixture) -> None:
+    # A route's name is read from a policy file and logged on every retry and budget refusal.
+    name = "users\x1b[2J\nseawall: all healthy\u202e"
+    clock = seawall.VirtualClock()
+    budget = seawall.RetryBudget(min_per_second=0.0, ratio=0.1, clock=clock)
+    for policy in (
+        config.PolicyRegistry({"routes": {name: {}}}, clock=clock).policy(name),
+        seawall.RetryPolicy(name=name, max_attempts=2, budget=budget, clock=clock),
+    ):
+        caplog.clear()
+
+        def down() -> None:
+            raise ConnectionError("down")
+
+        with caplog.at_level(logging.INFO, logger="seawall"), pytest.raises(ConnectionError):
+            policy.call(down)
+        messages = [r.getMessage() for r in caplog.records]
+        assert messages, caplog.records
+        for message in messages:
+            assert "users\\x1b[2J\\nseawall: all healthy\\u202e" in message, message
+            assert message.isprintable(), message
+
+
 # -- the command's output in a pipe -----------------------------------------------------------
 
 

@@ -754,6 +754,11 @@ def _main(argv: Sequence[str] | None) -> int:
         except Exception as err:
             if args.command == "saga" and _is_store_error(err):
                 return _store_refused(args.store, f"{type(err).__name__}: {err}")
+            if isinstance(err, ImportError) and isinstance(err.__cause__, ImportError):
+                # A store's driver is an extra (psycopg for postgresql://): not installed is
+                # not a bug of seawall, and the message names the extra to install.
+                sys.stderr.write(f"seawall: error: {_said(err)}\n")
+                return EXIT_INTERNAL
             sys.stderr.write(
                 f"seawall: internal error: {type(err).__name__}: {_said(err)}; please report it\n"
             )

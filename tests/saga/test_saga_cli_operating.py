@@ -251,6 +251,8 @@ def test_bulk_asks_on_a_terminal(
         (["retry", "done", "--stuck"], "not both"),
         (["list", "--older-than", "soon"], "--older-than must be a duration"),
         (["counts", "--overdue-after=-1s"], "--overdue-after must be a duration"),
+        (["list", "--limit", "0"], "--limit must be >= 1"),
+        (["list", "--limit", "9" * 20], "--limit must be <= "),
     ],
 )
 def test_usage_errors(

@@ -17,6 +17,7 @@ import shutil
 import socket
 import sqlite3
 import subprocess
+import sys
 
 import pytest
 
@@ -187,3 +188,17 @@ def test_a_read_only_store_is_read_and_refuses_writes_clearly(
         assert "readonly database" in err and "internal error" not in err
     finally:
         writable_again(path)
+
+
+def test_a_missing_postgres_extra_is_named_not_reported_as_a_bug(monkeypatch, capsys) -> None:
+    # psycopg not installed: the import fails for real, as on a machine without the extra.
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    monkeypatch.delitem(sys.modules, "seawall.saga._postgres", raising=False)
+    url = "postgresql://127.0.0.1:1/db?password=pw-in-query"
+    for words in (["saga", "list", "--store", url], ["web", "--store", url, "--port", "0"]):
+        assert main(words) == 1
+        err = capsys.readouterr().err
+        assert err == (
+            "seawall: error: a postgresql:// saga store needs psycopg 3: "
+            "pip install 'seawall[postgres]'\n"
+        )

@@ -47,6 +47,22 @@ decorated_by: RetryPolicy = lookup.policy
 again: int = lookup.retry_with(max_attempts=5)("k")
 
 
+# Without parentheses too (the default policy): the same attributes, sync and async.
+@seawall.retry
+def bare(key: str) -> int:
+    return len(key)
+
+
+@seawall.retry
+async def abare(key: str) -> bytes:
+    return key.encode()
+
+
+bare_stats: RetryStatistics | None = bare.statistics
+bare_policy: RetryPolicy = abare.policy
+bare_again: int = bare.retry_with(max_attempts=5)("k")
+
+
 class Client:
     @counted
     def get(self, key: str) -> int:

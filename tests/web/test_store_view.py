@@ -3,9 +3,11 @@ on every action, the loopback-only host check, and its bounds."""
 
 from __future__ import annotations
 
+import contextlib
 import html
 import http.client
 import re
+import sqlite3
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
@@ -295,3 +297,21 @@ def test_seawall_web_store_errors(
     assert code != 0
     assert message in err and "hunter2" not in err
     assert not (tmp_path / "typo.db").exists()
+
+
+def test_a_status_written_by_hand_is_shown_without_its_control_characters(
+    store_file: str, serve_view: Any
+) -> None:
+    # Another writer of the store (or an edit by hand) left a status with an escape sequence;
+    # the counts table makes a column of each status.
+    path = store_file.removeprefix("sqlite:///")
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute(
+            "UPDATE seawall_saga_runs SET status = ? WHERE run_id = 'done'", ("OK\x1b[5m\u202e",)
+        )
+    with serve_view(create_store_app(store_file)) as url:
+        page = request(url).body
+    assert "OK\\x1b[5m\\u202e" in page
+    assert not [
+        c for c in page if (c < " " and c != "\n") or "\x7f" <= c <= "\x9f" or c == "\u202e"
+    ]

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Final
 
+from seawall._core import validate as _validate
 from seawall._core.redact import escape_controls, redact_text
 from seawall.saga._model import HistoryEntry, Run, Status, StepRecord, utc
 from seawall.saga._operations import (
@@ -405,8 +406,7 @@ def _dispatch(store: Store, args: argparse.Namespace) -> int:
     out = sys.stdout
     command = args.saga_command
     if command == "list":
-        if args.limit < 1:
-            raise ValueError(f"--limit must be >= 1, got {args.limit}")
+        _validate.count("--limit", args.limit, minimum=1)  # beyond a machine int: refused
         now, found = _find(store, args, args.limit)
         runs = [to_run(item) for item in found]
         if args.json:

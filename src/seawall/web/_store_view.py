@@ -94,7 +94,7 @@ def _table(
     header: Sequence[str], rows: Iterable[Sequence[str]], css: str = "", caption: str = ""
 ) -> str:
     """A table of cells already in HTML (each escaped by the caller)."""
-    head = "".join(f"<th scope='col'>{html.escape(h)}</th>" for h in header)
+    head = "".join(f"<th scope='col'>{html.escape(escape_controls(h))}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
     cap = f"<caption>{caption}</caption>" if caption else ""
     return (

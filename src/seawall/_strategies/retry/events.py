@@ -19,7 +19,7 @@ from typing import (
 
 from seawall._core.events import INFO, WARNING, logger
 from seawall._core.public import public
-from seawall._core.redact import redact_text
+from seawall._core.redact import escape_controls, redact_text
 
 if TYPE_CHECKING:
     # At run time the budget module is imported by the first policy given a budget: a policy
@@ -129,7 +129,9 @@ def logging_hook(event: RetryEvent) -> None:
     # The error's repr without secrets: HTTP libraries put the URL (query string and all) in
     # their messages; seawall logs it without query string and user info.
     error = redact_text(_error_text(event.error))
-    policy = redact_text(event.policy or "")  # a name can be a URL (the HTTP integrations')
+    # A name can be a URL (the HTTP integrations'), or come from a policy file: no secret,
+    # and no control character that could forge a log line or drive a terminal.
+    policy = escape_controls(redact_text(event.policy or ""))
     extra = {
         "seawall_policy": policy,
         "seawall_attempt": event.attempt,

@@ -500,7 +500,7 @@ def _rebuild_policy(cls: type[RetryPolicy], fields: dict[str, Any]) -> RetryPoli
 
 
 @overload
-def retry(fn: Callable[P, T], /) -> Callable[P, T]: ...
+def retry(fn: Callable[P, T], /) -> RetryingFunction[P, T]: ...
 
 
 @overload
