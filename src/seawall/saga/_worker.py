@@ -273,9 +273,9 @@ class Worker:
         # begins (and counts) in the commit that records another's outcome, when a slot frees.
         queued: collections.deque[Work] = collections.deque()
         with store.transaction():
-            now = store.now()
+            now, claimed = store.claim_due(1 if run_id else self.batch, self._saga_names, run_id)
             busy = 0
-            for loaded in store.claim(now, 1 if run_id else self.batch, self._saga_names, run_id):
+            for loaded in claimed:
                 problem = unknown_status(loaded)
                 saga = None
                 if problem is None:
@@ -318,10 +318,9 @@ class Worker:
         store = self.store
         begun: list[Work] = []
         with store.transaction():
-            now = store.now()
             # Every run this commit may write, locked at once in one order (see requested()).
             ids = [w.loaded.run.run_id for w in (*pending, *itertools.islice(queued, free))]
-            asked = store.requested(ids, lock=True)
+            now, asked = store.lock_runs(ids)
             for w in pending:
                 outcome = w.outcome
                 assert outcome is not None
