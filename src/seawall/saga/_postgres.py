@@ -29,7 +29,7 @@ except ImportError as err:  # pragma: no cover - the extra is installed in the t
     ) from err
 
 from seawall.saga._rows import Loaded
-from seawall.saga._store import _UPDATE_RUN, ColumnTypes, Store
+from seawall.saga._store import _UPDATE_RUN, ACTIVE_STATUSES, ColumnTypes, Store
 
 __all__ = ["PostgresStore"]
 
@@ -176,6 +176,20 @@ class PostgresStore(Store):
         now = float(rows[0][3]) if rows and rows[0][3] is not None else self.now()
         return now, {r[0]: r[1] for r in rows if r[1] is not None}
 
+    def next_due_now(self, sagas: Sequence[str]) -> tuple[float | None, float]:
+        """As :meth:`Store.next_due_now`, in one statement."""
+        if self._given_clock is not None or not sagas:
+            return super().next_due_now(sagas)
+        marks = ", ".join("?" * len(sagas))
+        rows = self.execute(
+            f"SELECT MIN(due_at), {_CLOCK} FROM seawall_saga_runs WHERE due_at IS NOT NULL "
+            f"AND status IN ({', '.join(repr(x) for x in ACTIVE_STATUSES)}) "
+            f"AND saga IN ({marks})",
+            tuple(sagas),
+        ).fetchall()
+        due, now = rows[0]
+        return (None if due is None else float(due)), float(now)
+
     def _hold(self, claimed: Sequence[Loaded]) -> None:
         for loaded in claimed:
             self._known[loaded.run.run_id] = (loaded.run.token, loaded.run.requested)
@@ -205,13 +219,18 @@ class PostgresStore(Store):
         or a claim of a lease that lapsed already. Waiting would deadlock with the holder's
         commit, which writes several of the same runs in another order, and PostgreSQL would
         abort one of the two: the worker's, which would then abandon its batch."""
+        # The new due time is computed by the statement, on the store's clock: the renewal is
+        # one round trip (BEGIN, the UPDATEs and COMMIT sent together).
+        if self._given_clock is not None:
+            due_at, extra = "?", (self.now() + lease,)
+        else:
+            due_at, extra = f"{_CLOCK} + ?", (lease,)
         with self.transaction():
-            due_at = self.now() + lease
             self.send_many(
-                "UPDATE seawall_saga_runs SET due_at = ? WHERE run_id = ("
+                f"UPDATE seawall_saga_runs SET due_at = {due_at} WHERE run_id = ("
                 "SELECT run_id FROM seawall_saga_runs WHERE run_id = ? AND lease_token = ? "
                 "AND lease_owner IS NOT NULL FOR UPDATE SKIP LOCKED)",
-                [(due_at, run_id, token) for run_id, token in leases],
+                [(*extra, run_id, token) for run_id, token in leases],
             )
 
     def unavailable(self, exc: BaseException) -> bool:

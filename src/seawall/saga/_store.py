@@ -111,6 +111,11 @@ class Store:
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         raise NotImplementedError
 
+    def send_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """:meth:`executemany` for writes whose answers the caller does not read: a dialect may
+        send them without waiting (an error then fails the transaction's commit)."""
+        self.executemany(sql, rows)
+
     def transaction(self) -> contextlib.AbstractContextManager[None]:
         raise NotImplementedError
 
@@ -142,13 +147,13 @@ class Store:
                 f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs WHERE run_id = ?", (run.run_id,)
             ).fetchall()
             return RunRow.from_row(rows[0])
-        self.executemany(
+        self.send_many(
             f"INSERT INTO seawall_saga_steps ({STEP_COLUMNS}) VALUES "
             "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [s.values() for s in loaded.steps],
         )
         if loaded.history:
-            self.executemany(_INSERT_HISTORY, loaded.history)
+            self.send_many(_INSERT_HISTORY, loaded.history)
             loaded.history = []
         return None
 
@@ -669,6 +674,10 @@ class Store:
             "SELECT COUNT(*) FROM seawall_saga_history WHERE run_id = ?", (run_id,)
         ).fetchall()
         return [HistoryRow(*row) for row in reversed(rows)], int(total[0][0])
+
+    def next_due_now(self, sagas: Sequence[str]) -> tuple[float | None, float]:
+        """:meth:`next_due`, and the store's time (:meth:`now`) read with it."""
+        return self.next_due(sagas), self.now()
 
     def next_due(self, sagas: Sequence[str]) -> float | None:
         """The earliest due time of a run of *sagas* (``None`` if none has work)."""

@@ -191,7 +191,7 @@ class Worker:
                 ran += count
                 if claimed:
                     continue
-                due = self._next_due()
+                due, now = self.store.next_due_now(self._saga_names)
             except Exception as exc:
                 # The store went away (a restart, a failover, a full disk): the log keeps every
                 # run; this worker reconnects and goes on. Its attempts in flight are recorded as
@@ -205,8 +205,8 @@ class Worker:
                     poll,
                 )
                 self._reconnect()
-                due = None
-            wait = poll if due is None else min(poll, due - self._store_now())
+                due = now = None
+            wait = poll if due is None or now is None else min(poll, due - now)
             # Due but not claimed: other workers hold those rows for a moment.
             wait = max(wait, MIN_IDLE)
             if stop is not None and type(self.clock) is SystemClock:
@@ -225,17 +225,6 @@ class Worker:
         with contextlib.suppress(Exception):
             self.store.close()
         self.store = store
-
-    def _next_due(self) -> float | None:
-        return self.store.next_due(self._saga_names)
-
-    def _store_now(self) -> float:
-        try:
-            return self.store.now()
-        except Exception as exc:
-            if not self.store.unavailable(exc):
-                raise
-            return self._wall()  # only to size an idle wait while the store is away
 
     def _definition(self, loaded: Loaded) -> tuple[Saga | None, str | None]:
         """The definition *loaded* started under, or ``None`` and why it is not here."""
