@@ -175,3 +175,23 @@ def test_the_claim_and_the_commit_lock_read_the_stores_clock(pg_url: str) -> Non
         assert claimed == [] and now > 0
     finally:
         store.close()
+
+
+def test_a_transaction_inside_another_keeps_the_outer_ones_answers(pg_url: str) -> None:
+    with saga.Orchestrator(pg_url, [FLOW], hooks=()) as app:
+        app.start("trips", {}, run_id="r1")
+    store = PostgresStore(pg_url)
+    try:
+        token = store.load("r1").run.token  # type: ignore[union-attr]
+        with store.transaction():
+            with store.transaction():
+                store.request("r1", "cancel")
+            # The outer transaction still reads each answer: the row count decides the save.
+            loaded = store.lock("r1")
+            assert loaded is not None and loaded.run.requested == "cancel"
+            loaded.run.reason = "seen"
+            assert store.save(loaded, token) is None
+        after = store.load("r1")
+        assert after is not None and after.run.requested is None and after.run.reason == "seen"
+    finally:
+        store.close()

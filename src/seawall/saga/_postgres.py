@@ -111,6 +111,7 @@ class PostgresStore(Store):
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         conn = self._conn
+        outer = self._pipe  # a transaction inside another: a savepoint in the same pipeline
         try:
             with conn.pipeline() as pipe:
                 self._pipe = pipe
@@ -119,16 +120,18 @@ class PostgresStore(Store):
                 # COMMIT is sent, after the writes sent without waiting; leaving the pipeline
                 # waits for every answer: the commit is durable (or has failed) when it returns.
         except BaseException:
-            self._pipe = None
-            self._known.clear()
-            # An error in a pipeline skips what follows it (the ROLLBACK too): end the
-            # transaction the server still holds, if the connection is still there.
-            if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
-                with contextlib.suppress(psycopg.Error):
-                    conn.execute("ROLLBACK")
+            self._pipe = outer
+            if outer is None:
+                self._known.clear()
+                # An error in a pipeline skips what follows it (the ROLLBACK too): end the
+                # transaction the server still holds, if the connection is still there.
+                if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                    with contextlib.suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
             raise
-        self._pipe = None
-        self._known.clear()
+        self._pipe = outer
+        if outer is None:
+            self._known.clear()
         self.commits += 1
 
     # -- writes sent without waiting ------------------------------------------------------------
