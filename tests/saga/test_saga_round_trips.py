@@ -195,3 +195,23 @@ def test_a_transaction_inside_another_keeps_the_outer_ones_answers(pg_url: str) 
         assert after is not None and after.run.requested is None and after.run.reason == "seen"
     finally:
         store.close()
+
+
+def test_a_claim_skips_the_runs_another_claim_holds_without_waiting(pg_url: str) -> None:
+    with saga.Orchestrator(pg_url, [FLOW], hooks=()) as app:
+        app.start_many("trips", [{}, {}, {}], run_ids=["r1", "r2", "r3"])
+    first, second = PostgresStore(pg_url), PostgresStore(pg_url)
+    try:
+        second.execute("SET lock_timeout = '5s'")  # a claim that waited would fail, not hang
+        with first.transaction():
+            _, mine = first.claim_due(2, ["trips"])
+            held = sorted(c.run.run_id for c in mine)
+            with second.transaction():
+                _, theirs = second.claim_due(10, ["trips"])
+                _, again = second.claim_due(10, ["trips"], held[0])
+        assert len(held) == 2
+        assert [c.run.run_id for c in theirs] == sorted({"r1", "r2", "r3"} - set(held))
+        assert again == []
+    finally:
+        first.close()
+        second.close()

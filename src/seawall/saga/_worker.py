@@ -22,8 +22,7 @@ import contextvars
 import itertools
 import logging
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 from seawall._core.clock import Clock, SystemClock, VirtualClock
@@ -116,7 +115,6 @@ class Worker:
         self.clock = clock
         self.worker_id = worker_id
         self.hooks = hooks
-        self._wall: Callable[[], float] = time.time if type(clock) is SystemClock else clock.now
         self._versions = versions
         self._saga_names = tuple(versions)
         heartbeat = Heartbeat(lambda: self.store, lease, use_process=keeper)
@@ -307,7 +305,7 @@ class Worker:
         store = self.store
         begun: list[Work] = []
         with store.transaction():
-            # Every run this commit may write, locked at once in one order (see requested()).
+            # Every run this commit may write, locked at once in one order (see Store.requested).
             ids = [w.loaded.run.run_id for w in (*pending, *itertools.islice(queued, free))]
             now, asked = store.lock_runs(ids)
             for w in pending:
