@@ -111,6 +111,11 @@ class Store:
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         raise NotImplementedError
 
+    def send_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """:meth:`executemany` for writes whose answers the caller does not read: a dialect may
+        send them without waiting (an error then fails the transaction's commit)."""
+        self.executemany(sql, rows)
+
     def transaction(self) -> contextlib.AbstractContextManager[None]:
         raise NotImplementedError
 
@@ -142,13 +147,13 @@ class Store:
                 f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs WHERE run_id = ?", (run.run_id,)
             ).fetchall()
             return RunRow.from_row(rows[0])
-        self.executemany(
+        self.send_many(
             f"INSERT INTO seawall_saga_steps ({STEP_COLUMNS}) VALUES "
             "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [s.values() for s in loaded.steps],
         )
         if loaded.history:
-            self.executemany(_INSERT_HISTORY, loaded.history)
+            self.send_many(_INSERT_HISTORY, loaded.history)
             loaded.history = []
         return None
 
@@ -181,23 +186,43 @@ class Store:
         transaction."""
         if not sagas:
             return []
+        sql, params = self.claim_query("?", limit, sagas, run_id)
+        rows = self.execute(sql, (now, *params)).fetchall()
+        return self._with_steps(rows)
+
+    def claim_query(
+        self, now: str, limit: int, sagas: Sequence[str], run_id: str | None
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The claim's ``SELECT`` with the time as the SQL expression *now* (first in the
+        query, before the parameters returned)."""
         marks = ", ".join("?" * len(sagas))
         # Only the statuses this version runs: a run in a status a newer version wrote is left
         # as it is (never claimed, never rewritten), and shown by list, runs() and counts().
         active = f"status IN ({', '.join(repr(s) for s in ACTIVE_STATUSES)})"
         if run_id is None:
-            rows = self.execute(
-                f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs WHERE due_at <= ? AND {active} "
+            return (
+                f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs WHERE due_at <= {now} AND {active} "
                 f"AND saga IN ({marks}) ORDER BY due_at LIMIT ?{self.lock_clause}",
-                (now, *sagas, limit),
-            ).fetchall()
-        else:
-            rows = self.execute(
-                f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs WHERE run_id = ? AND due_at <= ? "
-                f"AND {active} AND saga IN ({marks}){self.lock_clause}",
-                (run_id, now, *sagas),
-            ).fetchall()
-        return self._with_steps(rows)
+                (*sagas, limit),
+            )
+        return (
+            f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs WHERE due_at <= {now} AND "
+            f"run_id = ? AND {active} AND saga IN ({marks}){self.lock_clause}",
+            (run_id, *sagas),
+        )
+
+    def claim_due(
+        self, limit: int, sagas: Sequence[str], run_id: str | None = None
+    ) -> tuple[float, list[Loaded]]:
+        """Inside a transaction: the store's time, and the runs :meth:`claim` claims at it."""
+        now = self.now()
+        return now, self.claim(now, limit, sagas, run_id)
+
+    def lock_runs(self, run_ids: Sequence[str]) -> tuple[float, dict[str, str]]:
+        """Inside a transaction: the store's time, and :meth:`requested` of *run_ids* with
+        their rows locked (in the order of their ids)."""
+        now = self.now()
+        return now, self.requested(run_ids, lock=True)
 
     def requested(self, run_ids: Sequence[str], *, lock: bool = False) -> dict[str, str]:
         """Inside a transaction: the operations requested for these runs, by run id. With
@@ -236,22 +261,7 @@ class Store:
         worker holds the run now; else the operation an operator requested meanwhile (nothing
         is written then: apply it and save again)."""
         run = loaded.run
-        cur = self.execute(
-            _UPDATE_RUN,
-            (
-                run.status,
-                run.reason,
-                run.updated_at,
-                run.due_at,
-                run.lease_owner,
-                run.token,
-                run.version,
-                run.fingerprint,
-                run.run_id,
-                token,
-                run.requested or "",
-            ),
-        )
+        cur = self.execute(_UPDATE_RUN, self.run_values(run, token))
         if cur.rowcount != 1:
             rows = self.execute(
                 "SELECT lease_token, requested FROM seawall_saga_runs WHERE run_id = ?",
@@ -261,12 +271,39 @@ class Store:
                 return "lost"
             run.requested = rows[0][1]
             return str(rows[0][1])
+        self.save_rest(loaded, self.executemany)
+        return None
+
+    @staticmethod
+    def run_values(run: RunRow, token: int) -> tuple[Any, ...]:
+        """The parameters of the fenced ``UPDATE`` of *run* by the holder of *token*."""
+        return (
+            run.status,
+            run.reason,
+            run.updated_at,
+            run.due_at,
+            run.lease_owner,
+            run.token,
+            run.version,
+            run.fingerprint,
+            run.run_id,
+            token,
+            run.requested or "",
+        )
+
+    def save_rest(
+        self, loaded: Loaded, many: Callable[[str, Sequence[Sequence[Any]]], None]
+    ) -> None:
+        """Inside a transaction, once the run's row is written: its changed steps and its new
+        history lines, each batch of rows through *many* (:meth:`executemany`, or a dialect's
+        way of sending them without waiting)."""
+        run = loaded.run
         run.requested = None
         dirty = [s for s in loaded.steps if s.dirty]
         waiting = loaded.waiting_for
         loaded.waiting_for = None
         if dirty:
-            self.executemany(
+            many(
                 _UPDATE_STEP,
                 [
                     (
@@ -292,9 +329,8 @@ class Store:
         if waiting is not None and run.lease_owner is None:
             self.wake_if_signalled(run, waiting)
         if loaded.history:
-            self.executemany(_INSERT_HISTORY, loaded.history)
+            many(_INSERT_HISTORY, loaded.history)
             loaded.history = []
-        return None
 
     def wake_if_signalled(self, run: RunRow, name: str) -> None:
         """Inside a transaction, after :meth:`save` released *run* waiting for the signal
@@ -638,6 +674,10 @@ class Store:
             "SELECT COUNT(*) FROM seawall_saga_history WHERE run_id = ?", (run_id,)
         ).fetchall()
         return [HistoryRow(*row) for row in reversed(rows)], int(total[0][0])
+
+    def next_due_now(self, sagas: Sequence[str]) -> tuple[float | None, float]:
+        """:meth:`next_due`, and the store's time (:meth:`now`) read with it."""
+        return self.next_due(sagas), self.now()
 
     def next_due(self, sagas: Sequence[str]) -> float | None:
         """The earliest due time of a run of *sagas* (``None`` if none has work)."""

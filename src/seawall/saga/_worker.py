@@ -22,8 +22,7 @@ import contextvars
 import itertools
 import logging
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 from seawall._core.clock import Clock, SystemClock, VirtualClock
@@ -116,7 +115,6 @@ class Worker:
         self.clock = clock
         self.worker_id = worker_id
         self.hooks = hooks
-        self._wall: Callable[[], float] = time.time if type(clock) is SystemClock else clock.now
         self._versions = versions
         self._saga_names = tuple(versions)
         heartbeat = Heartbeat(lambda: self.store, lease, use_process=keeper)
@@ -191,7 +189,7 @@ class Worker:
                 ran += count
                 if claimed:
                     continue
-                due = self._next_due()
+                due, now = self.store.next_due_now(self._saga_names)
             except Exception as exc:
                 # The store went away (a restart, a failover, a full disk): the log keeps every
                 # run; this worker reconnects and goes on. Its attempts in flight are recorded as
@@ -205,8 +203,8 @@ class Worker:
                     poll,
                 )
                 self._reconnect()
-                due = None
-            wait = poll if due is None else min(poll, due - self._store_now())
+                due = now = None
+            wait = poll if due is None or now is None else min(poll, due - now)
             # Due but not claimed: other workers hold those rows for a moment.
             wait = max(wait, MIN_IDLE)
             if stop is not None and type(self.clock) is SystemClock:
@@ -225,17 +223,6 @@ class Worker:
         with contextlib.suppress(Exception):
             self.store.close()
         self.store = store
-
-    def _next_due(self) -> float | None:
-        return self.store.next_due(self._saga_names)
-
-    def _store_now(self) -> float:
-        try:
-            return self.store.now()
-        except Exception as exc:
-            if not self.store.unavailable(exc):
-                raise
-            return self._wall()  # only to size an idle wait while the store is away
 
     def _definition(self, loaded: Loaded) -> tuple[Saga | None, str | None]:
         """The definition *loaded* started under, or ``None`` and why it is not here."""
@@ -273,9 +260,9 @@ class Worker:
         # begins (and counts) in the commit that records another's outcome, when a slot frees.
         queued: collections.deque[Work] = collections.deque()
         with store.transaction():
-            now = store.now()
+            now, claimed = store.claim_due(1 if run_id else self.batch, self._saga_names, run_id)
             busy = 0
-            for loaded in store.claim(now, 1 if run_id else self.batch, self._saga_names, run_id):
+            for loaded in claimed:
                 problem = unknown_status(loaded)
                 saga = None
                 if problem is None:
@@ -318,10 +305,9 @@ class Worker:
         store = self.store
         begun: list[Work] = []
         with store.transaction():
-            now = store.now()
-            # Every run this commit may write, locked at once in one order (see requested()).
+            # Every run this commit may write, locked at once in one order (see Store.requested).
             ids = [w.loaded.run.run_id for w in (*pending, *itertools.islice(queued, free))]
-            asked = store.requested(ids, lock=True)
+            now, asked = store.lock_runs(ids)
             for w in pending:
                 outcome = w.outcome
                 assert outcome is not None
