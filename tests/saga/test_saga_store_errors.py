@@ -169,3 +169,28 @@ def test_a_full_store_names_the_file_and_the_cause(tmp_path: pathlib.Path) -> No
     assert err.errno == errno.ENOSPC and err.filename == str(path)
     assert "full" in str(err) and str(path) in str(err)
     assert orch.store.unavailable(err)  # a worker waits for space, as for a lost connection
+
+
+# URLs the PostgreSQL driver refuses with a message that repeats what it could not read.
+DRIVER_REFUSED = {
+    "a bare % in the password": "postgresql://app:Xy7%q!Lp2-secret@127.0.0.1:1/db",
+    "a mis-encoded query": "postgresql://127.0.0.1:1/db?password%3Dq-secret-9",
+}
+
+
+@pytest.mark.parametrize("url", DRIVER_REFUSED.values(), ids=DRIVER_REFUSED.keys())
+def test_a_url_the_driver_cannot_read_is_not_repeated_with_its_secret(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("psycopg")
+    secrets = ("Xy7%q!Lp2-secret", "q-secret-9")
+    with pytest.raises(ConnectionError) as info:
+        saga.Orchestrator(url, [])
+    shown = "".join(str(e) for e in (info.value, info.value.__cause__, info.value.__context__) if e)
+    assert not any(s in shown for s in secrets), shown
+    assert "[redacted]" in shown, shown
+    assert info.value.__cause__ is None  # the driver's error, which holds the raw text
+    assert main(["saga", "list", "--store", url]) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot connect" in err, err
+    assert not any(s in err for s in secrets), err

@@ -13,9 +13,18 @@ from __future__ import annotations
 
 import functools
 import re
+import urllib.parse
 from typing import Final, NamedTuple
 
-__all__ = ["REDACTED", "escape_controls", "is_scheme", "redact_repr", "redact_text", "redact_url"]
+__all__ = [
+    "REDACTED",
+    "escape_controls",
+    "is_scheme",
+    "redact_repr",
+    "redact_text",
+    "redact_url",
+    "scrub_secrets",
+]
 
 #: What stands in for a removed query string, user info or secret value.
 REDACTED: Final = "[redacted]"
@@ -178,3 +187,44 @@ def escape_controls(text: str) -> str:
     if text.isprintable():  # the common case, and a superset of what is escaped
         return text
     return _patterns().controls.sub(_escaped, text)
+
+
+def _url_secrets(url: str) -> list[str]:
+    """The secrets written in *url*, raw and percent-decoded: its user info's password and the
+    values of its secret query parameters (``password=``, ``sslpassword=``, ``token=``...),
+    found without parsing the URL strictly (a malformed one is where a driver repeats them)."""
+    found: list[str] = []
+    _, sep, rest = url.partition("://")
+    if not sep:
+        rest = url
+    if "@" in rest:
+        user_info = rest[: rest.rindex("@")]
+        if ":" in user_info:
+            found.append(user_info.split(":", 1)[1])
+    query = rest.split("?", 1)[1] if "?" in rest else ""
+    # The query as written, and decoded once (a mis-encoded "password%3Dpw" is still a secret).
+    for pair in re.split(r"[&;]", query) + re.split(r"[&;]", urllib.parse.unquote(query)):
+        name, eq, value = pair.partition("=")
+        if eq and re.fullmatch(_SECRET_NAME, urllib.parse.unquote(name).strip(), re.IGNORECASE):
+            found.append(value)
+    secrets: list[str] = []
+    for raw in found:
+        for text in (raw, urllib.parse.unquote(raw)):
+            if text and text not in secrets:
+                secrets.append(text)
+    return secrets
+
+
+def scrub_secrets(text: str, url: str) -> str:
+    """*text* (a driver's error about *url*) without the secrets written in *url*, wherever
+    and however the driver repeated them (``invalid percent-encoded token: "pw%q"``), then
+    without any other secret (:func:`redact_text`). A secret too short to find safely (under
+    four characters) that the text contains withholds the text whole. Never raises."""
+    if not isinstance(text, str) or not isinstance(url, str):
+        return f"<{type(text).__name__}>"
+    for secret in sorted(_url_secrets(url), key=len, reverse=True):
+        if secret in text:
+            if len(secret) < 4:
+                return f"{REDACTED} (the message repeated a secret of the URL)"
+            text = text.replace(secret, REDACTED)
+    return redact_text(text)

@@ -28,6 +28,7 @@ except ImportError as err:  # pragma: no cover - the extra is installed in the t
         "a postgresql:// saga store needs psycopg 3: pip install 'seawall[postgres]'"
     ) from err
 
+from seawall._core.redact import scrub_secrets
 from seawall.saga._rows import Loaded
 from seawall.saga._store import _UPDATE_RUN, ACTIVE_STATUSES, ColumnTypes, Store
 
@@ -58,12 +59,19 @@ class PostgresStore(Store):
     ) -> None:
         super().__init__(url, clock)
         self.create = create
+        refused: ConnectionError | None = None
         try:
             self._conn = psycopg.connect(url, autocommit=True)
         except psycopg.Error as err:
-            raise ConnectionError(
-                f"cannot connect to the saga store {self.redacted()}: {err}"
-            ) from err
+            # The driver's message may repeat a secret of the URL (a password it could not
+            # decode): scrubbed, and the driver's error neither chained nor kept as context
+            # (it holds the raw text): raised outside this block.
+            said = scrub_secrets(str(err).strip(), url)
+            refused = ConnectionError(
+                f"cannot connect to the saga store {self.redacted()}: {type(err).__name__}: {said}"
+            )
+        if refused is not None:
+            raise refused
         self._cache: dict[str, str] = {}
         #: The open transaction's pipeline (``None`` outside a transaction).
         self._pipe: psycopg.Pipeline | None = None
