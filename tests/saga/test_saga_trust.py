@@ -540,3 +540,29 @@ def test_a_renewal_never_waits_for_a_row_its_worker_is_writing(pg_url: str) -> N
         assert not thread.is_alive()
         assert errors == []
         assert due(first) > before  # renewed; the row being written was skipped
+
+
+def test_the_default_log_escapes_a_step_errors_control_characters(
+    sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A step's error text comes from a downstream service: in the worker's log it must not
+    # forge a line (CR/LF) or act on the terminal (ESC, BEL).
+    import logging
+
+    hostile = "down\x1b[2J\x07\r\nseawall.saga: all healthy"
+
+    def fails(ctx: saga.StepContext) -> None:
+        raise seawall.Permanent(hostile)
+
+    flow = saga.Saga("h", [saga.Step("a", fails)])
+    with (
+        caplog.at_level(logging.INFO, logger="seawall.saga"),
+        saga.Orchestrator(sqlite_url, [flow]) as orch,
+    ):
+        run_id = orch.start("h", {})
+        orch.run_until_settled(run_id)
+    lines = [r.getMessage() for r in caplog.records if r.name == "seawall.saga"]
+    assert any("down" in line for line in lines), lines
+    for line in lines:
+        assert not any(c in line for c in "\x1b\x07\r\n"), line
+    assert any("\\x1b[2J\\x07\\r\\n" in line for line in lines), lines
