@@ -252,3 +252,29 @@ def test_probe_command_refuses_a_foreign_host(
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--allow-host" in err and "Traceback" not in err
+
+
+def test_the_probe_never_shows_the_targets_secrets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A target given with credentials or a token (as a URL copied from a browser may be): the
+    # table and the JSON name the target without them.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing answers, which is enough here
+    scenario = tmp_path / "short.json"
+    scenario.write_text(
+        json.dumps(
+            {
+                "run": {"duration": 1.0, "bin_width": 0.5},
+                "arrivals": {"shape": "constant", "rate": 4.0},
+                "clients": {"strategies": ["no_retries"], "timeout": 0.5},
+            }
+        )
+    )
+    url = f"http://app:pw-secret-1@127.0.0.1:{port}/health?token=tok-secret-2"
+    for extra in ([], ["--json"]):
+        main(["probe", url, "--scenario", str(scenario), *extra])
+        out = capsys.readouterr().out
+        assert f"127.0.0.1:{port}" in out, out
+        assert "pw-secret-1" not in out and "tok-secret-2" not in out, out

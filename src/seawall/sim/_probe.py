@@ -46,7 +46,7 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from seawall._core.redact import redact_repr
+from seawall._core.redact import redact_repr, redact_url
 from seawall.sim._file import scenario_plan
 from seawall.sim._metastable_model import _policy, _recovery
 from seawall.sim._util import trial_rng
@@ -121,7 +121,7 @@ class ProbeSeries:
 class ProbeResult:
     """The result of :func:`probe`."""
 
-    url: str
+    url: str  # the target, without its secrets (user info, query): it is shown and saved
     series: tuple[ProbeSeries, ...]
     bin_width: float
     duration: float
@@ -544,7 +544,9 @@ def probe(
                 reasons=reasons,
             )
         )
-    return ProbeResult(url, tuple(series), width, plan["duration"], start, end, seed, max_lag)
+    return ProbeResult(
+        redact_url(url), tuple(series), width, plan["duration"], start, end, seed, max_lag
+    )
 
 
 def render_probe(result: ProbeResult, console: Any) -> None:
