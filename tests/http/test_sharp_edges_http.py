@@ -260,6 +260,14 @@ def test_a_newcomers_script_learns_which_hosts_budget_stopped_it(
     assert all("more retries allowed 0" in w and "budget=None" in w for w in warnings)
     retried = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert retried and all(m.startswith(f"retry {host} scheduled in ") for m in retried)
+    # The remedy the warning gives works as written: the transport's own budget, none here.
+    assert "RetryTransport(policy, budget=...), or budget=None" in warnings[0]
+    caplog.clear()
+    transport = RetryTransport(policy, httpx.HTTPTransport(), budget=None)
+    with caplog.at_level(logging.INFO, logger="seawall"), httpx.Client(transport=transport) as c:
+        statuses = [c.get(f"{server.url}/flaky/2/503/again-{i}").status_code for i in range(12)]
+    assert statuses == [200] * 12
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
 
 
 # -- the aiohttp log line: host:port, not a ConnectionKey repr -------------------------------

@@ -93,9 +93,10 @@ Hook = Callable[[RetryEvent], None]
 # and a newcomer's script against a flaky test server meets one first.
 _BUDGET_REMEDY: Final = (
     "retries resume as calls succeed and the window moves on; the budget keeps retries from "
-    "multiplying the load on a failing dependency. To allow more, give the policy (or the HTTP "
-    "transport) a larger budget, e.g. budget=seawall.RetryBudget(min_per_second=5.0), or "
-    "budget=None"
+    "multiplying the load on a failing dependency. To allow more, give the policy a larger "
+    "budget, e.g. budget=seawall.RetryBudget(min_per_second=5.0); an HTTP integration's "
+    "per-host budget (for a policy without one) is its own argument: "
+    "RetryTransport(policy, budget=...), or budget=None for none"
 )
 
 
