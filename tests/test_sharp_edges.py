@@ -100,7 +100,13 @@ def test_deadline_after_names_a_clock_that_is_not_one(clock: object) -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"base": 0.0}, {"base": 0.0, "step": 0.5}, {"base": 0, "cap": 0, "jitter": "none"}],
+    [
+        {"base": 0.0},
+        {"base": 0.0, "step": 0.5},
+        {"base": 0, "cap": 0, "jitter": "none"},
+        {"base": 1e-300},  # no wait either
+        {"base": 0.0009, "jitter": "none"},
+    ],
 )
 def test_immediate_first_refuses_a_base_that_would_hammer(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"^immediate_first=True allows one immediate retry.*base"):

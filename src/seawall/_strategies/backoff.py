@@ -13,6 +13,9 @@ from seawall._core.public import public
 
 __all__ = ["JITTERS", "Backoff", "Jitter"]
 
+#: The least ``base`` with ``immediate_first``: a shorter wait is no wait (seconds).
+_MIN_WAIT_AFTER_IMMEDIATE = 0.001
+
 Jitter = Literal["none", "full", "equal", "decorrelated"]
 JITTERS: tuple[Jitter, ...] = ("none", "full", "equal", "decorrelated")
 
@@ -47,8 +50,8 @@ class Backoff:
         jitter: one of ``"none"``, ``"full"``, ``"equal"``, ``"decorrelated"``.
         step: seconds added per retry (linear backoff); 0 for pure exponential backoff.
         immediate_first: make the first retry immediate, then back off from ``base`` (the common
-            rule "at most one immediate retry"); ``base`` must then be above 0, so that no
-            second retry follows at once.
+            rule "at most one immediate retry"); ``base`` must then be at least a millisecond,
+            so that no second retry follows at once.
         cumulative: grow as the sum of the exponential delays so far, ``base * (1 + multiplier
             + ... + multiplier**n)``; with ``multiplier=2`` that is ``(2**(n+1) - 1) * base``.
 
@@ -87,12 +90,13 @@ class Backoff:
             raise ValueError(f"jitter must be one of {', '.join(JITTERS)}; got {self.jitter!r}")
         if not isinstance(self.immediate_first, bool):
             raise TypeError(f"immediate_first must be a bool, got {self.immediate_first!r}")
-        if self.immediate_first and self.base == 0.0:
+        if self.immediate_first and self.base < _MIN_WAIT_AFTER_IMMEDIATE:
             # One immediate retry catches a blip; a second in a row is a hammer. With base 0
-            # the retry after the immediate one would not wait either (nor would the next).
+            # (or a base of a billionth of a second: no wait either) the retry after the
+            # immediate one would not wait, nor would the next.
             raise ValueError(
                 "immediate_first=True allows one immediate retry, then a backoff that waits: "
-                f"base must be > 0 with it, got {self.base!r}"
+                f"base must be >= {_MIN_WAIT_AFTER_IMMEDIATE:g} s with it, got {self.base!r}"
             )
         if not isinstance(self.cumulative, bool):
             raise TypeError(f"cumulative must be a bool, got {self.cumulative!r}")
