@@ -194,3 +194,10 @@ def test_a_url_the_driver_cannot_read_is_not_repeated_with_its_secret(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot connect" in err, err
     assert not any(s in err for s in secrets), err
+
+
+def test_a_directory_given_as_the_store_is_named_as_one(tmp_path: pathlib.Path) -> None:
+    done = _command("saga", "list", "--store", f"sqlite:///{tmp_path}")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert str(tmp_path) in done.stderr and "is a directory" in done.stderr, done.stderr

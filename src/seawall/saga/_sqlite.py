@@ -92,10 +92,8 @@ class SQLiteStore(Store):
             raise ValueError(f"url: the directory of the SQLite file does not exist: {shown}")
         if not create and not os.path.isfile(path):
             # A mistyped path must not read as an empty store (nor become one).
-            raise ValueError(
-                f"url: no saga store at {redact_text(os.path.abspath(path))}: "
-                "the file does not exist"
-            )
+            why = "it is a directory" if os.path.isdir(path) else "the file does not exist"
+            raise ValueError(f"url: no saga store at {redact_text(os.path.abspath(path))}: {why}")
         self._refusals = _Refusals(redact_text(os.path.abspath(path)))
         with self._refusals:
             self._conn = sqlite3.connect(
