@@ -489,22 +489,6 @@ class Store:
         loaded = self._with_steps(rows)
         return loaded[0] if loaded else None
 
-    def runs(self, status: str | None, saga: str | None, limit: int) -> list[Loaded]:
-        where, params = [], []
-        if status is not None:
-            where.append("status = ?")
-            params.append(status)
-        if saga is not None:
-            where.append("saga = ?")
-            params.append(saga)
-        clause = f" WHERE {' AND '.join(where)}" if where else ""
-        rows = self.execute(
-            f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs{clause} "
-            "ORDER BY updated_at DESC, run_id LIMIT ?",
-            (*params, limit),
-        ).fetchall()
-        return self._with_steps(rows)
-
     def find_runs(
         self,
         now: float,
@@ -531,12 +515,7 @@ class Store:
             limit: at most this many runs.
         """
         clause, params = self._filters(now, status, saga, stuck_after, older_than, error_contains)
-        rows = self.execute(
-            f"SELECT {RUN_COLUMNS} FROM seawall_saga_runs{clause} "
-            "ORDER BY updated_at DESC, run_id LIMIT ?",
-            (*params, limit),
-        ).fetchall()
-        return self._with_steps(rows)
+        return self._with_steps(self._latest(RUN_COLUMNS, clause, params, limit))
 
     def find_run_ids(
         self,
@@ -552,12 +531,17 @@ class Store:
         """The ids of the runs :meth:`find_runs` finds, in its order (without their rows: for
         bulk operations, which load each run as they change it)."""
         clause, params = self._filters(now, status, saga, stuck_after, older_than, error_contains)
-        rows = self.execute(
-            f"SELECT run_id FROM seawall_saga_runs{clause} "
-            "ORDER BY updated_at DESC, run_id LIMIT ?",
-            (*params, limit),
-        ).fetchall()
-        return [str(r[0]) for r in rows]
+        return [str(r[0]) for r in self._latest("run_id", clause, params, limit)]
+
+    def _latest(self, columns: str, clause: str, params: list[Any], limit: int) -> list[Any]:
+        """Rows (*columns*) of the runs that match *clause*, most recently changed first."""
+        return list(
+            self.execute(
+                f"SELECT {columns} FROM seawall_saga_runs{clause} "
+                "ORDER BY updated_at DESC, run_id LIMIT ?",
+                (*params, limit),
+            ).fetchall()
+        )
 
     def _filters(
         self,
