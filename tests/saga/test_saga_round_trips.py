@@ -85,74 +85,72 @@ def _claimed(store: PostgresStore) -> tuple[float, Any]:
     return now, loaded
 
 
-def test_a_write_that_finds_the_token_changed_aborts_the_whole_commit(pg_url: str) -> None:
+@pytest.fixture
+def store(pg_url: str) -> Iterator[PostgresStore]:
+    """A PostgreSQL store holding one run, "r1", due now."""
     with saga.Orchestrator(pg_url, [FLOW], hooks=()) as app:
         app.start("trips", {}, run_id="r1")
-    store = PostgresStore(pg_url)
+    opened = PostgresStore(pg_url)
     try:
-        token = store.load("r1").run.token  # type: ignore[union-attr]
-        with (
-            pytest.raises(psycopg.Error, match="fenced write of a run matched 0 rows"),
-            store.transaction(),
-        ):
-            _, loaded = _claimed(store)
-            # The row changes behind the transaction's back (only a bug could do this while the
-            # claim holds its lock): the write sent without waiting must not apply.
-            store.execute(
-                "UPDATE seawall_saga_runs SET lease_token = lease_token + 7 WHERE run_id = 'r1'"
-            )
-            assert store.save(loaded, token) is None  # sent; the server checks it
-        after = store.load("r1")
-        assert after is not None and after.run.token == token and after.run.lease_owner is None
-        assert "marker" not in [h.event for h in store.history("r1")]
-        # The connection goes on: the next transaction claims and writes the run.
-        with store.transaction():
-            _, loaded = _claimed(store)
-            assert store.save(loaded, token) is None
-        after = store.load("r1")
-        assert after is not None and after.run.token == token + 1
-        assert after.run.lease_owner == "w1"
-        assert [h.event for h in store.history("r1")][-1] == "marker"
+        yield opened
     finally:
-        store.close()
+        opened.close()
 
 
-def test_a_claimed_run_whose_token_is_not_the_writers_is_lost_unwritten(pg_url: str) -> None:
-    with saga.Orchestrator(pg_url, [FLOW], hooks=()) as app:
-        app.start("trips", {}, run_id="r1")
-    store = PostgresStore(pg_url)
-    try:
-        token = store.load("r1").run.token  # type: ignore[union-attr]
-        with store.transaction():
-            _, loaded = _claimed(store)
-            assert store.save(loaded, token - 1) == "lost"
-        after = store.load("r1")
-        assert after is not None and after.run.token == token and after.run.lease_owner is None
-        assert "marker" not in [h.event for h in store.history("r1")]
-    finally:
-        store.close()
+def test_a_write_that_finds_the_token_changed_aborts_the_whole_commit(store: PostgresStore) -> None:
+    token = store.load("r1").run.token  # type: ignore[union-attr]
+    with (
+        pytest.raises(psycopg.Error, match="fenced write of a run matched 0 rows"),
+        store.transaction(),
+    ):
+        _, loaded = _claimed(store)
+        # The row changes behind the transaction's back (only a bug could do this while the
+        # claim holds its lock): the write sent without waiting must not apply.
+        store.execute(
+            "UPDATE seawall_saga_runs SET lease_token = lease_token + 7 WHERE run_id = 'r1'"
+        )
+        assert store.save(loaded, token) is None  # sent; the server checks it
+    after = store.load("r1")
+    assert after is not None and after.run.token == token and after.run.lease_owner is None
+    assert "marker" not in [h.event for h in store.history("r1")]
+    # The connection goes on: the next transaction claims and writes the run.
+    with store.transaction():
+        _, loaded = _claimed(store)
+        assert store.save(loaded, token) is None
+    after = store.load("r1")
+    assert after is not None and after.run.token == token + 1
+    assert after.run.lease_owner == "w1"
+    assert [h.event for h in store.history("r1")][-1] == "marker"
 
 
-def test_an_operators_request_read_under_the_lock_comes_back_unwritten(pg_url: str) -> None:
-    with saga.Orchestrator(pg_url, [FLOW], hooks=()) as app:
-        app.start("trips", {}, run_id="r1")
-    store = PostgresStore(pg_url)
-    try:
-        token = store.load("r1").run.token  # type: ignore[union-attr]
-        store.execute("UPDATE seawall_saga_runs SET requested = 'cancel' WHERE run_id = 'r1'")
-        with store.transaction():
-            _, loaded = _claimed(store)
-            requested, loaded.run.requested = loaded.run.requested, None
-            assert requested == "cancel"
-            assert store.save(loaded, token) == "cancel"
-            assert loaded.run.requested == "cancel"
-            loaded.history = []
-            assert store.save(loaded, token) is None  # now with the request applied
-        after = store.load("r1")
-        assert after is not None and after.run.requested is None
-        assert after.run.token == token + 1
-    finally:
-        store.close()
+def test_a_claimed_run_whose_token_is_not_the_writers_is_lost_unwritten(
+    store: PostgresStore,
+) -> None:
+    token = store.load("r1").run.token  # type: ignore[union-attr]
+    with store.transaction():
+        _, loaded = _claimed(store)
+        assert store.save(loaded, token - 1) == "lost"
+    after = store.load("r1")
+    assert after is not None and after.run.token == token and after.run.lease_owner is None
+    assert "marker" not in [h.event for h in store.history("r1")]
+
+
+def test_an_operators_request_read_under_the_lock_comes_back_unwritten(
+    store: PostgresStore,
+) -> None:
+    token = store.load("r1").run.token  # type: ignore[union-attr]
+    store.execute("UPDATE seawall_saga_runs SET requested = 'cancel' WHERE run_id = 'r1'")
+    with store.transaction():
+        _, loaded = _claimed(store)
+        requested, loaded.run.requested = loaded.run.requested, None
+        assert requested == "cancel"
+        assert store.save(loaded, token) == "cancel"
+        assert loaded.run.requested == "cancel"
+        loaded.history = []
+        assert store.save(loaded, token) is None  # now with the request applied
+    after = store.load("r1")
+    assert after is not None and after.run.requested is None
+    assert after.run.token == token + 1
 
 
 def test_the_claim_and_the_commit_lock_read_the_stores_clock(pg_url: str) -> None:
@@ -177,24 +175,18 @@ def test_the_claim_and_the_commit_lock_read_the_stores_clock(pg_url: str) -> Non
         store.close()
 
 
-def test_a_transaction_inside_another_keeps_the_outer_ones_answers(pg_url: str) -> None:
-    with saga.Orchestrator(pg_url, [FLOW], hooks=()) as app:
-        app.start("trips", {}, run_id="r1")
-    store = PostgresStore(pg_url)
-    try:
-        token = store.load("r1").run.token  # type: ignore[union-attr]
+def test_a_transaction_inside_another_keeps_the_outer_ones_answers(store: PostgresStore) -> None:
+    token = store.load("r1").run.token  # type: ignore[union-attr]
+    with store.transaction():
         with store.transaction():
-            with store.transaction():
-                store.request("r1", "cancel")
-            # The outer transaction still reads each answer: the row count decides the save.
-            loaded = store.lock("r1")
-            assert loaded is not None and loaded.run.requested == "cancel"
-            loaded.run.reason = "seen"
-            assert store.save(loaded, token) is None
-        after = store.load("r1")
-        assert after is not None and after.run.requested is None and after.run.reason == "seen"
-    finally:
-        store.close()
+            store.request("r1", "cancel")
+        # The outer transaction still reads each answer: the row count decides the save.
+        loaded = store.lock("r1")
+        assert loaded is not None and loaded.run.requested == "cancel"
+        loaded.run.reason = "seen"
+        assert store.save(loaded, token) is None
+    after = store.load("r1")
+    assert after is not None and after.run.requested is None and after.run.reason == "seen"
 
 
 def test_a_claim_skips_the_runs_another_claim_holds_without_waiting(pg_url: str) -> None:
