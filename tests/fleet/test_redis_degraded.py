@@ -120,13 +120,16 @@ def test_a_paused_redis_costs_one_timeout_then_nothing(
     own_redis_server.pause()
     try:
         durations = []
-        for _ in range(20):
+        for n in range(20):
             for _ in range(10):
                 budget.on_request()
             started = time.monotonic()
             allowed = budget.allow_retry(ConnectionError())
             durations.append(time.monotonic() - started)
-            assert allowed  # the local budget: 10% of the requests made meanwhile
+            # The first decision's requests went with the round trip that timed out: Redis
+            # may have counted them (their room is the fleet's), so it is refused. Then the
+            # local budget: 10% of the requests made since.
+            assert allowed == (n > 0)
         assert fleet.stats().degraded
         assert max(durations) < 0.5  # one timeout (0.05 s), never a hang
         assert sorted(durations)[-2] < 0.01  # then no round trip at all

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 import pytest
+import redis
+from fleet_sim import quiet
 from redis_process import RedisServer
 
 import seawall
@@ -113,12 +116,13 @@ def test_a_late_sync_answer_never_rolls_the_generation_back(
     _open(breaker, fleet)
     clock.sleep(5.0)
     # The sync thread's round trip runs on Redis first (the breaker is open there)...
-    [late] = fleet._pipeline([(breaker, breaker._collect())])
+    op = breaker._collect()
+    [late] = fleet._pipeline([(breaker, op)])
     # ...a caller is granted the probe meanwhile (the breaker is half-open from then on)...
     probe = breaker.acquire()
     assert probe[1]
     # ...and only then does the sync thread apply its (older) answer.
-    breaker._apply(late)
+    breaker._apply(op, late)
     assert breaker.state == "half_open"
     breaker.record(probe)  # the probe's result counts, and frees the slot
     assert breaker.state == "closed"
@@ -247,3 +251,60 @@ def test_a_redis_refusing_every_write_is_reported_as_refusing(
     assert not fleet.stats().degraded
     assert budget.requests == 1  # the deposit was kept for the sync that worked
     fleet.close()
+
+
+# -- a round trip Redis applied but answered after the timeout ----------------------------------
+
+
+def test_a_sync_redis_applied_after_the_timeout_counts_once(
+    own_redis_server: RedisServer, namespace: str, clock: VirtualClock
+) -> None:
+    fleet = fleet_redis.Fleet(
+        own_redis_server.url, namespace=namespace, interval=None, timeout=0.2, clock=clock
+    )
+    budget = fleet_redis.SharedRetryBudget(fleet, "late", min_per_second=0.0)
+    throttle = fleet_redis.SharedAdaptiveThrottle(fleet, "late", min_requests=10**9)
+    bucket = fleet_redis.SharedTokenBucket(fleet, "late", max_tokens=100.0)
+    quota = fleet_redis.SharedRetryQuota(fleet, "late", capacity=10_000, retry_cost=5)
+
+    def requests(n: int) -> None:
+        for _ in range(n):
+            budget.on_request()
+            throttle.on_request()
+            throttle.on_success()
+
+    requests(100)
+    for _ in range(10):
+        bucket.on_failure(ConnectionError())
+    assert quota.allow_retry(ConnectionError())  # one round trip: its cost and a lease
+    with quiet():
+        assert fleet.sync()
+        requests(50)
+        for _ in range(5):
+            bucket.on_failure(ConnectionError())
+        assert quota.allow_retry(ConnectionError())  # from the lease, given back next sync
+        # Redis stops answering: the sync is written to its socket and times out...
+        own_redis_server.pause()
+        try:
+            assert not fleet.sync()
+        finally:
+            own_redis_server.resume()
+        # ...and Redis applies it all the same, after the fleet gave up on it.
+        window = fleet.keys("throttle", "late", "window")[0]
+        with redis.Redis.from_url(own_redis_server.url) as raw:
+            deadline = time.monotonic() + 30.0  # an event awaited, not a speed measured
+            while _requests_on_redis(raw, window) < 150:
+                assert time.monotonic() < deadline, "Redis never ran the sync it received"
+                time.sleep(0.01)
+        assert fleet.sync()  # sent again: Redis knows the call and applies nothing twice
+        assert fleet.sync()
+    assert budget.requests == 150
+    assert (throttle.requests, throttle.accepts) == (150, 150)
+    assert bucket.tokens == pytest.approx(85.0)
+    assert quota.available == 10_000 - 10
+    fleet.close()
+
+
+def _requests_on_redis(client: redis.Redis, key: str) -> int:
+    fields = client.hgetall(key)
+    return sum(int(v) for k, v in fields.items() if k.startswith(b"q"))

@@ -99,7 +99,7 @@ class SharedCircuitBreaker(CircuitBreaker):
         self, operation: str, *args: str | int | float, known: tuple[str, int] | None = None
     ) -> Op:
         lineage, generation = known if known is not None else (self._lineage or "", self._fleet_gen)
-        return (
+        return Op(
             self._script,
             self._keys,
             (
@@ -219,11 +219,15 @@ class SharedCircuitBreaker(CircuitBreaker):
             repr(sratio),
         )
 
-    def _apply(self, answer: Any) -> None:
+    def _apply(self, op: Op, answer: Any) -> None:
         self._mirror(answer)
 
-    def _restore(self) -> None:
+    def _restore(self, op: Op) -> None:
         """Outcomes of a failed sync are lost to the fleet (they are in the local window)."""
+
+    def _wait(self, op: Op) -> Op:
+        """Never called: a breaker's calls are not sent again (``Op.sent`` is ``None``)."""
+        raise AssertionError("a breaker's calls are never sent again")
 
     def _set_degraded(self, degraded: bool) -> None:
         if degraded:

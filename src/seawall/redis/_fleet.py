@@ -4,9 +4,11 @@ shared object of a process."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
 import random
+import secrets
 import sys
 import threading
 import time
@@ -32,8 +34,24 @@ DEFAULT_TIMEOUT = 0.25
 
 _log = logging.getLogger("seawall.redis")
 
-#: One script call: (script, keys, args).
-Op = tuple[Any, Sequence[str], Sequence[str | int | float]]
+
+class Op(NamedTuple):
+    """One script call of a shared object.
+
+    Attributes:
+        script: the registered script.
+        keys: its keys (one hash tag); a call that is *sent again* after a lost answer has
+            the fleet's record of its calls (:meth:`Fleet.once_key`) last.
+        args: its arguments; a call sent again has its id (:meth:`Fleet.once_id`) last.
+        sent: what the call carries, as the member needs it to apply the answer, or to take
+            it back when the call never reached Redis; ``None`` for a call that is never sent
+            again (a breaker's: its outcomes of a failed sync stay in its local window).
+    """
+
+    script: Any
+    keys: Sequence[str]
+    args: Sequence[str | int | float]
+    sent: Any = None
 
 
 class Member(Protocol):
@@ -42,11 +60,23 @@ class Member(Protocol):
     def _collect(self) -> Op | None:
         """The state accrued since the last sync, reset, as one script call (None: nothing)."""
 
-    def _apply(self, result: Any) -> None:
-        """The script's answer to the call :meth:`_collect` made."""
+    def _apply(self, op: Op, result: Any) -> None:
+        """The script's answer to *op* (made by :meth:`_collect` or on a caller's thread)."""
 
-    def _restore(self) -> None:
-        """The call :meth:`_collect` made failed: keep what it carried for the next sync."""
+    def _restore(self, op: Op) -> None:
+        """*op* never changed anything on Redis (not sent, or refused): keep what it carried
+        for the next sync."""
+
+    def _wait(self, op: Op) -> Op:
+        """*op* failed, but Redis may have applied it: the fleet sends it again and gives its
+        answer to :meth:`_apply`; meanwhile what it carries still counts in the member's local
+        view.
+
+        Returns:
+            The call to send again: what *op* carries, unchanged (its id makes Redis apply it
+            once), but asking for nothing new (no lease: the member has decided without Redis
+            meanwhile, on a view that a lease granted now would count twice).
+        """
 
     def _set_degraded(self, degraded: bool) -> None:
         """Switch to (``True``) or back from the local fallback object (the whole fleet lost
@@ -183,6 +213,8 @@ class Fleet:
                 f"{redact_repr(url)}"
             )
         self._scripts: dict[str, Any] = {}
+        self._id = secrets.token_hex(8)
+        self._pending: list[tuple[Member, Op]] = []  # calls to send again, oldest first
         self._members: list[Member] = []
         self._broken: dict[int, Member] = {}  # members whose keys Redis refuses, by id
         self._lock = threading.Lock()  # members and the degraded flag
@@ -220,6 +252,18 @@ class Fleet:
             script = self._scripts[source] = self.client.register_script(source)
         return script
 
+    def once_key(self, kind: str, name: str) -> str:
+        """The key of this fleet's record of its calls on one shared object (in the object's
+        hash tag): the scripts apply a call sent again after a lost answer only once."""
+        return self.keys(kind, name, f"calls:{self._id}")[0]
+
+    @staticmethod
+    def once_ids() -> Callable[[], str]:
+        """The ids of one shared object's calls in this fleet: 1, 2, 3, ... (the record on
+        Redis keeps the last 64)."""
+        ids = itertools.count(1)
+        return lambda: str(next(ids))  # next() on a count is atomic in CPython
+
     def now_arg(self) -> str:
         """The time the scripts are to use: empty for Redis's own clock."""
         return "" if self._clock is None else repr(self._clock.now())
@@ -245,6 +289,11 @@ class Fleet:
     def sync(self) -> bool:
         """One sync: send every member's accrued state in one pipeline, apply the answers.
 
+        A round trip that failed may have been applied on Redis all the same (its answer was
+        lost, or came after ``timeout``): its calls are sent again, unchanged, with the next
+        sync, and Redis, which recorded their ids, applies each call once. A member with a
+        call to send again adds nothing new until that call is answered.
+
         Returns:
             Whether Redis answered (``False``: the fleet is degraded). A member whose keys
             Redis refuses (a key of another type) decides locally and is logged, but Redis
@@ -253,8 +302,15 @@ class Fleet:
         with self._sync_lock:
             with self._lock:
                 members = list(self._members)
-            ops: list[tuple[Member, Op]] = []
+                # Sent again as they were, but at the time they run now (on Redis's clock the
+                # time is Redis's own anyway).
+                now = self.now_arg()
+                ops = [(m, op._replace(args=(now, *op.args[1:]))) for m, op in self._pending]
+                self._pending = []
+            waiting = {id(member) for member, _ in ops}
             for member in members:
+                if id(member) in waiting:
+                    continue
                 op = member._collect()
                 if op is not None:
                     ops.append((member, op))
@@ -270,18 +326,18 @@ class Fleet:
                 if refused is not None:
                     raise refused  # the server refuses every command (out of memory, ...)
             except Exception as exc:
-                for member, _ in ops:
-                    member._restore()
+                for member, op in ops:
+                    self._keep(member, op)
                 self._fail(exc)
                 return False
             self._syncs += 1
             for (member, op), result in zip(ops, results, strict=True):
                 if isinstance(result, Exception):
-                    member._restore()
+                    member._restore(op)  # refused before it changed anything
                     self._break(member, op, result)
                     continue
                 try:
-                    member._apply(result)
+                    member._apply(op, result)
                 except Exception:  # a malformed answer: never let it stop the thread
                     _log.exception("seawall.redis: could not apply a sync result")
                     continue
@@ -291,13 +347,24 @@ class Fleet:
                 self._recover()
             return True
 
+    def _keep(self, member: Member, op: Op) -> None:
+        """A call whose round trip failed: Redis may have applied it all the same. Keep it
+        to send again unchanged (its id makes Redis apply it once), or, for a call that is
+        never sent again, let the member take back what it carried."""
+        if op.sent is None:
+            member._restore(op)
+            return
+        again = member._wait(op)
+        with self._lock:
+            self._pending.append((member, again))
+
     def _pipeline(self, ops: list[tuple[Member, Op]]) -> list[Any]:
         """Every call in one round trip (EVALSHA; the scripts are loaded again once if Redis
         lost them, after a restart). A command Redis refused is its exception in the list."""
         for attempt in (0, 1):
             pipe = self.client.pipeline(transaction=False)
-            for _, (script, keys, args) in ops:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            for _, op in ops:
+                pipe.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
             results: list[Any] = pipe.execute(raise_on_error=False)
             lost = any(isinstance(r, redis.exceptions.NoScriptError) for r in results)
             if not lost or attempt:
@@ -319,17 +386,24 @@ class Fleet:
             The script's answer, or ``None`` when the fleet is degraded, when the caller runs
             an event loop (and *in_loop* is false), or when Redis failed to answer (the fleet
             turns degraded then) or refused the object's keys (the object decides locally).
+            With ``None``, *member* has taken back what the call carried (it was not sent, or
+            refused), or the fleet sends the call again with its next sync (Redis may have
+            applied it) and gives *member* the answer then.
         """
         if self.degraded or (not in_loop and _in_event_loop()):
+            if member is not None:
+                member._restore(op)
             return None
-        script, keys, args = op
         self._round_trips += 1
         try:
-            return script(keys=keys, args=args, client=self.client)
+            return op.script(keys=op.keys, args=op.args, client=self.client)
         except Exception as exc:
             if member is not None and _per_key(exc):
+                member._restore(op)  # refused before it changed anything
                 self._break(member, op, exc)
             else:
+                if member is not None:
+                    self._keep(member, op)
                 self._fail(exc)
             return None
 
@@ -377,7 +451,7 @@ class Fleet:
                 return
             self._broken[id(member)] = member
         member._set_degraded(True)
-        keys = list(op[1])
+        keys = list(op.keys)
         try:
             types = [_text(self.client.type(key)) for key in keys]
             found = ", ".join(f"{key} ({kind})" for key, kind in zip(keys, types, strict=True))

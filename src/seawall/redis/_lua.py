@@ -22,6 +22,25 @@ else
 end
 """
 
+# Once only: a call whose answer was lost (a timeout while Redis was slow) is sent again,
+# unchanged, and must not count twice. KEYS[#KEYS] is the calling fleet's record of its calls
+# on this object (a hash: call id -> what it was granted), ARGV[#ARGV] the call's id (an
+# object's calls are numbered 1, 2, 3, ... in each fleet). `again` holds what the call was
+# granted when it ran before (nil: it never ran); `remember` records a call that runs now and
+# forgets the one 64 calls before it: a fleet has few calls in flight at once, so its last 64
+# are enough to recognise the ones sent again. The record lives a day after the fleet's last
+# call on the object.
+_ONCE: Final = """
+local once_key, once_id = KEYS[#KEYS], ARGV[#ARGV]
+local again = redis.call('HGET', once_key, once_id)
+if again then again = tonumber(again) end
+local function remember(granted)
+  redis.call('HSET', once_key, once_id, granted)
+  redis.call('HDEL', once_key, tostring(tonumber(once_id) - 64))
+  redis.call('PEXPIRE', once_key, 86400000)
+end
+"""
+
 # A sliding window in slices (as the local RetryBudget): a hash whose fields are a one-letter
 # counter name followed by the slice index; fields older than the window are dropped. Fields
 # starting with '_' are the window's own records (its lineage, who restored it).
@@ -58,11 +77,13 @@ end
 #: FLUSHALL), its part is put back, once per lineage: every live client puts back exactly what
 #: it had added, and until all have, the largest view's retries count, so that the loss grants
 #: no fresh floor.
+#: Then the fleet's record of its calls (KEYS) and the call's id (ARGV), as in ``_ONCE``.
 #: Returns {granted, slice index, deposits in the window, retries in the window, seconds until
 #: the window's slices alone free a retry (0 when one is free now), lineage}.
 BUDGET: Final = (
     _NOW
     + _SLICES
+    + _ONCE
     + """
 local slice, slices = tonumber(ARGV[2]), tonumber(ARGV[3])
 local ratio, reserve = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -76,7 +97,7 @@ end
 -- Is this client's part of the window in this lineage?
 local mark = '_c' .. ARGV[14]
 local present = ARGV[12] == lineage or redis.call('HEXISTS', key, mark) == 1
-if not present and ARGV[12] ~= '' then
+if not present and ARGV[12] ~= '' and not again then
   -- The client knew an earlier lineage: put its own part back (exactly, slice by slice),
   -- and keep the largest of the retries the clients saw in the lost window: what the
   -- clients that cannot reach Redis now had added is in there, and counts until they put
@@ -101,6 +122,7 @@ if not present and ARGV[12] ~= '' then
   present = true
 end
 local deposits, spent = tonumber(ARGV[6]), tonumber(ARGV[7])
+if again then deposits, spent = 0, 0 end
 -- Deposits go to the slice of the client's previous answer: never later than they were made
 -- (so they never stay in the window longer than they should), within the window.
 local made = tonumber(ARGV[18]) or -1
@@ -121,6 +143,7 @@ if v[1] then
   end
 end
 local back, at = tonumber(ARGV[9]), tonumber(ARGV[8])
+if again then back = 0 end
 -- A lease is given back only to the window it was counted in (present: this lineage).
 if back > 0 and present and at >= oldest and at <= index then
   back = math.min(back, r)  -- never below zero, whatever a client says
@@ -134,14 +157,20 @@ r = r + missing
 local room = math.floor(d * ratio + reserve - r + 1e-9)
 local want, need = tonumber(ARGV[10]), tonumber(ARGV[11])
 local grant = 0
-if room >= need and room > 0 then
-  -- Take at most half of what is left, so that one client cannot hold the whole fleet's room.
-  grant = math.max(need, math.min(want, math.floor(room / 2)))
-  if grant > room then grant = room end
-end
-if grant > 0 then
-  redis.call('HINCRBY', key, 'r' .. index, grant)
-  r = r + grant
+if again then
+  grant = again  -- counted when the call ran
+else
+  if room >= need and room > 0 then
+    -- Take at most half of what is left, so that one client cannot hold the whole fleet's
+    -- room.
+    grant = math.max(need, math.min(want, math.floor(room / 2)))
+    if grant > room then grant = room end
+  end
+  if grant > 0 then
+    redis.call('HINCRBY', key, 'r' .. index, grant)
+    r = r + grant
+  end
+  remember(grant)
 end
 redis.call('PEXPIRE', key, math.ceil(slice * slices * 2000))
 -- No room left: when will the slices leaving the window free one retry, if nothing else
@@ -175,46 +204,62 @@ return {grant, index, d, r, tostring(wait), lineage}
 )
 
 #: TokenBucket, in thousandths of a token. KEYS: the bucket. ARGV: now (unused), max, ratio,
-#: failures, successes. Returns the tokens (thousandths) after the update.
-TOKENS: Final = """
+#: failures, successes; then the record and the call's id (``_ONCE``). Returns the tokens
+#: (thousandths) after the update.
+TOKENS: Final = (
+    _ONCE
+    + """
 local max, ratio = tonumber(ARGV[2]), tonumber(ARGV[3])
 local failures, successes = tonumber(ARGV[4]), tonumber(ARGV[5])
+if again then failures, successes = 0, 0 else remember(0) end
 local milli = tonumber(redis.call('GET', KEYS[1]) or max)
 milli = math.max(0, milli - 1000 * failures)
 milli = math.min(max, milli + ratio * successes)
 redis.call('SET', KEYS[1], milli, 'EX', 86400)
 return milli
 """
+)
 
 #: RetryQuota. KEYS: the quota. ARGV: now (unused), capacity, tokens given back (refunds,
 #: rewards, an unused lease; less what was spent while degraded), tokens wanted (a lease),
-#: tokens needed now (0: a standing lease).
+#: tokens needed now (0: a standing lease); then the record and the call's id (``_ONCE``).
 #: Returns {granted, available after}.
-QUOTA: Final = """
+QUOTA: Final = (
+    _ONCE
+    + """
 local capacity = tonumber(ARGV[2])
 local credit, want, need = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local available = tonumber(redis.call('GET', KEYS[1]) or capacity)
--- A negative credit: what a client spent while it could not reach Redis.
-available = math.max(0, math.min(capacity, available + credit))
 local grant = 0
-if available >= need and available > 0 then
-  grant = math.max(need, math.min(want, available))
+if again then
+  grant = again  -- taken when the call ran
+else
+  -- A negative credit: what a client spent while it could not reach Redis.
+  available = math.max(0, math.min(capacity, available + credit))
+  if available >= need and available > 0 then
+    grant = math.max(need, math.min(want, available))
+  end
+  available = available - grant
+  remember(grant)
 end
-available = available - grant
 redis.call('SET', KEYS[1], available, 'EX', 86400)
 return {grant, available}
 """
+)
 
 #: AdaptiveThrottle. KEYS: the window hash. ARGV: now, slice seconds, slices, requests to add,
-#: accepts to add. Returns {requests in the window, accepts in the window}.
+#: accepts to add; then the record and the call's id (``_ONCE``). Returns {requests in the
+#: window, accepts in the window}.
 THROTTLE: Final = (
     _NOW
     + _SLICES
+    + _ONCE
     + """
 local slice, slices = tonumber(ARGV[2]), tonumber(ARGV[3])
 local index = math.floor(now / slice)
 local key = KEYS[1]
 local requests, accepts = tonumber(ARGV[4]), tonumber(ARGV[5])
+if again then requests, accepts = 0, 0 else remember(0) end
 if requests > 0 then redis.call('HINCRBY', key, 'q' .. index, requests) end
 if accepts > 0 then redis.call('HINCRBY', key, 'a' .. index, accepts) end
 local q, a = window(key, index, slices, 'q', 'a')

@@ -7,10 +7,12 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from seawall.redis._fleet import Fleet
+from seawall.redis._fleet import Fleet, Op
 
 __all__ = [
     "_Counter",
+    "_Late",
+    "_asking_nothing",
     "_SEED",
     "_SLICES",
     "_budget_answer",
@@ -51,6 +53,43 @@ class _Counter:
         total = next(self._count) - self._reads
         self._reads += 1
         return total - self._taken
+
+
+class _Late:
+    """A shared object's calls that Redis may have applied without its answer reaching this
+    process (a timeout): the fleet sends them again, unchanged, and until they are answered
+    what they carry still counts in the object's local view (its fallback's start)."""
+
+    __slots__ = ("_ops",)
+
+    def __init__(self) -> None:
+        self._ops: list[Op] = []
+
+    def add(self, op: Op) -> None:
+        """Under the owner's lock: *op* waits to be sent again (once more, if it failed
+        again)."""
+        self.drop(op)
+        self._ops.append(op)
+
+    def drop(self, op: Op) -> None:
+        """Under the owner's lock: *op* was answered, or taken back (known by its id, the
+        last of its arguments: the fleet sends it again with the time brought up to date)."""
+        for i, late in enumerate(self._ops):
+            if late.args[-1] == op.args[-1]:
+                del self._ops[i]
+                return
+
+    def total(self, field: int) -> int:
+        """The sum of one field of what the waiting calls carry (``Op.sent``)."""
+        return sum(op.sent[field] for op in self._ops)
+
+
+def _asking_nothing(op: Op, want: int, need: int) -> Op:
+    """*op* as it is sent again: asking for no lease (its arguments *want* and *need*, by
+    position, are 0)."""
+    args = list(op.args)
+    args[want] = args[need] = 0
+    return op._replace(args=tuple(args))
 
 
 def _check_fleet(fleet: object) -> Fleet:

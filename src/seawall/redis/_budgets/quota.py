@@ -15,9 +15,11 @@ from seawall._strategies.budget import (
 )
 from seawall.redis import _lua
 from seawall.redis._budgets.common import (
+    _asking_nothing,
     _check_fleet,
     _Counter,
     _int,
+    _Late,
     _lease,
     _no_pickle,
 )
@@ -77,14 +79,15 @@ class SharedRetryQuota:
             if lease is not None
             else max(1, 2 * max(self.retry_cost, self.timeout_cost))
         )
-        self._keys = fleet.keys("quota", name, "tokens")
+        self._keys = [*fleet.keys("quota", name, "tokens"), fleet.once_key("quota", name)]
         self._script = fleet.script(_lua.QUOTA)
         self._lock = threading.Lock()
         self._rewards = _Counter()
         self._bump = self._rewards.bump
         self._credit = 0  # refunds, and what failed round trips carried
+        self._late = _Late()  # calls to send again: (credit, lease)
+        self._once = fleet.once_ids()
         self._tokens = 0  # the lease
-        self._sent = (0, 0)
         self._available = self.capacity
         self._full = True
         self._demand = False  # a retry was asked for since the last sync
@@ -128,14 +131,14 @@ class SharedRetryQuota:
                 self._in_loop = True
                 self._fleet.wake()
                 return False
-            credit = self._take()
             # Give the lease back and ask for this cost plus a fresh lease, in one trip.
-            credit += self._tokens
+            lease = self._tokens
+            credit = self._take() + lease
             self._tokens = 0
-        answer = self._fleet.call(self._op(credit, cost + self.lease, cost))
+            op = self._op(credit, cost + self.lease, cost, lease)
+        answer = self._fleet.call(op, member=self)
         if answer is None:
-            with self._lock:
-                self._credit += credit
+            # The fleet took the call back (this process's to send again) or sends it again.
             if self._degraded:
                 return self._fallback.allow_retry(error)
             return False
@@ -215,33 +218,42 @@ class SharedRetryQuota:
         self._credit = 0
         return credit
 
-    def _op(self, credit: int, want: int, need: int) -> Op:
-        args = (self._fleet.now_arg(), self.capacity, credit, want, need)
-        return self._script, self._keys, args
+    def _op(self, credit: int, want: int, need: int, lease: int) -> Op:
+        """One call of the script; it carries *credit*, of which *lease* tokens are the lease
+        given back."""
+        args = (self._fleet.now_arg(), self.capacity, credit, want, need, self._once())
+        return Op(self._script, self._keys, args, (credit, lease))
 
     def _collect(self) -> Op:
         with self._lock:
-            credit = self._take() + self._tokens
-            self._sent = (credit, self._tokens)
+            lease = self._tokens
+            credit = self._take() + lease
             self._tokens = 0
             # A lease only for a process that retries (see SharedRetryBudget._collect).
             most = max(self.retry_cost, self.timeout_cost)
             want = self.lease if self._demand else most * self._in_loop
             self._demand = False
-            return self._op(credit, want, 0)
+            return self._op(credit, want, 0, lease)
 
-    def _apply(self, answer: Any) -> None:
+    def _apply(self, op: Op, answer: Any) -> None:
         granted, available = (_int(v) for v in answer)
         with self._lock:
+            self._late.drop(op)
             self._available = max(0, min(self.capacity, available))
             self._tokens += max(0, granted)
             self._full = self._available + self._tokens >= self.capacity
 
-    def _restore(self) -> None:
-        credit, tokens = self._sent
+    def _restore(self, op: Op) -> None:
+        credit, tokens = op.sent
         with self._lock:
+            self._late.drop(op)
             self._credit += credit - tokens
             self._tokens += tokens
+
+    def _wait(self, op: Op) -> Op:
+        with self._lock:
+            self._late.add(op)
+        return _asking_nothing(op, 3, 4)
 
     def _set_degraded(self, degraded: bool) -> None:
         if degraded and not self._degraded:
@@ -254,9 +266,11 @@ class SharedRetryQuota:
                 self._cost,
             )
             # Start the local quota where the fleet's was last seen (with this lease, and what
-            # this process has not sent yet).
+            # this process has not sent yet; of a call to send again only what it spent: the
+            # tokens it gives back may be the fleet's already, its answer lost).
             with self._lock:
-                level = self._available + self._tokens + self._credit
+                late = min(0, self._late.total(0))
+                level = self._available + self._tokens + self._credit + late
             spend = self.capacity - max(0, min(self.capacity, level))
             if spend and fallback.retry_cost:
                 for _ in range(spend // fallback.retry_cost):

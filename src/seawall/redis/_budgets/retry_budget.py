@@ -17,9 +17,11 @@ from seawall._strategies.budget import (
 from seawall.redis import _lua
 from seawall.redis._budgets.common import (
     _SLICES,
+    _asking_nothing,
     _budget_answer,
     _check_fleet,
     _Counter,
+    _Late,
     _lease,
     _no_pickle,
 )
@@ -125,7 +127,7 @@ class SharedRetryBudget:
         self.ratio, self.min_per_second = local.ratio, local.min_per_second
         self.window = local.window
         self.lease = _lease(lease)
-        self._keys = fleet.keys("budget", name, "window")
+        self._keys = [*fleet.keys("budget", name, "window"), fleet.once_key("budget", name)]
         self._script = fleet.script(_lua.BUDGET)
         self._reserve = self.min_per_second * self.window
         self._slice = self.window / _SLICES
@@ -136,9 +138,8 @@ class SharedRetryBudget:
         self._spent = 0  # retries the fallback allowed while degraded
         self._tokens = 0  # the lease
         self._lease_at = 0  # the slice index the lease was granted in
-        # What the sync in flight carries: deposits, spent, back, the lease's slice, and the
-        # slice its deposits go to.
-        self._sent: tuple[int, int, int, int, int] = (0, 0, 0, 0, -1)
+        self._late = _Late()  # calls to send again (see _op)
+        self._once = fleet.once_ids()
         # The fleet's window as last seen: slice index (-1: never seen), deposits, retries.
         self._view = (-1, 0, 0)
         # This process's own part of the window, by slice index: [deposits, retries]. When
@@ -183,15 +184,11 @@ class SharedRetryBudget:
                 return False
             deposits, spent = self._take()
             op = self._op(deposits, spent, 0, need=1)
-            made = self._view[0]
         answer = self._fleet.call(op, member=self)
         if answer is None:
-            with self._lock:
-                self._carry += deposits
-                self._spent += spent
+            # The fleet took the call back (this process's to send again) or sends it again;
+            # the fallback counted its deposits as it took over (see _set_degraded).
             if self._degraded:
-                with self._lock:  # taken for the round trip: not counted by Redis
-                    self._fallback.deposit(deposits)
                 return self._fallback_retry(error)
             return False
         try:
@@ -199,7 +196,7 @@ class SharedRetryBudget:
         except (TypeError, ValueError, IndexError):
             return False
         with self._lock:
-            self._count(index, made, lineage, deposits, spent + max(0, granted))
+            self._count(index, op.sent[4], lineage, deposits, spent + max(0, granted))
             self._seen(index, d, r, wait)
             if granted < 1:
                 return False
@@ -305,7 +302,9 @@ class SharedRetryBudget:
         return deposits, spent
 
     def _op(self, deposits: int, spent: int, back: int, need: int, want: int | None = None) -> Op:
-        # Under the lock.
+        """Under the lock: one call of the script. What it carries (``Op.sent``): deposits,
+        retries spent, lease tokens given back, the lease's slice, and the slice its deposits
+        go to (that of the previous answer)."""
         part = ",".join(f"{at}:{d}:{r}" for at, (d, r) in self._own.items() if d or r)
         args = (
             self._fleet.now_arg(),
@@ -326,36 +325,44 @@ class SharedRetryBudget:
             self._view[0],
             self._view[2],
             self._view[0],  # the slice of the previous answer: where the deposits go
+            self._once(),
         )
-        return self._script, self._keys, args
+        sent = (deposits, spent, back, self._lease_at, self._view[0])
+        return Op(self._script, self._keys, args, sent)
 
     def _collect(self) -> Op:
         with self._lock:
             deposits, spent = self._take()
             back = self._tokens
             self._tokens = 0
-            self._sent = (deposits, spent, back, self._lease_at, self._view[0])
             # A lease only for a process that retries: idle leases would shrink the fleet's
             # room. An event loop, which cannot wait for a round trip, keeps one token.
             want = self.lease if self._demand else int(self._in_loop)
             self._demand = False
             return self._op(deposits, spent, back, need=0, want=want)
 
-    def _apply(self, answer: Any) -> None:
+    def _apply(self, op: Op, answer: Any) -> None:
         granted, index, d, r, wait, lineage = _budget_answer(answer)
-        deposits, spent, back, at, made = self._sent
+        deposits, spent, back, at, made = op.sent
         with self._lock:
+            self._late.drop(op)
             self._count(index, made, lineage, deposits, spent + max(0, granted), back, at)
             self._seen(index, d, r, wait)
             self._tokens += max(0, granted)
             self._lease_at = index
 
-    def _restore(self) -> None:
-        deposits, spent, back, _, _ = self._sent
+    def _restore(self, op: Op) -> None:
+        deposits, spent, back, _, _ = op.sent
         with self._lock:
+            self._late.drop(op)
             self._carry += deposits
             self._spent += spent
             self._tokens += back  # still counted on Redis: still ours
+
+    def _wait(self, op: Op) -> Op:
+        with self._lock:
+            self._late.add(op)
+        return _asking_nothing(op, 9, 10)
 
     def _set_degraded(self, degraded: bool) -> None:
         if degraded and not self._degraded:
@@ -366,7 +373,9 @@ class SharedRetryBudget:
             # after one window of outage the local bounds apply again.
             with self._lock:
                 self._fallback.close()
-                # The requests Redis has not counted yet are this process's own to retry on.
+                # The requests Redis has not counted yet are this process's own to retry on;
+                # not those of a call to send again: Redis may have counted them (its answer
+                # was lost), and the fleet's room from them is the fleet's.
                 self._fallback.deposit(self._deposits.pending() + self._carry)
         self._degraded = degraded
 

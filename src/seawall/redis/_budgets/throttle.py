@@ -20,6 +20,7 @@ from seawall.redis._budgets.common import (
     _check_fleet,
     _Counter,
     _int,
+    _Late,
     _no_pickle,
 )
 from seawall.redis._fleet import Fleet, Op
@@ -62,7 +63,7 @@ class SharedAdaptiveThrottle:
         self.k, self.window, self.min_requests = local.k, local.window, local.min_requests
         self._rng = rng
         self._random = (rng if rng is not None else random.Random()).random
-        self._keys = fleet.keys("throttle", name, "window")
+        self._keys = [*fleet.keys("throttle", name, "window"), fleet.once_key("throttle", name)]
         self._script = fleet.script(_lua.THROTTLE)
         self._slice = self.window / _SLICES
         self._lock = threading.Lock()
@@ -71,7 +72,8 @@ class SharedAdaptiveThrottle:
         self._accepts = _Counter()
         self._accept = self._accepts.bump
         self._pending = (0, 0)  # counts taken for a sync, not yet in the view
-        self._sent = (0, 0)
+        self._late = _Late()  # calls to send again: (requests, accepts)
+        self._once = fleet.once_ids()
         self._view = (0, 0)
         self._p = 0.0
         self._degraded = False
@@ -157,24 +159,35 @@ class SharedAdaptiveThrottle:
             q += self._requests.take()
             a += self._accepts.take()
             self._pending = (0, 0)
-            self._sent = (q, a)
-        args = (self._fleet.now_arg(), repr(self._slice), _SLICES, q, a)
-        return self._script, self._keys, args
+        args = (self._fleet.now_arg(), repr(self._slice), _SLICES, q, a, self._once())
+        return Op(self._script, self._keys, args, (q, a))
 
-    def _apply(self, answer: Any) -> None:
+    def _apply(self, op: Op, answer: Any) -> None:
         q, a = (_int(v) for v in answer)
         with self._lock:
+            self._late.drop(op)
             self._view = (max(0, q), max(0, a))
-            pq, pa = self._pending
+            pq, pa = self._unsent()
             self._p = self._probability(self._view[0] + pq, self._view[1] + pa)
             if self._degraded:
                 self._p = 1.0  # keeps on_request on the path that consults the fallback
 
-    def _restore(self) -> None:
-        q, a = self._sent
+    def _restore(self, op: Op) -> None:
+        q, a = op.sent
         with self._lock:
+            self._late.drop(op)
             pq, pa = self._pending
             self._pending = (pq + q, pa + a)
+
+    def _unsent(self) -> tuple[int, int]:
+        """Under the lock: the counts not in the view yet (taken for a sync, or sent again)."""
+        pq, pa = self._pending
+        return pq + self._late.total(0), pa + self._late.total(1)
+
+    def _wait(self, op: Op) -> Op:
+        with self._lock:
+            self._late.add(op)
+        return op
 
     def _set_degraded(self, degraded: bool) -> None:
         with self._lock:
@@ -189,7 +202,7 @@ class SharedAdaptiveThrottle:
                 # Start from the fleet's window as last seen (with this process's counts since),
                 # scaled down to at most _SEED requests: the same rejection probability, so a
                 # flapping Redis never admits a fresh throttle's first requests each time.
-                pq, pa = self._pending
+                pq, pa = self._unsent()
                 q = self._view[0] + pq + self._requests.pending()
                 a = self._view[1] + pa + self._accepts.pending()
                 n = min(q, _SEED)
@@ -204,7 +217,7 @@ class SharedAdaptiveThrottle:
             if degraded:
                 self._p = 1.0
             else:
-                pq, pa = self._pending
+                pq, pa = self._unsent()
                 self._p = self._probability(self._view[0] + pq, self._view[1] + pa)
 
     __reduce__ = _no_pickle

@@ -16,6 +16,7 @@ from seawall.redis._budgets.common import (
     _check_fleet,
     _Counter,
     _int,
+    _Late,
     _no_pickle,
 )
 from seawall.redis._fleet import Fleet, Op
@@ -50,14 +51,15 @@ class SharedTokenBucket:
         self.max_tokens, self.token_ratio = local.max_tokens, local.token_ratio
         self._max = milli_tokens(self.max_tokens)
         self._ratio = milli_tokens(self.token_ratio)
-        self._keys = fleet.keys("tokens", name, "bucket")
+        self._keys = [*fleet.keys("tokens", name, "bucket"), fleet.once_key("tokens", name)]
         self._script = fleet.script(_lua.TOKENS)
         self._lock = threading.Lock()
         self._successes = _Counter()
         self._bump = self._successes.bump
         self._failures = 0
         self._extra = 0  # successes an estimate took out of the counter, kept for the sync
-        self._sent = (0, 0)
+        self._late = _Late()  # calls to send again: (failures, successes)
+        self._once = fleet.once_ids()
         self._milli = self._max
         self._full = True
         self._degraded = False
@@ -73,10 +75,10 @@ class SharedTokenBucket:
 
     def _estimate(self) -> int:
         with self._lock:
-            pending = self._failures
+            pending = self._failures + self._late.total(0)
             successes = self._successes.take()
             self._extra += successes
-            successes = self._extra
+            successes = self._extra + self._late.total(1)
         milli = max(0, self._milli - 1000 * pending)
         return min(self._max, milli + self._ratio * successes)
 
@@ -118,21 +120,28 @@ class SharedTokenBucket:
             successes = self._successes.take() + self._extra
             self._extra = 0
             self._failures = 0
-            self._sent = (failures, successes)
-        args = (self._fleet.now_arg(), self._max, self._ratio, failures, successes)
-        return self._script, self._keys, args
+        once = self._once()
+        args = (self._fleet.now_arg(), self._max, self._ratio, failures, successes, once)
+        return Op(self._script, self._keys, args, (failures, successes))
 
-    def _apply(self, answer: Any) -> None:
+    def _apply(self, op: Op, answer: Any) -> None:
         milli = min(self._max, max(0, _int(answer)))
         with self._lock:
+            self._late.drop(op)
             self._milli = milli
             self._full = milli >= self._max and not self._failures and not self._degraded
 
-    def _restore(self) -> None:
-        failures, successes = self._sent
+    def _restore(self, op: Op) -> None:
+        failures, successes = op.sent
         with self._lock:
+            self._late.drop(op)
             self._failures += failures
             self._extra += successes
+
+    def _wait(self, op: Op) -> Op:
+        with self._lock:
+            self._late.add(op)
+        return op
 
     def _set_degraded(self, degraded: bool) -> None:
         if degraded and not self._degraded:
