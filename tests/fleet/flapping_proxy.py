@@ -5,6 +5,10 @@ open connection is closed and new ones are closed as soon as they are accepted, 
 see a reset or an end of stream at once) or stalls (``mode="stall"``: connections are held
 but nothing is forwarded, so clients wait for their timeouts, as with a slow Redis).
 
+A test can also make the proxy lose answers: :attr:`FlappingProxy.lose_answers` answers from
+the server are dropped and their connections closed (the client sees a reset at once), after
+Redis has applied what they answer, as when an answer comes after the client's timeout.
+
 The state changes either when a test calls :meth:`FlappingProxy.set_up` (which returns once
 the proxy thread has applied it: deterministic for tests on virtual time), or on a schedule
 of real time (:func:`flap_schedule`, drawn from a seed) that the proxy thread follows.
@@ -78,6 +82,8 @@ class FlappingProxy:
         self.up = True
         self.drops = 0  # connections closed by the proxy
         self.downs = 0  # times it went down
+        self.lose_answers = 0  # answers still to lose (set by the test, read by the thread)
+        self.lost = 0  # answers lost
         self._listener = socket.create_server(("127.0.0.1", 0), backlog=128)
         self._listener.setblocking(False)
         self.port: int = self._listener.getsockname()[1]
@@ -210,6 +216,12 @@ class FlappingProxy:
     def _pump(self, sock: socket.socket, pair: _Pair, to: socket.socket) -> None:
         try:
             data = sock.recv(65536)
+            if data and sock is pair.server and self.lose_answers > 0:
+                # Redis has run what this answers: the client never hears it.
+                self.lose_answers -= 1
+                self.lost += 1
+                self.drops += 1
+                data = b""
             if data:
                 to.sendall(data)
                 return

@@ -192,6 +192,22 @@ class World:
     def set_up(self, i: int, up: bool) -> None:
         self.processes[i].proxy.set_up(up)
 
+    def lose_answer(self, i: int) -> None:
+        """The next answer Redis sends process *i* is lost after Redis applied what it
+        answers (the process sees its connection reset, as after a timeout)."""
+        self.processes[i].proxy.lose_answers = 1
+
+    @property
+    def lost_answers(self) -> int:
+        return sum(p.proxy.lost for p in self.processes + self.retired)
+
+    def deposits(self) -> int:
+        """The requests the shared budget's window on Redis holds now."""
+        key = self.processes[0].fleet.keys("budget", "sim", "window")[0]
+        with redis.Redis(port=self.server_port, socket_timeout=5.0) as client:
+            fields = client.hgetall(key)
+        return sum(int(v) for k, v in fields.items() if k.startswith(b"d"))
+
     def flushall(self) -> None:
         """Redis loses every key (as a restart without persistence would)."""
         with redis.Redis(port=self.server_port, socket_timeout=5.0) as client:

@@ -53,6 +53,7 @@ class Totals:
     flaps = 0
     flushes = 0
     dead_probes = 0
+    lost_answers = 0
     worst_excess = -float("inf")
     longest_half_open = 0.0
 
@@ -89,7 +90,11 @@ def run(seed: int, port: int, namespace: str) -> World:
                 world.call(i)
                 calls_at.append(clock.now())
             elif roll < 0.8:
-                world.guarded_call(i, healthy, die_with_probe=rng.random() < 0.4)
+                # A process dies only once it has put its part back after a loss (a death
+                # before that is the limit of a partition, see docs/fleet.md).
+                die = rng.random() < 0.4
+                back = world.processes[i].fleet.stats().syncs > restored.get(i, -1)
+                world.guarded_call(i, healthy, die_with_probe=die and back)
             elif roll < 0.92:
                 process = world.processes[i]
                 # A process is cut off only once it has put its part back after a loss.
@@ -110,6 +115,10 @@ def run(seed: int, port: int, namespace: str) -> World:
                 flushes += 1
             elif roll < 0.96:
                 healthy = not healthy
+            elif roll < 0.985:
+                # Redis applies the process's next call or sync, and the answer is lost (as
+                # when it comes after the timeout): the process sends it again.
+                world.lose_answer(i)
             world.advance(rng.uniform(0.0, 0.05))
 
             # The most calls the fleet made within one interval: what arrives late at most.
@@ -123,6 +132,13 @@ def run(seed: int, port: int, namespace: str) -> World:
                 f"SEAWALL_FLEET_SEED={seed}"
             )
             Totals.worst_excess = max(Totals.worst_excess, excess)
+            # Every request reaches the fleet's window once: a call sent again after its answer
+            # was lost is not counted twice (every call of a schedule is within one window).
+            deposits = world.deposits()
+            assert deposits <= world.calls, (
+                f"seed {seed}, step {step}: the fleet's window holds {deposits} requests for "
+                f"{world.calls} calls; replay with SEAWALL_FLEET_SEED={seed}"
+            )
             longest = world.longest_half_open_refusal()
             assert longest <= BREAKER.probe_timeout + interval + 1e-6, (
                 f"seed {seed}, step {step}: a probe held the breaker half-open for "
@@ -141,6 +157,7 @@ def run(seed: int, port: int, namespace: str) -> World:
     Totals.flaps += flaps
     Totals.flushes += flushes
     Totals.dead_probes += world.dead_probes
+    Totals.lost_answers += world.lost_answers
     return world
 
 
@@ -160,9 +177,11 @@ def test_the_schedules_exercised_every_fault() -> None:
     assert Totals.dead_probes >= len(SEEDS) // 3  # probes whose process was killed
     assert Totals.flaps > 10 * len(SEEDS) and Totals.flushes >= len(SEEDS) // 5
     assert Totals.retries > BUDGET.ratio * Totals.calls  # budgets were spent, not idle
+    assert Totals.lost_answers >= len(SEEDS)  # answers lost after Redis applied the call
     print(
         f"\n{Totals.schedules} schedules, {Totals.steps} steps: {Totals.calls} calls, "
         f"{Totals.retries} retries, {Totals.flaps} flaps, {Totals.flushes} FLUSHALLs, "
-        f"{Totals.dead_probes} probers killed; worst budget excess {Totals.worst_excess:.1f} "
+        f"{Totals.dead_probes} probers killed, {Totals.lost_answers} answers lost; "
+        f"worst budget excess {Totals.worst_excess:.1f} "
         f"(<= 0 holds), longest half-open hold {Totals.longest_half_open:.3f} s"
     )
