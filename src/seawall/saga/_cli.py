@@ -26,6 +26,7 @@ from seawall.saga._operations import (
     lease_of,
     operate,
     parse_duration,
+    run_status,
 )
 from seawall.saga._rows import Loaded, to_history, to_run
 from seawall.saga._signals import send_signal
@@ -266,9 +267,9 @@ def _duration(name: str) -> Any:
 
 def _status(text: str) -> Status:
     try:
-        return Status(text.upper())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"unknown status {text!r}") from None
+        return run_status(text, "--status")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

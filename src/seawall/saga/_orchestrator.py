@@ -29,7 +29,7 @@ from seawall.saga._model import (
     WaitFor,
     check_payload,
 )
-from seawall.saga._operations import OVERDUE_AFTER, operate
+from seawall.saga._operations import OVERDUE_AFTER, operate, run_status
 from seawall.saga._rows import HistoryRow, Loaded, RunRow, StepRow, dumps, to_history, to_run
 from seawall.saga._signals import send_signal
 from seawall.saga._store import Store
@@ -368,7 +368,9 @@ class Orchestrator:
         """The latest runs (most recently changed first) that match every filter given.
 
         Args:
-            status: only runs in this status.
+            status: only runs in this status (a :class:`Status` or its name, any case); one no
+                run can be in (a typo, or a step's status such as PENDING) is a ``ValueError``
+                that lists the run statuses.
             saga: only runs of this saga.
             limit: at most this many runs.
             stuck: only runs that wait for a person or a worker: NEEDS_ATTENTION, or overdue
@@ -380,7 +382,7 @@ class Orchestrator:
                 a run whose lease expired is overdue at once. Times are the store's.
         """
         _validate.count("limit", limit, minimum=1)
-        value = None if status is None else Status(status).value
+        value = None if status is None else run_status(status).value
         if saga is not None and not isinstance(saga, str):
             raise TypeError(f"saga must be a str or None, got {saga!r}")
         if error_contains is not None and not isinstance(error_contains, str):
