@@ -23,11 +23,10 @@ import argparse
 import asyncio
 import gc
 import os
-import re
-import shutil
-import subprocess
 import sys
 from typing import Any
+
+import _cachegrind as cachegrind
 
 CONTENDERS = {
     "httpx.Client (MockTransport)": ("httpx:bare", "httpx:seawall", "httpx:httpx-retries"),
@@ -89,46 +88,6 @@ async def _aiohttp(name: str, number: int) -> None:
         await runner.cleanup()
 
 
-#: The children's whole environment, the same on every machine and run: requests reads the
-#: proxy variables on every request, and a different environment (another variable, a longer
-#: PATH) moved the bare requests count by up to 30,000 instructions and seawall's excess
-#: over it between +12,000 and +20,000. Fixed hashing, for the same reason.
-CHILD_ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
-
-
-def child_environment() -> dict[str, str]:
-    """CHILD_ENVIRONMENT, and this process's PYTHONPATH if it has one: a checkout measured with
-    ``PYTHONPATH=src`` is the seawall its children import, not an installed one."""
-    path = os.environ.get("PYTHONPATH")
-    return CHILD_ENVIRONMENT if not path else {**CHILD_ENVIRONMENT, "PYTHONPATH": path}
-
-
-def instructions(kind: str, number: int) -> int:
-    """Instructions executed by this script sending *number* requests through *kind*."""
-    valgrind = shutil.which("valgrind") or "valgrind"
-    out = subprocess.run(
-        [
-            valgrind,
-            "--tool=cachegrind",
-            "--cache-sim=no",
-            "--cachegrind-out-file=/dev/null",
-            sys.executable,
-            os.path.abspath(__file__),
-            "--child",
-            kind,
-            str(number),
-        ],
-        env=child_environment(),
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stderr
-    found = re.search(r"I\s+refs:\s+([\d,]+)", out)
-    if found is None:
-        raise RuntimeError(f"no instruction count in valgrind's output:\n{out}")
-    return int(found.group(1).replace(",", ""))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000)
@@ -138,23 +97,16 @@ def main() -> None:
     if args.child:
         child(args.child[0], int(args.child[1]))
         return
-    if shutil.which("valgrind") is None:
-        sys.exit("valgrind is needed: apt-get install valgrind")
+    cachegrind.require_valgrind()
     print(f"instructions per request, {args.requests} requests after {args.warmup}")
-    # Each contender once, outside valgrind: a module whose bytecode cache is stale (a changed
-    # source) is compiled by the first process that imports it, which must not be a counted one.
-    for kinds in CONTENDERS.values():
-        for kind in kinds:
-            argv = [sys.executable, os.path.abspath(__file__), "--child", kind, "1"]
-            subprocess.run(argv, env=child_environment(), check=True)
+    cachegrind.warm(__file__, [kind for kinds in CONTENDERS.values() for kind in kinds])
     for title, kinds in CONTENDERS.items():
         print()
         print(f"| {title} | instructions/request | over bare |")
         print("|---|---:|---:|")
         bare = None
         for kind in kinds:
-            total = instructions(kind, args.warmup + args.requests)
-            each = (total - instructions(kind, args.warmup)) / args.requests
+            each = cachegrind.per_call(__file__, kind, args.requests, args.warmup)
             bare = each if bare is None else bare
             print(f"| {kind.split(':', 1)[1]} | {each:,.0f} | {each - bare:+,.0f} |")
 

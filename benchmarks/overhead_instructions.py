@@ -24,10 +24,9 @@ import argparse
 import concurrent.futures
 import gc
 import os
-import re
-import shutil
-import subprocess
 import sys
+
+import _cachegrind as cachegrind
 
 #: (b) three failures then success, and (c) each entry point's success path, per budget.
 SECTIONS = {
@@ -52,9 +51,6 @@ SECTIONS = {
     },
 }
 
-#: The children's whole environment, the same on every run (see http_instructions.py).
-CHILD_ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
-
 
 def child(kind: str, number: int) -> None:
     """Make *number* calls of the contender *kind*."""
@@ -72,33 +68,6 @@ def child(kind: str, number: int) -> None:
         fn()
 
 
-def instructions(kind: str, number: int, src: str | None) -> int:
-    """Instructions executed by this script making *number* calls of *kind*, importing seawall
-    from *src* (else as this process does)."""
-    valgrind = shutil.which("valgrind") or "valgrind"
-    env = dict(CHILD_ENVIRONMENT)
-    path = src or os.environ.get("PYTHONPATH")
-    if path:
-        env["PYTHONPATH"] = path
-    argv = [sys.executable, os.path.abspath(__file__), "--child", kind, str(number)]
-    out = subprocess.run(
-        [valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *argv],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stderr
-    found = re.search(r"I\s+refs:\s+([\d,]+)", out)
-    if found is None:
-        raise RuntimeError(f"no instruction count in valgrind's output:\n{out}")
-    return int(found.group(1).replace(",", ""))
-
-
-def per_call(kind: str, calls: int, warmup: int, src: str | None) -> float:
-    total = instructions(kind, warmup + calls, src)
-    return (total - instructions(kind, warmup, src)) / calls
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
@@ -110,25 +79,18 @@ def main() -> None:
     if args.child:
         child(args.child[0], int(args.child[1]))
         return
-    if shutil.which("valgrind") is None:
-        sys.exit("valgrind is needed: apt-get install valgrind")
+    cachegrind.require_valgrind()
     against = os.path.abspath(args.against) if args.against else None
-    # Each contender once outside valgrind, from each source tree: a stale bytecode cache is
-    # written by the first process that imports a module, which must not be a counted one.
-    for src in (None, against) if against else (None,):
-        env = {**CHILD_ENVIRONMENT, **({"PYTHONPATH": src} if src else {})}
-        if not src and os.environ.get("PYTHONPATH"):
-            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-        for rows in SECTIONS.values():
-            for _, kind in rows:
-                argv = [sys.executable, os.path.abspath(__file__), "--child", kind, "1"]
-                subprocess.run(argv, env=env, check=True)
+    kinds = [kind for rows in SECTIONS.values() for _, kind in rows]
+    cachegrind.warm(__file__, kinds, (None, against) if against else (None,))
     jobs: dict[tuple[str, str | None], concurrent.futures.Future[float]] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         for rows in SECTIONS.values():
             for _, kind in rows:
                 for src in (None, against) if against and ":seawall" in kind else (None,):
-                    jobs[kind, src] = pool.submit(per_call, kind, args.calls, args.warmup, src)
+                    jobs[kind, src] = pool.submit(
+                        cachegrind.per_call, __file__, kind, args.calls, args.warmup, src
+                    )
     print(f"instructions per call, {args.calls} calls after {args.warmup}")
     for title, rows in SECTIONS.items():
         print()

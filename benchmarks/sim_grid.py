@@ -13,12 +13,8 @@ its timed run, as `--engine dask` does.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-from collections.abc import Callable
-from typing import Any
 
-from _interleaved import best_of
+from _engines import compare_engines, print_machine
 
 from seawall.sim._grid import run_grid
 from seawall.sim._published import scenario_parameters
@@ -31,37 +27,16 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    import dask
-    import distributed
-
-    print(
-        f"machine: {os.cpu_count()} cores, Python {platform.python_version()} "
-        f"({platform.python_implementation()}), {platform.machine()}; "
-        f"dask {dask.__version__}, distributed {distributed.__version__}; "
-        f"load average {os.getloadavg()[0]:.1f}"
-    )
+    print_machine()
     params = scenario_parameters("occ", ("--trials", str(args.trials)))
     params.pop("clients")
     grid = {"clients": [[n] for n in CLIENTS]}
-
-    contenders: dict[str, Callable[[], Any]] = {
-        "1 process": lambda: run_grid("occ", params, grid, [0], workers=1),
-        "2 processes": lambda: run_grid("occ", params, grid, [0], workers=2),
-        "Dask local cluster, 2 workers": lambda: run_grid(
-            "occ", params, grid, [0], workers=2, engine="dask"
-        ),
-    }
-    best, results = best_of(contenders, args.repeats)
-    reference = results["1 process"]
-    base = best["1 process"]
-    print()
-    print(f"OCC grid, 19 cells x 5 algorithms x {args.trials} trials, best of {args.repeats}")
-    print("| where | wall time | vs 1 process | results identical |")
-    print("|---|---:|---:|---|")
-    for name in contenders:
-        same = "yes" if results[name]["cells"] == reference["cells"] else "NO"
-        print(f"| {name} | {best[name]:.2f} s | {base / best[name]:.2f}x | {same} |")
-    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    compare_engines(
+        lambda **engine: run_grid("occ", params, grid, [0], **engine),
+        args.repeats,
+        f"OCC grid, 19 cells x 5 algorithms x {args.trials} trials, best of {args.repeats}",
+        result=lambda doc: doc["cells"],
+    )
 
 
 if __name__ == "__main__":

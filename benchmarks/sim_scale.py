@@ -13,12 +13,8 @@ processes) is started inside each timed run, as `--engine dask` does; its start-
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-from collections.abc import Callable
-from typing import Any
 
-from _interleaved import best_of
+from _engines import compare_engines, print_machine
 
 from seawall.sim._published import scenario_parameters
 from seawall.sim._trials import run_trials
@@ -32,34 +28,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    import dask
-    import distributed
-
-    print(
-        f"machine: {os.cpu_count()} cores, Python {platform.python_version()} "
-        f"({platform.python_implementation()}), {platform.machine()}; "
-        f"dask {dask.__version__}, distributed {distributed.__version__}"
-    )
+    print_machine()
     params = scenario_parameters("sweep", ARGV)
     seeds = list(range(args.runs))
-    contenders: dict[str, Callable[[], Any]] = {
-        "1 process": lambda: run_trials("sweep", params, seeds, workers=1),
-        "2 processes": lambda: run_trials("sweep", params, seeds, workers=2),
-        "Dask local cluster, 2 workers": lambda: run_trials(
-            "sweep", params, seeds, workers=2, engine="dask"
-        ),
-    }
-    best, results = best_of(contenders, args.repeats)
-    reference = results["1 process"]
-    base = best["1 process"]
-    print()
-    print(f"{args.runs} runs, best of {args.repeats}")
-    print("| where | wall time | runs/s | vs 1 process | results identical |")
-    print("|---|---:|---:|---:|---|")
-    for name in contenders:
-        same = "yes" if results[name] == reference else "NO"
-        wall = best[name]
-        print(f"| {name} | {wall:.2f} s | {args.runs / wall:,.0f} | {base / wall:.2f}x | {same} |")
+    compare_engines(
+        lambda **engine: run_trials("sweep", params, seeds, **engine),
+        args.repeats,
+        f"{args.runs} runs, best of {args.repeats}",
+        runs=args.runs,
+    )
 
 
 if __name__ == "__main__":

@@ -263,6 +263,33 @@ def test_toml_yaml_and_json_files_give_the_same_routes(
             {"defaults": {"retries": 1}, "routes": {}},
             "defaults.retries: unknown field",
         ),
+        # The nearest valid name, by spelling or by another library's word for it.
+        (
+            {"defaults": {"retry": {"atempts": 3}}},
+            "defaults.retry: unknown field; did you mean 'retry_policy'?",
+        ),
+        (
+            {"defaults": {"retry_policy": {"atempts": 3}}},
+            "defaults.retry_policy.atempts: unknown field; did you mean 'num_retries'?",
+        ),
+        (
+            {"routes": {"users": {"retry_policy": {"max_retries": 3}}}},
+            "routes.users.retry_policy.max_retries: unknown field; did you mean 'num_retries'?",
+        ),
+        (
+            {"defaults": {"retry_policy": {"retry_back_off": {"base_intervall": 1}}}},
+            "defaults.retry_policy.retry_back_off.base_intervall: unknown field; did you mean "
+            "'base_interval'?",
+        ),
+        (
+            {"defaults": {"hedge": {"dleay": 1}}},
+            "defaults.hedge.dleay: unknown field; did you mean 'delay'?",
+        ),
+        ({"defualts": {}}, "defualts: unknown field; did you mean 'defaults'?"),
+        (
+            {"defaults": {"zzz": 1}},
+            "defaults.zzz: unknown field (expected one of: timeout, retry_policy, hedge, enabled)",
+        ),
     ],
 )
 def test_errors_name_the_field_path(data: dict[str, Any], message: str) -> None:
@@ -271,6 +298,14 @@ def test_errors_name_the_field_path(data: dict[str, Any], message: str) -> None:
     assert str(info.value).startswith(message), str(info.value)
     assert info.value.path == message.split(":")[0]
     assert isinstance(info.value, ValueError)
+
+
+def test_an_unknown_key_is_shown_escaped() -> None:
+    # A key comes from a file: shown, never sent to the terminal as it is.
+    with pytest.raises(ConfigError) as info:
+        parse_config({"defaults": {"tim\x1b[2Jeout": 1}})
+    assert "\x1b" not in str(info.value) and "\\x1b" in str(info.value)
+    assert "did you mean 'timeout'?" in str(info.value)
 
 
 def test_status_conditions_and_application_errors() -> None:

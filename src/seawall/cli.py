@@ -93,7 +93,8 @@ _SUBPARSERS: dict[str, argparse.ArgumentParser] = {}
 def build_parser() -> argparse.ArgumentParser:
     """The command's argument parser (one subparser per registered scenario)."""
     from seawall.sim import SCENARIOS
-    from seawall.sim._args import choice, count, whole
+    from seawall.sim import _args as options
+    from seawall.sim._args import choice, count
     from seawall.sim._registry import load_entry_points
     from seawall.sim._trials import ENGINES
 
@@ -114,9 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     demo.add_argument("--out", default="seawall-report", help="output directory (seawall-report)")
-    demo.add_argument("--seed", type=whole, default=0, help="random seed (0)")
+    demo.add_argument("--seed", type=options.seed, default=0, help="random seed (0)")
     demo.add_argument(
-        "--workers", type=count, default=_default_workers(), help="processes to use (CPUs)"
+        "--workers",
+        type=options.workers,
+        default=_default_workers(),
+        help="processes to use (CPUs)",
     )
     demo.add_argument(
         "--web", action="store_true", help="serve the interactive page instead (see `seawall web`)"
@@ -195,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument(
         "--settle", type=non_negative, default=5.0, help="seconds between strategies (5)"
     )
-    probe.add_argument("--seed", type=whole, default=0, help="random seed (0)")
+    probe.add_argument("--seed", type=options.seed, default=0, help="random seed (0)")
     probe.add_argument("--json", action="store_true", help="print the result as JSON")
 
     from seawall.saga._cli import add_arguments as add_saga_arguments
@@ -222,7 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="re-run exactly what a JSON result of `seawall sim ... --json` ran; prints JSON",
     )
     sim.add_argument(
-        "--workers", type=count, default=_default_workers(), help="processes to use (CPUs)"
+        "--workers",
+        type=options.workers,
+        default=_default_workers(),
+        help="processes to use (CPUs)",
     )
     names = sim.add_subparsers(dest="scenario", metavar="NAME")
     for name, scenario in SCENARIOS.items():
@@ -231,9 +238,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         _SUBPARSERS[name] = sub
         scenario.add_arguments(sub)
-        sub.add_argument("--seed", type=whole, default=0, help="random seed (0)")
+        sub.add_argument("--seed", type=options.seed, default=0, help="random seed (0)")
         sub.add_argument(
-            "--workers", type=count, default=_default_workers(), help="processes to use (CPUs)"
+            "--workers",
+            type=options.workers,
+            default=_default_workers(),
+            help="processes to use (CPUs)",
         )
         sub.add_argument(
             "--json", action="store_true", help="print the result as JSON instead of tables"
@@ -245,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument(
             "--seeds",
-            type=count,
+            type=options.trials,
             metavar="N",
             help="run N seeds (--seed, --seed + 1, ...) in parallel: means with 95%% confidence "
             "intervals, and every trial in the JSON",
@@ -281,17 +291,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_verify_arguments(verify)
     verify.add_argument(
-        "--workers", type=count, default=_default_workers(), help="processes to use (CPUs)"
+        "--workers",
+        type=options.workers,
+        default=_default_workers(),
+        help="processes to use (CPUs)",
     )
     return parser
 
 
 def _web_arguments(parser: argparse.ArgumentParser) -> None:
-    from seawall.sim._args import whole
+    from seawall.sim import _args as options
 
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     parser.add_argument(
-        "--port", type=whole, default=8000, help="TCP port (8000; 0 picks a free one)"
+        "--port", type=options.port, default=8000, help="TCP port (8000; 0 picks a free one)"
     )
 
 

@@ -145,7 +145,13 @@ def test_requests_override_block(server: Server) -> None:
 
 
 def test_bad_overrides_are_refused_by_name(server: Server) -> None:
-    with pytest.raises(TypeError, match="'retires'"), override(retires=0):
+    with (
+        pytest.raises(TypeError, match=r"'retires': .* did you mean 'retries'"),
+        override(retires=0),
+    ):
+        pass
+    typo = pytest.raises(TypeError, match=r"'max_attempt': .* did you mean 'max_attempts'")
+    with typo, override(max_attempt=2):
         pass
     with pytest.raises(ValueError, match="retries"), override(retries=-1):
         pass
@@ -154,7 +160,7 @@ def test_bad_overrides_are_refused_by_name(server: Server) -> None:
     with client(policy()) as c:
         with pytest.raises(TypeError, match="seawall override"):
             c.get(server.url + "/ok", extensions={"seawall": 3})
-        with pytest.raises(TypeError, match="'attempts'"):
+        with pytest.raises(TypeError, match=r"'attempts': .* did you mean 'max_attempts'"):
             c.get(server.url + "/ok", extensions={"seawall": {"attempts": 1}})
     assert server.count("GET", "/ok") == 0
 

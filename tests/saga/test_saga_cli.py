@@ -127,3 +127,21 @@ def test_cli_errors(
     monkeypatch.setenv("SEAWALL_SAGA_STORE", sqlite_url)
     assert main(["saga", "list"]) == 0
     assert capsys.readouterr().out == "no runs\n"
+
+
+@pytest.mark.parametrize("command", ["list", "retry", "compensate", "cancel"])
+@pytest.mark.parametrize("status", ["BOGUS", "pending", "needs-attention"])
+def test_an_unknown_status_filter_is_refused_with_the_valid_ones(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str], command: str, status: str
+) -> None:
+    saga.Orchestrator(sqlite_url, [saga.Saga("s", [saga.Step("a", lambda ctx: None)])]).close()
+    # Not "no runs": a typo must not read as "nothing is stuck".
+    yes = [] if command == "list" else ["--yes"]
+    assert usage_error(["saga", command, "--store", sqlite_url, "--status", status, *yes])
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err
+    assert "argument --status" in err and repr(status) in err and "Traceback" not in err
+    for valid in ("RUNNING", "RETRYING", "WAITING", "NEEDS_ATTENTION", "COMPENSATED"):
+        assert valid in err
+    assert "PENDING" not in err.split(repr(status), 1)[1]  # a step's status, never a run's

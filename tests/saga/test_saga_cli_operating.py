@@ -251,8 +251,8 @@ def test_bulk_asks_on_a_terminal(
         (["retry", "done", "--stuck"], "not both"),
         (["list", "--older-than", "soon"], "--older-than must be a duration"),
         (["counts", "--overdue-after=-1s"], "--overdue-after must be a duration"),
-        (["list", "--limit", "0"], "--limit must be >= 1"),
-        (["list", "--limit", "9" * 20], "--limit must be <= "),
+        (["list", "--limit", "0"], "argument --limit: must be a whole number >= 1 and <= "),
+        (["list", "--limit", "9" * 20], "argument --limit: must be a whole number >= 1 and <= "),
     ],
 )
 def test_usage_errors(

@@ -128,6 +128,44 @@ def test_the_worker_loop_sleeps_on_virtual_time_until_the_next_retry(sqlite_url:
     assert clock.now() == pytest.approx(START + 120.0)
 
 
+def test_an_operators_retry_now_reaches_a_waiting_worker_within_poll(store_url: str) -> None:
+    """The worker's idle wait is at most ``poll``, whatever the old next_retry_at: an operator's
+    retry_now (another process, here another orchestrator) is run a poll later, not when the
+    backoff would have ended."""
+    poll, backoff = 5.0, 3600.0
+    stop = threading.Event()
+    waits: list[float] = []
+
+    class Operator(seawall.VirtualClock):
+        """Virtual time whose first idle wait is when the operator acts."""
+
+        def sleep(self, seconds: float) -> None:
+            waits.append(seconds)
+            if len(waits) == 1:
+                with saga.Orchestrator(store_url, [flow], clock=self, hooks=()) as operator:
+                    operator.retry_now(run_id)
+            super().sleep(seconds)
+
+    def flaky(ctx: saga.StepContext) -> int:
+        if ctx.attempt == 1:
+            raise ConnectionError("x")
+        return ctx.attempt
+
+    def done(event: saga.SagaEvent) -> None:
+        if event.kind == "run" and event.status.final:
+            stop.set()
+
+    pol = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(backoff), hooks=())
+    flow = saga.Saga("s", [saga.Step("a", flaky, policy=pol)])
+    clock = Operator(start=START)
+    with saga.Orchestrator(store_url, [flow], clock=clock, poll=poll, hooks=[done]) as orch:
+        run_id = orch.start("s", {})
+        assert orch.work(stop) == 2
+        assert orch.get(run_id).status is saga.Status.SUCCEEDED
+    assert waits and max(waits) <= poll
+    assert clock.now() - START <= poll  # not START + 3600: the old next_retry_at
+
+
 def test_compensate_after_a_compensation_gave_up_tries_it_again(sqlite_url: str) -> None:
     clock = seawall.VirtualClock(start=START)
     undo_calls: list[int] = []

@@ -111,6 +111,10 @@ def test_counts_by_saga_and_status_with_overdue(store_url: str) -> None:
         ({"overdue_after": float("nan")}, ValueError, "overdue_after"),
         ({"error_contains": 3}, TypeError, "error_contains"),
         ({"saga": 3}, TypeError, "saga"),
+        # A typo, or a step's status no run has: refused, not answered with no runs.
+        ({"status": "BOGUS"}, ValueError, "status.*NEEDS_ATTENTION"),
+        ({"status": "PENDING"}, ValueError, "status.*RETRYING"),
+        ({"status": 3}, TypeError, "status"),
     ],
 )
 def test_bad_filters_are_refused_by_name(

@@ -6,14 +6,19 @@ Everything runs on virtual time: a wait of a day costs nothing, and every due ti
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import random
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -348,6 +353,83 @@ def test_a_signal_that_arrives_as_the_worker_decides_to_wait_wakes_the_run(
         run = orch.get(run_id)
         assert run.status is saga.Status.SUCCEEDED
         assert book.seen["ship"]["paid"] == {"raced": True}
+
+
+@contextlib.contextmanager
+def store_held(url: str) -> Iterator[Callable[[], None]]:
+    """Another session holds the store (SQLite's write lock; PostgreSQL's runs table) until the
+    function yielded is called: a signal's transaction waits for it."""
+    conn: Any
+    if url.startswith("sqlite:///"):
+        path = url.removeprefix("sqlite:///")
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn.execute("BEGIN IMMEDIATE")
+    else:
+        import psycopg
+
+        conn = psycopg.connect(url)
+        conn.execute("LOCK TABLE seawall_saga_runs IN ACCESS EXCLUSIVE MODE")
+    done = threading.Lock()
+
+    def release() -> None:
+        if done.acquire(blocking=False):  # once, whoever calls first
+            conn.rollback()
+
+    try:
+        yield release
+    finally:
+        release()
+        conn.close()
+
+
+async def test_asignal_sends_from_an_event_loop_without_blocking_it(store_url: str) -> None:
+    order = saga.Saga("order", [saga.WaitFor("paid", timeout=600.0), Book().step("ship")])
+    with orchestrator(store_url, [order]) as orch:
+        run_id = orch.start("order", {})
+        assert orch.run_due() == 0  # the wait runs no function
+        assert orch.get(run_id).status is saga.Status.WAITING
+        released_by: list[str] = []
+        with store_held(store_url) as release:
+            # If asignal blocked the loop, only this timer (not the task) could free the store.
+            guard = threading.Timer(60.0, lambda: (released_by.append("timer"), release()))
+            guard.start()
+            sending = asyncio.ensure_future(orch.asignal(run_id, "paid", {"tx": "T-1"}))
+            for _ in range(5):
+                await asyncio.sleep(0)  # the loop runs other tasks while the store is busy
+            assert not sending.done()
+            released_by.append("loop")
+            release()
+            assert await sending is True
+            guard.cancel()
+        assert released_by == ["loop"]
+        assert await orch.asignal(run_id, "paid", {"tx": "T-2"}) is False  # a duplicate
+        assert orch.run_due() == 1
+        run = orch.get(run_id)
+        assert run.status is saga.Status.SUCCEEDED
+        assert run.step("paid").result == {"tx": "T-1"}
+
+
+async def test_asignal_calls_from_many_tasks_at_once_each_count_once(store_url: str) -> None:
+    order = saga.Saga("order", [saga.WaitFor("paid", timeout=600.0)])
+    with orchestrator(store_url, [order]) as orch:
+        runs = [orch.start("order", {}, run_id=f"r{i}") for i in range(8)]
+        orch.run_due()
+        # Every run signalled three times at once: one signal kept per run, two duplicates.
+        sent = await asyncio.gather(
+            *(orch.asignal(r, "paid", {"n": k}) for k in range(3) for r in runs)
+        )
+        assert sum(sent) == len(runs)
+        orch.run_due()
+        assert {orch.get(r).status for r in runs} == {saga.Status.SUCCEEDED}
+        # Its errors are signal's, raised in the awaiting task.
+        with pytest.raises(KeyError):
+            await orch.asignal("nope", "paid")
+        with pytest.raises(ValueError, match="is over"):
+            await orch.asignal(runs[0], "paid")
+        with pytest.raises(TypeError, match="name"):
+            await orch.asignal(runs[0], 3)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="closed"):
+        await orch.asignal(runs[0], "paid")
 
 
 # -- Sleep ------------------------------------------------------------------------------------

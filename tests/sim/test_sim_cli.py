@@ -54,6 +54,7 @@ def test_sim_storm_prints_trace_and_histogram(capsys: pytest.CaptureFixture[str]
         (["sim", "occ", "--algorithms", "fast"], "must be one of"),
         (["sim", "occ", "--base", "1", "--cap", "0.5", "--trials", "1"], "cap must be >= base"),
         (["sim", "metastable", "--spike-start", "30", "--spike-end", "10"], "spike_end"),
+        (["sim", "fleet", "--min-per-second", "1e300"], "min_per_second must be"),
         (["sim"], "required"),
         ([], "required"),
     ],
@@ -67,6 +68,82 @@ def test_bad_arguments_exit_non_zero_with_a_clear_message(
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
+
+
+HUGE = str(10**22)
+
+
+def _integer_options(
+    parser: argparse.ArgumentParser, prefix: list[str]
+) -> list[tuple[list[str], str]]:
+    """Every option of the command, at any depth, that takes a whole number: (command, option)."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += _integer_options(sub, [*prefix, name])
+        elif action.option_strings and callable(action.type):
+            try:
+                sample = action.type("5")
+            except (argparse.ArgumentTypeError, TypeError, ValueError):
+                continue
+            if isinstance(sample, int):
+                found.append((prefix, action.option_strings[-1]))
+    return found
+
+
+INTEGER_OPTIONS = _integer_options(build_parser(), [])
+
+
+def test_every_integer_option_is_found() -> None:
+    options = {(" ".join(command), option) for command, option in INTEGER_OPTIONS}
+    for expected in [
+        ("sim storm", "--workers"),
+        ("sim storm", "--seeds"),
+        ("sim storm", "--clients"),
+        ("sim", "--workers"),
+        ("sim occ", "--clients"),
+        ("sim fleet", "--processes"),
+        ("sim verify", "--seeds"),
+        ("demo", "--workers"),
+    ]:
+        assert expected in options
+
+
+@pytest.mark.parametrize(
+    ("command", "option"), INTEGER_OPTIONS, ids=[" ".join(c) + o for c, o in INTEGER_OPTIONS]
+)
+def test_a_huge_integer_is_refused_naming_the_option_and_its_bound(
+    command: list[str], option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Refused while the arguments are read: nothing runs, no pool of 10**22 processes (and
+    # --help, read after it, stops the command if the value were accepted).
+    with pytest.raises(SystemExit) as exc:
+        main([*command, option, HUGE, "--help"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: must be a whole number >= " in err, err
+    assert " and <= " in err and "Traceback" not in err
+    bound = int(err.split(" and <= ")[1].split(",")[0].replace("_", ""))
+    assert bound < 10**22
+    # The bound itself is accepted by the option.
+    assert not _refused([*command, option, str(bound), "--help"], capsys)
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> bool:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)  # --help: parsed, then printed, never run
+    capsys.readouterr()
+    return exc.value.code != 0
+
+
+def test_a_grid_of_too_many_trials_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["sim", "storm", "--grid", "clients=" + ",".join(map(str, range(1, 101)))]
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--seeds", "100000"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--grid: 100 cells x 100000 seeds" in err and "at most" in err
 
 
 def test_every_scenario_has_help(capsys: pytest.CaptureFixture[str]) -> None:

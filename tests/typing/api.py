@@ -203,6 +203,11 @@ def _signal(orch: saga.Orchestrator, run_id: str) -> None:
     del kept, limit, deadline
 
 
+async def _asignal(orch: saga.Orchestrator, run_id: str) -> None:
+    kept: bool = await orch.asignal(run_id, "paid", {"tx": "T-9"})
+    del kept
+
+
 def fleet_shared() -> None:
     from seawall import redis as fleet_redis
 

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
-import signal
-import socket
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import web_servers
+from web_servers import seawall_web
 
 import seawall
 from seawall import saga
@@ -101,49 +98,10 @@ def store_file(tmp_path: pathlib.Path) -> str:
 
 @contextlib.contextmanager
 def served(app: Any) -> Iterator[str]:
-    """*app* under uvicorn in a thread of this process, on a loopback port; its URL."""
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
+    """The store view's *app* under uvicorn in a thread of this process (see
+    :func:`web_servers.served`); its store closed after."""
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
+        with web_servers.served(app) as url:
+            yield url
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
         app.state.store_view.close()
-
-
-@contextlib.contextmanager
-def seawall_web(*args: str) -> Iterator[str]:
-    """A ``seawall web --port 0 ARGS`` process; the URL it printed."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "seawall.cli", "web", "--port", "0", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if not line:
-            _, err = process.communicate(timeout=60)
-            pytest.fail(f"seawall web printed nothing; stderr: {err}")
-        words = [w for w in line.split() if w.startswith("http://127.0.0.1:")]
-        assert words, line
-        yield words[0]
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a server that ignores SIGINT
-            process.kill()
-            process.wait()
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()

@@ -216,7 +216,7 @@ def test_a_port_out_of_range_is_a_usage_error() -> None:
         timeout=60,
     )
     assert result.returncode == 2
-    assert "port must be between 0 and 65535" in result.stderr
+    assert "argument --port: must be a whole number >= 0 and <= 65535" in result.stderr
 
 
 def test_serve_refuses_a_bad_port() -> None:

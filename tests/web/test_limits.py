@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from web_servers import served
 
 from seawall.web._limits import MAX_QUERY, Bounded, Busy, Gate
 from seawall.web._runs import ExperimentRunner, RunFailed
@@ -260,20 +261,6 @@ def test_a_long_query_and_a_request_body_are_refused(app_url: str) -> None:
     assert status == 200 and body["params"]["seed"] == 3
 
 
-def serve_in_thread(app: Any) -> tuple[Any, str, Any]:
-    import threading
-
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    return server, f"http://127.0.0.1:{sock.getsockname()[1]}/", (thread, sock)
-
-
 def test_a_request_over_its_time_limit_is_answered_503() -> None:
     import anyio
 
@@ -283,13 +270,8 @@ def test_a_request_over_its_time_limit_is_answered_503() -> None:
         await anyio.sleep(30)
         finished.append(True)
 
-    server, url, (thread, sock) = serve_in_thread(Bounded(slow, time_limit=0.3))
-    try:
+    with served(Bounded(slow, time_limit=0.3)) as url:
         status, headers, body, took = get(url, timeout=20)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
     assert status == 503
     assert "longer than 0.3 s" in body["error"]
     assert int(headers["retry-after"]) >= 1

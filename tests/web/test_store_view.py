@@ -114,6 +114,8 @@ def test_the_overview_filters_like_the_command(readonly: str) -> None:
     assert listed({"older": "1d", "saga": "nope"}) == []
     bad = request(readonly, path="/?older=soon")
     assert bad.status == 400 and "older must be a duration" in bad.body
+    typo = request(readonly, path="/?status=BOGUS")
+    assert typo.status == 400 and "status must be one of RUNNING" in typo.body
     unknown = request(readonly, path="/?drop=table")
     assert unknown.status == 400 and "unknown parameter" in unknown.body
 

@@ -15,13 +15,11 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from web_servers import seawall_web, served
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
@@ -53,56 +51,17 @@ def artefacts() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def page_url() -> Iterator[str]:
     """The URL the ``seawall web --port 0`` process printed; the process ends with the session."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "seawall.cli", "web", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()  # the server listens before it prints this line
-        if not line:
-            _, err = process.communicate(timeout=60)
-            pytest.fail(f"seawall web printed nothing; stderr: {err}")
-        words = [w for w in line.split() if w.startswith("http://127.0.0.1:")]
-        assert words, line
-        yield words[0]
-    finally:
-        # Ctrl-C, as a person stops it: the command exits cleanly (and coverage is saved).
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a server that ignores SIGTERM
-            process.kill()
-            process.wait()
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
+    with seawall_web() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def app_url() -> Iterator[str]:
     """The page's application under uvicorn in a thread of this process, on a loopback port."""
-    import socket
-    import threading
-
-    import uvicorn
-
     from seawall.web import create_app
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    with served(create_app()) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -14,19 +14,25 @@ platform's timeouts at the first wait, not when it is configured.
 
 from __future__ import annotations
 
+import difflib
 import math
 import sys
+from collections.abc import Mapping, Sequence
 from typing import Final
+
+from seawall._core.redact import escape_controls
 
 __all__ = [
     "MAX_SECONDS",
     "MIN_WINDOW",
     "count",
+    "key_path",
     "number",
     "optional_seconds",
     "ratio",
     "seconds",
     "shown",
+    "unknown_key",
 ]
 
 #: The longest finite duration a parameter may hold: 1e9 s, about 31.7 years. Sleeps, lock and
@@ -185,3 +191,34 @@ def count(name: str, value: object, *, minimum: int = 0, maximum: int = sys.maxs
     if value > maximum:
         raise ValueError(f"{name} must be <= {maximum}, got {shown(value)}")
     return value
+
+
+def unknown_key(
+    key: object,
+    known: Sequence[str],
+    *,
+    what: str = "field",
+    aliases: Mapping[str, str] | None = None,
+) -> str:
+    """What is wrong with an unknown *key* of a table, for a message that starts with its path:
+    ``unknown field; did you mean 'retry_policy'? (expected one of: timeout, retry_policy)``.
+
+    The suggestion is the nearest *known* name by spelling, or the name an *aliases* entry near
+    the key stands for (another library's word: ``max_retries`` for ``num_retries``); there is
+    none when nothing is near.
+    """
+    problem = f"unknown {what}"
+    if isinstance(key, str):
+        choices = {name: name for name in known} | dict(aliases or {})
+        # 0.7: a typo or two (dleay, num_retrys) is near; speed is not shape.
+        near = difflib.get_close_matches(key.lower().replace("-", "_"), choices, n=1, cutoff=0.7)
+        if near:
+            problem += f"; did you mean {choices[near[0]]!r}?"
+    return f"{problem} (expected one of: {', '.join(known)})"
+
+
+def key_path(path: str, key: object) -> str:
+    """*path* and an untrusted *key* of its table, as a message names them: ``defaults.retry``
+    (a key with control characters is shown escaped; one that is not a string, by its repr)."""
+    text = escape_controls(key) if isinstance(key, str) else shown(key)
+    return f"{path}.{text}" if path else text

@@ -17,7 +17,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Final
 
-from seawall._core import validate as _validate
 from seawall._core.redact import escape_controls, redact_text
 from seawall.saga._model import HistoryEntry, Run, Status, StepRecord, utc
 from seawall.saga._operations import (
@@ -26,6 +25,7 @@ from seawall.saga._operations import (
     lease_of,
     operate,
     parse_duration,
+    run_status,
 )
 from seawall.saga._rows import Loaded, to_history, to_run
 from seawall.saga._signals import send_signal
@@ -46,6 +46,8 @@ __all__ = [
 
 #: The most runs one bulk operation acts on (run it again for more).
 BULK_LIMIT: Final = 10_000
+#: The most runs ``list --limit`` prints (each is read whole into memory).
+LIST_LIMIT: Final = 1_000_000
 
 STORE_ENV = "SEAWALL_SAGA_STORE"
 
@@ -264,11 +266,24 @@ def _duration(name: str) -> Any:
     return parse
 
 
+def _limit(text: str) -> int:
+    try:
+        value: int | None = int(text)
+    except ValueError:  # not a number, or one of more than 4300 digits
+        value = None
+    if value is None or not 1 <= value <= LIST_LIMIT:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number >= 1 and <= {LIST_LIMIT}, got {shown!r}"
+        )
+    return value
+
+
 def _status(text: str) -> Status:
     try:
-        return Status(text.upper())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"unknown status {text!r}") from None
+        return run_status(text, "--status")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -315,7 +330,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     listing = commands.add_parser("list", help="the latest runs, with the step each is at")
     common(listing)
     filters(listing)
-    listing.add_argument("--limit", type=int, default=50, help="at most this many runs (50)")
+    listing.add_argument(
+        "--limit", type=_limit, default=50, help=f"at most this many runs (50; <= {LIST_LIMIT})"
+    )
     show = commands.add_parser(
         "show", help="one run: every step, its lease, and (--history) its history"
     )
@@ -406,7 +423,6 @@ def _dispatch(store: Store, args: argparse.Namespace) -> int:
     out = sys.stdout
     command = args.saga_command
     if command == "list":
-        _validate.count("--limit", args.limit, minimum=1)  # beyond a machine int: refused
         now, found = _find(store, args, args.limit)
         runs = [to_run(item) for item in found]
         if args.json:

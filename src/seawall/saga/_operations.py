@@ -9,6 +9,7 @@ import math
 import re
 from typing import Any, Final, NamedTuple
 
+from seawall._core.redact import escape_controls
 from seawall.saga._model import Status
 from seawall.saga._rows import HistoryRow, Loaded, RunRow, StepRow, dumps
 from seawall.saga._store import Store
@@ -24,6 +25,7 @@ __all__ = [
     "lease_of",
     "operate",
     "parse_duration",
+    "run_status",
     "unknown_status",
     "without_holds",
 ]
@@ -44,6 +46,39 @@ OVERDUE_AFTER: Final = 60.0
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*", re.IGNORECASE)
 _UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+#: The statuses a run can be in, in the order a run meets them (for messages).
+_RUN_STATUS_ORDER: Final = (
+    S.RUNNING,
+    S.RETRYING,
+    S.WAITING,
+    S.SUCCEEDED,
+    S.COMPENSATING,
+    S.COMPENSATED,
+    S.FAILED,
+    S.NEEDS_ATTENTION,
+)
+
+
+def run_status(value: object, name: str = "status") -> Status:
+    """The run status a filter names (a :class:`Status` or its name, in any case).
+
+    Raises:
+        TypeError: naming *name*, for a value that is not a str.
+        ValueError: naming *name* and the run statuses, for one that no run of this version
+            can be in: a typo, or a step's status such as PENDING. (A filter that matches
+            nothing because of a typo would read as "no such runs".)
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a run status (str), got {value!r}")
+    text = value.value if isinstance(value, Status) else value.strip().upper()
+    for status in _RUN_STATUS_ORDER:
+        if status.value == text:
+            return status
+    valid = ", ".join(s.value for s in _RUN_STATUS_ORDER)
+    shown = value.value if isinstance(value, Status) else value
+    raise ValueError(f"{name} must be one of {valid}, got {escape_controls(repr(shown[:64]))}")
 
 
 def parse_duration(text: str, name: str = "duration") -> float:

@@ -8,16 +8,19 @@ Each step's :class:`~seawall.RetryPolicy` decides through the sans-I/O core
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from seawall._core import validate as _validate
 from seawall._core.clock import SYSTEM_CLOCK, Clock, SystemClock, VirtualClock
+from seawall._core.compat import running_trio
 from seawall.saga._hooks import Hook, logging_hook
 from seawall.saga._model import (
     MAX_PAYLOAD_BYTES,
@@ -29,7 +32,7 @@ from seawall.saga._model import (
     WaitFor,
     check_payload,
 )
-from seawall.saga._operations import OVERDUE_AFTER, operate
+from seawall.saga._operations import OVERDUE_AFTER, operate, run_status
 from seawall.saga._rows import HistoryRow, Loaded, RunRow, StepRow, dumps, to_history, to_run
 from seawall.saga._signals import send_signal
 from seawall.saga._store import Store
@@ -37,6 +40,8 @@ from seawall.saga._stores import open_store
 from seawall.saga._worker import Worker
 
 __all__ = ["Orchestrator"]
+
+T = TypeVar("T")
 
 S = Status
 _MAX_RUN_ID = 200
@@ -168,6 +173,10 @@ class Orchestrator:
             max_payload_bytes=self.max_payload_bytes,
         )
         self._closed = False
+        # The thread of the async methods (made on first use): one, so that calls from many
+        # tasks use the store one at a time, as the orchestrator's other callers do.
+        self._async_thread: concurrent.futures.ThreadPoolExecutor | None = None
+        self._async_lock = threading.Lock()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -179,9 +188,13 @@ class Orchestrator:
     def close(self) -> None:
         """Close the store's connections (runs in progress are taken over once their leases
         expire)."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._async_lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread, self._async_thread = self._async_thread, None
+        if thread is not None:
+            thread.shutdown(wait=True)  # the calls in flight finish before the store closes
         self._worker.close()
 
     def __enter__(self) -> Orchestrator:
@@ -368,7 +381,9 @@ class Orchestrator:
         """The latest runs (most recently changed first) that match every filter given.
 
         Args:
-            status: only runs in this status.
+            status: only runs in this status (a :class:`Status` or its name, any case); one no
+                run can be in (a typo, or a step's status such as PENDING) is a ``ValueError``
+                that lists the run statuses.
             saga: only runs of this saga.
             limit: at most this many runs.
             stuck: only runs that wait for a person or a worker: NEEDS_ATTENTION, or overdue
@@ -380,7 +395,7 @@ class Orchestrator:
                 a run whose lease expired is overdue at once. Times are the store's.
         """
         _validate.count("limit", limit, minimum=1)
-        value = None if status is None else Status(status).value
+        value = None if status is None else run_status(status).value
         if saga is not None and not isinstance(saga, str):
             raise TypeError(f"saga must be a str or None, got {saga!r}")
         if error_contains is not None and not isinstance(error_contains, str):
@@ -453,6 +468,33 @@ class Orchestrator:
             TypeError: *run_id* or *name* is not a str, or *data* is not JSON data.
         """
         return send_signal(self.store, run_id, name, data, self.max_payload_bytes, self._waits)
+
+    async def asignal(self, run_id: str, name: str, data: Any = None) -> bool:
+        """:meth:`signal` for async code (asyncio or trio): the store is written in a thread of
+        this orchestrator's, so the event loop runs on meanwhile; calls from several tasks at
+        once run one after another. Durable when it returns; a call cancelled while it waits
+        may still have kept the signal (send it again: a duplicate changes nothing).
+
+        Returns and raises as :meth:`signal` does; ``RuntimeError`` once the orchestrator is
+        closed.
+        """
+        return await self._in_thread(self.signal, run_id, name, data)
+
+    async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in the orchestrator's async thread, awaited without blocking the loop."""
+        with self._async_lock:
+            if self._closed:
+                raise RuntimeError(f"{self!r} is closed")
+            if self._async_thread is None:
+                self._async_thread = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="seawall-saga-async"
+                )
+            future = self._async_thread.submit(fn, *args)
+        if running_trio():
+            import trio
+
+            return await trio.to_thread.run_sync(future.result)
+        return await asyncio.wrap_future(future)
 
     def _waits(self, saga: str, version: int | None) -> frozenset[str] | None:
         """The names of the waits of a definition registered here (``None``: not known)."""

@@ -79,30 +79,9 @@ class Outcomes:
             )
             return
         pending.state.on_success(now)
-        row.running = False
-        row.next_retry_at = None
-        row.retry_state = None
-        row.finished_at = now
-        row.updated_at = now
-        row.dirty = True
-        if comp:
-            row.status = S.COMPENSATED.value
-        else:
-            row.status = S.SUCCEEDED.value
-            row.result = text
-        loaded.history.append(
-            HistoryRow(
-                run_id=run.run_id,
-                at=now,
-                event="success",
-                step=row.name,
-                phase=pending.phase,
-                attempt=attempt,
-                detail=dumps({"duration": round(duration, 6)}),
-            )
+        self._succeed(
+            w, pending.index, pending.phase, text, now, {"duration": round(duration, 6)}, attempt
         )
-        run.updated_at = now
-        run.due_at = now
         w.events.append(
             SagaEvent(
                 kind="attempt",
@@ -386,26 +365,48 @@ class Outcomes:
     def waited(self, w: Work, index: int, data: str | None, now: float) -> None:
         """A wait ended with its signal's *data* (JSON text), or a timer (``None``): the step
         succeeded, and the run goes on."""
+        row = w.loaded.steps[index]
+        detail = {"waited": round(now - row.started_at, 6) if row.started_at else 0.0}
+        self._succeed(w, index, "action", data, now, detail)
+        w.loaded.run.status = S.RUNNING.value
+
+    def _succeed(
+        self,
+        w: Work,
+        index: int,
+        phase: str,
+        result: str | None,
+        now: float,
+        detail: dict[str, float],
+        attempt: int | None = None,
+    ) -> None:
+        """The step's action (with its *result*, JSON text) or its compensation succeeded: its
+        row, its history line and the run made due (the next step, or the next compensation).
+        An attempt's success and a wait's end both come here."""
         loaded, run = w.loaded, w.loaded.run
         row = loaded.steps[index]
-        row.status = S.SUCCEEDED.value
-        row.result = data
+        row.running = False
         row.next_retry_at = None
+        row.retry_state = None
         row.finished_at = now
         row.updated_at = now
         row.dirty = True
-        detail = {"waited": round(now - row.started_at, 6) if row.started_at else 0.0}
+        if phase == "compensation":
+            row.status = S.COMPENSATED.value
+        else:
+            row.status = S.SUCCEEDED.value
+            row.result = result
         loaded.history.append(
             HistoryRow(
                 run_id=run.run_id,
                 at=now,
                 event="success",
                 step=row.name,
-                phase="action",
+                phase=phase,
+                attempt=attempt,
                 detail=dumps(detail),
             )
         )
-        run.status = S.RUNNING.value
         run.updated_at = now
         run.due_at = now
 

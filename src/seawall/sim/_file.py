@@ -35,7 +35,8 @@ strategies = ["naive", "budget"]   # by name (seawall.sim.METASTABLE_STRATEGIES)
 policies = "policies.toml"         # every route of a seawall policy file (seawall.config)
 ```
 
-Every field is optional but ``arrivals.rate``; unknown fields are refused with their path.
+Every field is optional but ``arrivals.rate``; unknown fields are refused with their path and
+the nearest valid name.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from seawall._core.validate import key_path, unknown_key
 from seawall._policy.config import ConfigError, RouteConfig, _decode, _read, load_config
 from seawall.sim._metastable import (
     METASTABLE_STRATEGIES,
@@ -122,9 +124,9 @@ def _table(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = data.get(key, {})
     if not isinstance(value, Mapping):
         raise ValueError(f"{key} must be a table, got {value!r}")
-    unknown = sorted(set(value) - set(_SECTIONS[key]))
-    if unknown:
-        raise ValueError(f"{key}.{unknown[0]} is not a known field ({', '.join(_SECTIONS[key])})")
+    for name in value:
+        if name not in _SECTIONS[key]:
+            raise ValueError(f"{key_path(key, name)}: {unknown_key(name, _SECTIONS[key])}")
     return value
 
 
@@ -164,9 +166,10 @@ def scenario_plan(data: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         ValueError: a field is invalid (its path is named).
     """
-    unknown = sorted(set(data) - set(_SECTIONS))
-    if unknown:
-        raise ValueError(f"{unknown[0]} is not a known table ({', '.join(_SECTIONS)})")
+    for name in data:
+        if name not in _SECTIONS:
+            known = tuple(_SECTIONS)
+            raise ValueError(f"{key_path('', name)}: {unknown_key(name, known, what='table')}")
     run, arr, srv = _table(data, "run"), _table(data, "arrivals"), _table(data, "server")
     fail, cli = _table(data, "failures"), _table(data, "clients")
     duration = _num(run, "run.duration", 120.0, above=True, high=MAX_DURATION)

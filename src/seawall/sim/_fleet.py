@@ -105,7 +105,10 @@ def fleet(
     rate = _validate.number("rate", rate, minimum=0.0, above=True, finite=True)
     duration = _validate.number("duration", duration, minimum=0.0, above=True, finite=True)
     ratio = _validate.ratio("ratio", ratio)
-    min_per_second = _validate.number("min_per_second", min_per_second, minimum=0.0, finite=True)
+    # The budget's own bound, checked here: refused by the budget, it would stop the run midway.
+    min_per_second = _validate.number(
+        "min_per_second", min_per_second, minimum=0.0, maximum=1e12, finite=True
+    )
     window = _validate.number("window", window, minimum=0.0, above=True, finite=True)
     sync_interval = _validate.number(
         "sync_interval", sync_interval, minimum=0.0, above=True, finite=True

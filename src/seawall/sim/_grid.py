@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from seawall.sim._args import MAX_TRIALS
 
 __all__ = ["grid_cells", "parse_grid", "run_grid"]
 
@@ -179,6 +182,12 @@ def run_grid_command(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     for key in grid:
         params.pop(key, None)
     count = args.seeds or 1
+    trials = math.prod(len(values) for values in grid.values()) * count
+    if trials > MAX_TRIALS:
+        raise ValueError(
+            f"--grid: {trials // count} cells x {count} seeds = {trials} trials; "
+            f"at most {MAX_TRIALS}"
+        )
     seeds = list(range(args.seed, args.seed + count))
     doc = run_grid(
         args.scenario,

@@ -35,7 +35,14 @@ from starlette.staticfiles import StaticFiles
 
 from seawall._core.redact import escape_controls, redact_text
 from seawall.saga._model import Status, utc
-from seawall.saga._operations import OVERDUE_AFTER, is_overdue, lease_of, operate, parse_duration
+from seawall.saga._operations import (
+    OVERDUE_AFTER,
+    is_overdue,
+    lease_of,
+    operate,
+    parse_duration,
+    run_status,
+)
 from seawall.saga._rows import Loaded, to_history, to_run
 from seawall.saga._store import Store
 from seawall.saga._stores import open_store
@@ -209,7 +216,7 @@ class StoreView:
         older = params.get("older") or None
         older_than = None if older is None else parse_duration(older, "older")
         if status is not None:
-            status = Status(status.upper()).value
+            status = run_status(status).value
         store = self.store
         now = store.now()
         counts = store.counts_by_saga(now, self.overdue_after)

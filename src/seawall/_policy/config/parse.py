@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from seawall._core.validate import MAX_SECONDS, MIN_WINDOW, shown
+from seawall._core.validate import MAX_SECONDS, MIN_WINDOW, key_path, shown, unknown_key
 from seawall._policy.config.conditions import (
     _NO_RESPONSE_TOO,
     _UNSUPPORTED,
@@ -51,12 +51,15 @@ def _mapping(value: object, path: str) -> Mapping[str, Any]:
     return value
 
 
-def _known(table: Mapping[str, Any], path: str, allowed: Sequence[str]) -> None:
+def _known(
+    table: Mapping[str, Any],
+    path: str,
+    allowed: Sequence[str],
+    aliases: Mapping[str, str] | None = None,
+) -> None:
     for key in table:
         if key not in allowed:
-            raise ConfigError(
-                _join(path, key), f"unknown field (expected one of: {', '.join(allowed)})"
-            )
+            raise ConfigError(key_path(path, key), unknown_key(key, allowed, aliases=aliases))
 
 
 def _duration(value: object, path: str, *, positive: bool = True, minimum: float = 0.0) -> float:
@@ -153,6 +156,22 @@ _RETRY_FIELDS: Final = (
     "budget",
     "retriable_status_codes",
 )
+# Other libraries' words for a field (and seawall's own keyword arguments), suggested as the
+# field when an unknown key is near one: ``attempts`` means ``num_retries`` + 1.
+_ROUTE_ALIASES: Final = {
+    "retry": "retry_policy",
+    "retries": "retry_policy",
+    "policy": "retry_policy",
+}
+_RETRY_ALIASES: Final = {
+    "attempts": "num_retries",
+    "max_attempts": "num_retries",
+    "retries": "num_retries",
+    "max_retries": "num_retries",
+    "timeout": "per_try_timeout",
+    "attempt_timeout": "per_try_timeout",
+    "retry_budget": "budget",
+}
 
 
 class _RetryOnSpec(NamedTuple):
@@ -333,7 +352,7 @@ def _hedge(value: object, path: str) -> HedgeConfig:
 def _route(
     name: str, table: Mapping[str, Any], path: str, errors: Mapping[str, type[BaseException]]
 ) -> RouteConfig:
-    _known(table, path, _ROUTE_FIELDS)
+    _known(table, path, _ROUTE_FIELDS, _ROUTE_ALIASES)
     timeout = _duration(table["timeout"], _join(path, "timeout")) if "timeout" in table else None
     enabled = table.get("enabled", True)
     if not isinstance(enabled, bool):
@@ -341,7 +360,7 @@ def _route(
     hedge = _hedge(table["hedge"], _join(path, "hedge")) if "hedge" in table else None
     rpath = _join(path, "retry_policy")
     retry = _mapping(table.get("retry_policy", {}), rpath)
-    _known(retry, rpath, _RETRY_FIELDS)
+    _known(retry, rpath, _RETRY_FIELDS, _RETRY_ALIASES)
     num_retries = _int(
         retry.get("num_retries", 2),
         _join(rpath, "num_retries"),
@@ -418,7 +437,7 @@ def parse_config(
     root = _mapping(data, "")
     _known(root, "", ("defaults", "routes"))
     defaults = _mapping(root.get("defaults", {}), "defaults")
-    _known(defaults, "defaults", _ROUTE_FIELDS)
+    _known(defaults, "defaults", _ROUTE_FIELDS, _ROUTE_ALIASES)
     routes = _mapping(root.get("routes", {}), "routes")
     parsed: dict[str, RouteConfig] = {}
     for name, spec in routes.items():

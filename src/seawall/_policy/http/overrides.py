@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from seawall._core.public import public
+from seawall._core.validate import shown, unknown_key
 from seawall._strategies.retry import RetryPolicy
 
 # -- per-request overrides ----------------------------------------------------------------------
@@ -29,9 +30,8 @@ class _Overrides:
 
 
 OVERRIDES: Final = _Overrides()
-_POLICY_FIELDS: Final = frozenset(f.name for f in dataclasses.fields(RetryPolicy) if f.init) | {
-    "retries"
-}
+_POLICY_NAMES: Final = (*(f.name for f in dataclasses.fields(RetryPolicy) if f.init), "retries")
+_POLICY_FIELDS: Final = frozenset(_POLICY_NAMES)
 
 
 @public("seawall.http")
@@ -75,9 +75,7 @@ def policy_changes(changes: Mapping[Any, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in changes.items():
         if key not in _POLICY_FIELDS:
-            raise TypeError(
-                f"unknown seawall override {key!r}: a RetryPolicy field or 'retries' expected"
-            )
+            raise TypeError(f"seawall override {shown(key)}: {unknown_key(key, _POLICY_NAMES)}")
         if key == "retries":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"retries must be an int >= 0, got {value!r}")
