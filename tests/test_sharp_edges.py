@@ -10,6 +10,7 @@ import pytest
 import seawall
 from backends import Run
 from seawall import config
+from seawall._core import runtime
 from seawall.propagation import Deadline, deadline_headers
 
 # -- configuration: a bad default is refused even when every route overrides it -------------
@@ -161,6 +162,39 @@ def test_an_unnamed_decorated_policy_is_named_after_its_function(
     assert "ConnectionError('reset by peer')" in warning
     assert "budget=None" in warning  # the remedy
     assert any(f"{name}': gave up after 2 attempts" in n and "(budget)" in n for n in notes)
+
+
+def test_a_refusing_budget_warns_once_per_interval_with_a_count(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = seawall.VirtualClock()
+    monkeypatch.setattr(runtime.BUDGET_WARNINGS, "clock", clock.now)
+    spent = seawall.RetryBudget(min_per_second=0.0, ratio=0.001, window=1000.0, clock=clock)
+    other = seawall.RetryBudget(min_per_second=0.0, ratio=0.001, window=1000.0, clock=clock)
+    first = seawall.RetryPolicy(name="orders", budget=spent, clock=clock)
+    second = seawall.RetryPolicy(name="orders", budget=other, clock=clock)
+
+    def down() -> None:
+        raise ConnectionError("down")
+
+    def refusals(policy: seawall.RetryPolicy, calls: int) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="seawall"):
+            for _ in range(calls):
+                with pytest.raises(ConnectionError):
+                    policy.call(down)
+        return [r.getMessage() for r in caplog.records]
+
+    # 100 refusals within the interval: one line; another budget has its own.
+    [line] = refusals(first, 100)
+    assert line.startswith("retry budget exhausted for orders (") and "more refused" not in line
+    assert len(refusals(second, 5)) == 1
+    clock.sleep(9.9)
+    assert refusals(first, 20) == []
+    clock.sleep(0.1)  # 10 s after the first line: the next says how many it left out
+    [line, *rest] = refusals(first, 3)
+    assert "is not retried (and 119 more refused since the last warning); " in line
+    assert rest == []
 
 
 def test_an_unnamed_policy_logs_without_a_double_space(caplog: pytest.LogCaptureFixture) -> None:

@@ -22,10 +22,12 @@ import contextvars
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
 __all__ = [
+    "BUDGET_WARNINGS",
     "DEADLINE",
     "DEFAULT_GRACE",
     "HEADER_COUNTS",
@@ -182,6 +184,55 @@ HOST_BUDGETS_LOCK: Final = threading.Lock()
 OVERRIDES: Final = Latch()
 
 
+# -- the budget warning ---------------------------------------------------------------------------
+
+
+class Pace:
+    """When the budget warning was last logged, per budget (a refusing budget refuses every
+    retry of every call until the window moves on: one line each would flood the log).
+
+    Attributes:
+        every: seconds between two warnings about one budget.
+        clock: what the pace reads (``time.monotonic``; a virtual clock's ``now`` in tests).
+    """
+
+    __slots__ = ("_last", "clock", "every", "lock")
+
+    #: The most budgets remembered (the least recently warned about are forgotten first).
+    LIMIT: Final = 1024
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.every = 10.0
+        self.clock: Callable[[], float] = time.monotonic
+        self._last: dict[object, list[float]] = {}  # key -> [time logged, refusals skipped]
+
+    def admit(self, key: object) -> int | None:
+        """``None``: skip this warning (it is counted); else log it, and this many were
+        skipped since the last one."""
+        now = self.clock()
+        with self.lock:
+            last = self._last.get(key)
+            if last is not None and now - last[0] < self.every:
+                last[1] += 1
+                return None
+            self._last.pop(key, None)  # to the end: the most recently warned about
+            self._last[key] = [now, 0.0]
+            if len(self._last) > self.LIMIT:
+                del self._last[next(iter(self._last))]
+            return 0 if last is None else int(last[1])
+
+    def clear(self) -> None:
+        with self.lock:
+            self._last.clear()
+            self.every = 10.0
+            self.clock = time.monotonic
+
+
+#: The budget warning's pace, per budget.
+BUDGET_WARNINGS: Final = Pace()
+
+
 # -- reset ----------------------------------------------------------------------------------------
 
 _RESETS: list[Callable[[], None]] = []
@@ -217,6 +268,7 @@ def reset(*, latches: bool = True) -> None:
         HOST_BUDGETS.clear()
     with HEADER_COUNTS.lock:
         HEADER_COUNTS.accepted = HEADER_COUNTS.invalid = HEADER_COUNTS.clamped = 0
+    BUDGET_WARNINGS.clear()
     _reset_unmoved()
     for reset_state in tuple(_RESETS):
         reset_state()

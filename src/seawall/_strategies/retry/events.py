@@ -17,6 +17,7 @@ from typing import (
     TypeVar,
 )
 
+from seawall._core import runtime
 from seawall._core.events import INFO, WARNING, logger
 from seawall._core.public import public
 from seawall._core.redact import escape_controls, redact_text
@@ -121,7 +122,8 @@ def _error_text(error: BaseException | None) -> str:
 
 @public("seawall")
 def logging_hook(event: RetryEvent) -> None:
-    """The default hook: log scheduled retries (INFO) and budget refusals (WARNING) to "seawall"."""
+    """The default hook: log scheduled retries (INFO) and budget refusals (WARNING: once per
+    budget every 10 s, with the count of refusals since) to "seawall"."""
     if event.kind == "give_up":
         return
     level = INFO if event.kind == "retry" else WARNING
@@ -153,16 +155,25 @@ def logging_hook(event: RetryEvent) -> None:
             extra=extra,
         )
     else:
+        # Once per budget every runtime.BUDGET_WARNINGS.every seconds (10 s), with the count of
+        # refusals since: a refusing budget refuses every call's retries until the window moves.
+        skipped = runtime.BUDGET_WARNINGS.admit(
+            (event.policy, id(event.budget) if event.budget is not None else None)
+        )
+        if skipped is None:
+            return
         from seawall._strategies.budget import budget_state
 
         state = "" if event.budget is None else f" ({redact_text(budget_state(event.budget))})"
+        since = f" (and {skipped} more refused since the last warning)" if skipped else ""
         logger.log(
             level,
-            "retry budget exhausted for %s%s: attempt %d failed (%s) and is not retried; %s",
+            "retry budget exhausted for %s%s: attempt %d failed (%s) and is not retried%s; %s",
             policy or "an unnamed policy",
             state,
             event.attempt,
             error,
+            since,
             _BUDGET_REMEDY,
             extra=extra,
         )
