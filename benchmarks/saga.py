@@ -15,16 +15,20 @@ fail with a transient error and are retried at once). The contenders:
 Same database, same durability: SQLite with ``synchronous=FULL`` (seawall: WAL; DBOS: SQLite's
 default rollback journal, also FULL) and PostgreSQL with ``fsync`` and ``synchronous_commit`` on.
 A round measures every contender once, in turn (interleaved), with a fresh database each, and
-the store's commit ceiling (a bare loop of small commits on the same store). The figure is runs
-/ (time from the callers' go to the last run's success). Commits per run: on PostgreSQL, the
-delta of ``pg_stat_database.xact_commit`` of the run's database (minus the same contender's
-delta for zero runs: start-up and shut-down, and minus the completion polls); on SQLite, the
-transactions seawall's stores committed, and for DBOS the delta of the database file's change
-counter (header bytes 24-27, one per write transaction in rollback-journal mode). The median of
-the rounds is reported with every round's figures; the results go to a JSON file.
+the store's commit ceiling (a bare loop of small commits on the same store). Each contender
+starts up before the measured time, and runs 16 runs from the callers' threads (warm-up, not
+counted): seawall's workers have started their lease keepers, DBOS has launched and opened its
+connections; the start-up is reported apart. The figure is runs / (time from the callers' go
+to the last run's success), with the CPU time of the application's and workers' processes.
+Commits per run: on PostgreSQL, the delta of ``pg_stat_database.xact_commit`` of the run's
+database (minus the same contender's delta for zero runs: start-up, warm-up and shut-down, and
+minus the harness's polls); on SQLite, the transactions seawall's stores committed, and for DBOS
+the delta of the database file's change counter (header bytes 24-27, one per write transaction
+in rollback-journal mode; the harness's polls write nothing). The median of the rounds is
+reported with every round's figures; the results go to a JSON file.
 
     pip install -e '.[bench,postgres]'
-    python benchmarks/saga.py --rounds 5 --runs 240 --json docs/figures/saga_callers.json
+    python benchmarks/saga.py --rounds 5 --runs 320 --json docs/figures/saga_callers.json
     python benchmarks/saga.py --recovery       # SIGKILL inside a step: time to its next attempt
     python benchmarks/saga.py --profile sqlite # one seawall-1w round under cProfile
 """
@@ -54,6 +58,7 @@ CALLERS = 8
 POLL = 0.01  # seawall's worker poll and the DBOS queue's polling interval
 CONTENDERS = ("seawall-1w", "seawall-4w", "dbos", "dbos-queue")
 WORKERS = {"seawall-1w": (1, 8), "seawall-4w": (4, 2)}  # processes, concurrency each
+WARM = 2 * CALLERS  # runs of each contender before the measured time (not counted)
 
 
 def wait_for(path: pathlib.Path) -> None:
@@ -130,14 +135,43 @@ def seawall_flow(rate: float) -> Any:
     return saga.Saga("bench", [saga.Step(n, step, policy=policy) for n in ("a", "b", "c")])
 
 
-def seawall_app(url: str, total: int, rate: float, work: pathlib.Path) -> None:
+def stamp(work: pathlib.Path, name: str, begun: float, first_round: float | None = None) -> None:
+    """Say when this process began importing the library and when the library's start-up
+    ended (seconds since the epoch), and how long a worker's first round took: start-up is
+    reported apart from the measured time."""
+    data = {"begun": begun, "started": time.time(), "first_round": first_round}
+    (work / f"started-{name}").write_text(json.dumps(data))
+
+
+def warm_up(run: Any) -> None:
+    """WARM runs from the callers' threads, each waited for, before the measured time: both
+    systems have their connections open, their statements prepared and their threads made."""
+
+    def caller(k: int) -> None:
+        for i in range(k, WARM, CALLERS):
+            run(i)
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(CALLERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def seawall_app(url: str, total: int, rate: float, work: pathlib.Path, workers: int) -> None:
+    begun = time.time()
     from seawall import saga
 
     flow = seawall_flow(rate)
     orchs = [saga.Orchestrator(url, [flow], hooks=()) for _ in range(CALLERS)]
+    stamp(work, "app", begun)
+    for k in range(workers):  # every worker is warmed up too
+        wait_for(work / f"started-w{k}")
+    warm_up(lambda i: orchs[i % CALLERS].start("bench", {"i": -1 - i}, run_id=f"w{i}"))
+    warm_polls = wait_done(url, "seawall", WARM)
     (work / "ready-app").touch()
     wait_for(work / "go")
-    t0 = time.time()
+    t0, cpu0 = time.time(), time.process_time()
     base = [o.store.commits for o in orchs]
 
     def caller(k: int) -> None:
@@ -150,41 +184,58 @@ def seawall_app(url: str, total: int, rate: float, work: pathlib.Path) -> None:
     for t in threads:
         t.join()
     submitted = time.time()
-    polls = wait_done(url, "seawall", total) if total else 0
+    polls = wait_done(url, "seawall", WARM + total) if total else 0
     t1 = time.time()
+    cpu = time.process_time() - cpu0
     commits = sum(o.store.commits - b for o, b in zip(orchs, base, strict=True))
-    out = {"t0": t0, "t1": t1, "submitted": submitted, "commits": commits, "polls": polls}
+    out = {
+        "cpu": cpu,
+        "t0": t0,
+        "t1": t1,
+        "submitted": submitted,
+        "commits": commits,
+        "polls": polls,
+        "warm_polls": warm_polls,
+    }
     (work / "out-app.json").write_text(json.dumps(out))
     for o in orchs:
         o.close()
 
 
 def seawall_worker(url: str, rate: float, concurrency: int, work: pathlib.Path, k: int) -> None:
+    begun = time.time()
     from seawall import saga
 
     orch = saga.Orchestrator(
         url, [seawall_flow(rate)], concurrency=concurrency, poll=POLL, hooks=()
     )
+    first = time.time()
+    orch.run_due()  # a worker's start-up: its first round starts its lease keeper
+    stamp(work, f"w{k}", begun, time.time() - first)
     stop = threading.Event()
-    (work / f"ready-w{k}").touch()
-    wait_for(work / "go")
-    base = orch.store.commits
+    base: list[float] = []
 
     def watch() -> None:
+        wait_for(work / "go")
+        base[:] = [orch.store.commits, time.process_time()]
         wait_for(work / "stop")
+        base.append(time.process_time())
         stop.set()
 
     threading.Thread(target=watch, daemon=True).start()
+    (work / f"ready-w{k}").touch()
     profile = os.environ.get("SAGA_BENCH_PROFILE")
     if profile and k == 0:
         cProfile.runctx("orch.work(stop)", globals(), {"orch": orch, "stop": stop}, profile)
     else:
         orch.work(stop)
-    (work / f"out-w{k}.json").write_text(json.dumps({"commits": orch.store.commits - base}))
+    out = {"commits": orch.store.commits - base[0], "cpu": base[2] - base[1]}
+    (work / f"out-w{k}.json").write_text(json.dumps(out))
     orch.close()
 
 
 def dbos_app(url: str, total: int, rate: float, work: pathlib.Path, queued: bool) -> None:
+    begun = time.time()
     from dbos import DBOS
 
     rng = random.Random(os.getpid())
@@ -210,9 +261,14 @@ def dbos_app(url: str, total: int, rate: float, work: pathlib.Path, queued: bool
         if queued
         else None
     )
+    stamp(work, "app", begun)
+    if queue is None:
+        warm_up(lambda i: flow(-1 - i))
+    else:
+        warm_up(lambda i: queue.enqueue(flow, -1 - i).get_result())
     (work / "ready-app").touch()
     wait_for(work / "go")
-    t0 = time.time()
+    t0, cpu0 = time.time(), time.process_time()
 
     def caller(k: int) -> None:
         for i in range(k, total, CALLERS):
@@ -227,9 +283,17 @@ def dbos_app(url: str, total: int, rate: float, work: pathlib.Path, queued: bool
     for t in threads:
         t.join()
     submitted = time.time()
-    polls = wait_done(url, "dbos", total) if queue is not None and total else 0
+    polls = wait_done(url, "dbos", WARM + total) if queue is not None and total else 0
     t1 = time.time()
-    out = {"t0": t0, "t1": t1, "submitted": submitted, "commits": None, "polls": polls}
+    out = {
+        "cpu": time.process_time() - cpu0,
+        "t0": t0,
+        "t1": t1,
+        "submitted": submitted,
+        "commits": None,
+        "polls": polls,
+        "warm_polls": 0,
+    }
     (work / "out-app.json").write_text(json.dumps(out))
     DBOS.destroy()
 
@@ -343,6 +407,7 @@ def measure(
     prepare(contender, url)
     work = pathlib.Path(tempfile.mkdtemp(prefix="saga-bench-"))
     before = xact_commits(base, url) if base else change_counter(url)
+    spawned = time.time()
     app = spawn("--app", contender, url, str(runs), str(rate), str(work), env=env)
     workers = []
     if contender.startswith("seawall"):
@@ -369,24 +434,35 @@ def measure(
             raise RuntimeError(f"{contender} worker failed: {err.decode(errors='replace')[-2000:]}")
     out = json.loads((work / "out-app.json").read_text())
     seconds = out["t1"] - out["t0"]
+    started = [json.loads((work / f"started-{name}").read_text()) for name in names]
+    outs = [json.loads((work / f"out-w{k}.json").read_text()) for k in range(len(workers))]
+    # CPU seconds of the application's and the workers' processes in the measured time (a
+    # worker's until the harness tells it to stop; its lease keeper is not counted).
+    cpu = out["cpu"] + sum(w["cpu"] for w in outs)
     after = xact_commits(base, url) if base else change_counter(url)
     if contender.startswith("seawall") and not base:
         # WAL mode does not count transactions in the header: the stores count them.
-        commits = out["commits"] + sum(
-            json.loads((work / f"out-w{k}.json").read_text())["commits"]
-            for k in range(len(workers))
-        )
+        commits = out["commits"] + sum(w["commits"] for w in outs)
         overhead = False
     else:
-        commits = after - before - out["polls"]
+        # The harness's polls are transactions on PostgreSQL; on SQLite they write nothing.
+        commits = after - before - (out["polls"] + out["warm_polls"] if base else 0)
         overhead = True
     return {
         "runs": runs,
         "seconds": seconds,
         "runs_per_s": runs / seconds if runs else None,
         "submit_seconds": out["submitted"] - out["t0"],
+        "cpu_seconds": cpu,
         "commits": commits,
         "commits_include_startup": overhead,
+        # Start-up, apart from the measured time: from the processes' spawn until every one of
+        # them could run (interpreter, imports, the library's start-up), and the longest time
+        # one process spent importing the library and starting it (seawall: its orchestrators,
+        # and a worker's first round, which starts its lease keeper; DBOS: DBOS(), launch()).
+        "startup_seconds": max(x["started"] for x in started) - spawned,
+        "library_startup_seconds": max(x["started"] - x["begun"] for x in started),
+        "first_round_seconds": max((x["first_round"] or 0.0 for x in started), default=0.0),
     }
 
 
@@ -491,9 +567,9 @@ def summarise(data: dict[str, Any]) -> None:
     )
     print(
         "| store | contender | runs/s | each round | commits/run | commits/s "
-        "| of the ceiling, 1 loop | 8 loops |"
+        "| of the ceiling, 1 loop | 8 loops | CPU ms/run |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for kind in data["stores"]:
         rounds = [r for r in data["results"] if r["store"] == kind]
         for contender in CONTENDERS:
@@ -509,10 +585,12 @@ def summarise(data: dict[str, Any]) -> None:
                 for k in keys
             ]
             shares += ["-"] * (2 - len(shares))
+            cpus = [r["contenders"][contender].get("cpu_seconds") for r in rounds]
+            cpu = "-" if None in cpus else f"{1000 * statistics.median(cpus) / data['runs']:.1f}"
             print(
                 f"| {kind} | {contender} | {statistics.median(rps):.0f} | "
                 f"{' / '.join(f'{x:.0f}' for x in rps)} | {statistics.median(cpr):.2f} | "
-                f"{statistics.median(cps):.0f} | {' | '.join(shares)} |"
+                f"{statistics.median(cps):.0f} | {' | '.join(shares)} | {cpu} |"
             )
     print("\nratios (seawall / DBOS), median and each round")
     print("| store | seawall | DBOS | median | rounds |")
@@ -529,6 +607,26 @@ def summarise(data: dict[str, Any]) -> None:
                     f"| {kind} | {s} | {d} | {statistics.median(ratios):.2f}x | "
                     f"{' / '.join(f'{x:.2f}' for x in ratios)} |"
                 )
+    print(
+        "\nstart-up, before the measured time (s): every process ready; the longest import and "
+        "start of the library in one process; of which a worker's first round (its keeper)"
+    )
+    print("| store | contender | ready | each round | library | each round | first round |")
+    print("|---|---|---|---|---|---|---|")
+    for kind in data["stores"]:
+        rounds = [r for r in data["results"] if r["store"] == kind]
+        for contender in CONTENDERS:
+            cols = []
+            for key in ("startup_seconds", "library_startup_seconds", "first_round_seconds"):
+                xs = [r["contenders"][contender].get(key) for r in rounds]
+                if None in xs:  # a file saved before start-up was measured
+                    cols += ["-"] if key == "first_round_seconds" else ["-", "-"]
+                    continue
+                if key == "first_round_seconds":
+                    cols.append(f"{statistics.median(xs):.2f}" if xs[0] else "-")
+                    continue
+                cols += [f"{statistics.median(xs):.2f}", " / ".join(f"{x:.2f}" for x in xs)]
+            print(f"| {kind} | {contender} | {' | '.join(cols)} |")
     print("\ncommit ceilings (commits/s, bare loop of one-row commits), median and each round")
     for kind in data["stores"]:
         rounds = [r for r in data["results"] if r["store"] == kind]
@@ -689,7 +787,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--app":
         contender, url, total, rate, work = sys.argv[2:]
         if contender.startswith("seawall"):
-            seawall_app(url, int(total), float(rate), pathlib.Path(work))
+            seawall_app(url, int(total), float(rate), pathlib.Path(work), WORKERS[contender][0])
         else:
             dbos_app(url, int(total), float(rate), pathlib.Path(work), contender == "dbos-queue")
     elif len(sys.argv) > 1 and sys.argv[1] == "--worker":

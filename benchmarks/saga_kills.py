@@ -1,7 +1,8 @@
 """Sagas under kills: duplicate side effects with the default batch against ``batch=1``.
 
-A worker process runs a 3-step saga over many runs on SQLite (``synchronous=FULL``); each step
-does a side effect (one line appended to a side log, after 2 ms of "I/O") and returns. The
+A worker process runs a 3-step saga over many runs on SQLite (``synchronous=FULL``) and on
+PostgreSQL (``fsync`` and ``synchronous_commit`` on, a throwaway cluster); each step does a side
+effect (one line appended to a side log, after 2 ms of "I/O") and returns. The
 worker is killed with SIGKILL at a random moment, again and again; then a last worker finishes
 every run. A duplicate is a step whose side effect happened more than once for one run: the
 attempt finished but the worker died before its outcome was committed, and the retry did it
@@ -15,6 +16,7 @@ lost, every run SUCCEEDED; the attempts charged whose function never began are c
 between the commit of an attempt's start and the step's thread entering it).
 
     python benchmarks/saga_kills.py            # --rounds 3 --kills 12 --runs 600
+    python benchmarks/saga_kills.py --stores sqlite --json docs/figures/saga_kills.json
 """
 
 from __future__ import annotations
@@ -58,12 +60,15 @@ def worker(url: str, sidelog: str, batch: int, ready: str) -> None:
         stop = threading.Event()
 
         def watch() -> None:
-            while True:
-                counts = orch.counts()
-                if sum(n for s, n in counts.items() if s.final) >= int(os.environ["RUNS"]):
-                    stop.set()
-                    return
-                time.sleep(0.2)
+            # An orchestrator of its own: one is used from one thread at a time, and this one's
+            # worker loop runs in the main thread.
+            with saga.Orchestrator(url, [flow], hooks=()) as counter:
+                while True:
+                    counts = counter.counts()
+                    if sum(n for s, n in counts.items() if s.final) >= int(os.environ["RUNS"]):
+                        stop.set()
+                        return
+                    time.sleep(0.2)
 
         threading.Thread(target=watch, daemon=True).start()
         orch.work(stop)
@@ -78,12 +83,26 @@ def spawn(url: str, sidelog: pathlib.Path, batch: int, runs: int) -> tuple[Any, 
     return proc, ready
 
 
-def one_round(batch: int, kills: int, runs: int, seed: int) -> dict[str, Any]:
+def fresh_url(base: str | None, tmp: pathlib.Path) -> str:
+    """A new SQLite file in *tmp*, or a new database on the PostgreSQL server of *base*."""
+    if base is None:
+        return f"sqlite:///{tmp}/k.db"
+    import psycopg
+
+    name = f"kills_{os.getpid()}_{time.monotonic_ns() % 10**12}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return base.rsplit("/", 1)[0] + f"/{name}"
+
+
+def one_round(
+    batch: int, kills: int, runs: int, seed: int, base: str | None = None
+) -> dict[str, Any]:
     from seawall import saga
 
     rng = random.Random(seed)
     tmp = pathlib.Path(tempfile.mkdtemp())
-    url = f"sqlite:///{tmp}/k.db"
+    url = fresh_url(base, tmp)
     sidelog = tmp / "side.log"
     sidelog.touch()
     flow = saga.Saga("k", [saga.Step(n, lambda ctx: None) for n in ("a", "b", "c")])
@@ -125,20 +144,23 @@ def one_round(batch: int, kills: int, runs: int, seed: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--kills", type=int, default=12)
-    parser.add_argument("--runs", type=int, default=600)
-    parser.add_argument("--json", help="write the figures here")
-    args = parser.parse_args()
-    print(
-        f"# {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"{args.kills} kills a round, {args.runs} runs of 3 steps, SQLite synchronous=FULL"
-    )
+def start_postgres() -> tuple[Any, str] | None:
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "saga"))
+    try:
+        from postgres_cluster import Cluster  # the test suite's throwaway cluster, fsync on
+
+        cluster = Cluster(durable=True)
+    except Exception as err:
+        print(f"PostgreSQL not measured: {err}")
+        return None
+    return cluster, cluster.url
+
+
+def one_store(kind: str, base: str | None, args: argparse.Namespace) -> dict[str, Any]:
+    print(f"## {kind}")
     rows = []
     for r in range(args.rounds):
-        pair = [one_round(b, args.kills, args.runs, seed=r) for b in (32, 1)]
+        pair = [one_round(b, args.kills, args.runs, seed=r, base=base) for b in (32, 1)]
         ratio = pair[0]["per_1000"] / pair[1]["per_1000"] if pair[1]["per_1000"] else None
         rows.append({"round": r + 1, "batch32": pair[0], "batch1": pair[1], "ratio": ratio})
         print(
@@ -148,7 +170,8 @@ def main() -> None:
             f"({pair[1]['per_1000']:.2f}/1000); ratio "
             + ("n/a" if ratio is None else f"{ratio:.2f}")
             + f"; charged, never begun: {pair[0]['charged_not_begun']} and "
-            f"{pair[1]['charged_not_begun']}"
+            f"{pair[1]['charged_not_begun']}",
+            flush=True,
         )
     total = {
         b: (
@@ -161,10 +184,48 @@ def main() -> None:
     print(
         f"all rounds: batch=32 {total[32][0]} duplicates ({rates[32]:.2f}/1000 side effects, "
         f"{total[32][0] / (args.kills * args.rounds):.2f} a kill); batch=1 {total[1][0]} "
-        f"({rates[1]:.2f}/1000, {total[1][0] / (args.kills * args.rounds):.2f} a kill)"
+        f"({rates[1]:.2f}/1000, {total[1][0] / (args.kills * args.rounds):.2f} a kill)",
+        flush=True,
     )
+    return {"rounds": rows, "rates": rates}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--kills", type=int, default=12)
+    parser.add_argument("--runs", type=int, default=600)
+    parser.add_argument("--stores", default="sqlite,postgresql", help="comma-separated")
+    parser.add_argument("--json", help="write the figures here")
+    args = parser.parse_args()
+    kinds = [k.strip() for k in args.stores.split(",") if k.strip()]
+    if not kinds or set(kinds) - {"sqlite", "postgresql"}:
+        parser.error(f"--stores must name sqlite and/or postgresql, got {args.stores!r}")
+    print(
+        f"# {os.cpu_count()} CPUs, Python {platform.python_version()}, {args.kills} kills a "
+        f"round, {args.runs} runs of 3 steps; SQLite synchronous=FULL, PostgreSQL fsync on; "
+        f"load {os.getloadavg()[0]:.2f}"
+    )
+    server = start_postgres() if "postgresql" in kinds else None
+    data: dict[str, Any] = {
+        "machine": {"cores": os.cpu_count(), "python": platform.python_version()},
+        "kills": args.kills,
+        "runs": args.runs,
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+        "stores": {},
+    }
+    try:
+        for kind in kinds:
+            if kind == "postgresql" and server is None:
+                continue
+            base = server[1] if kind == "postgresql" and server is not None else None
+            data["stores"][kind] = one_store(kind, base, args)
+    finally:
+        if server is not None:
+            server[0].stop()
+    data["load_after"] = [round(x, 2) for x in os.getloadavg()]
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps({"rounds": rows, "rates": rates}, indent=2))
+        pathlib.Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
 
 
 if __name__ == "__main__":

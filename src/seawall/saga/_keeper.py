@@ -9,8 +9,9 @@ worker closes (the worker exited, or was killed: the kernel closes the pipe then
 
 The protocol on its standard input, one JSON object a line: first ``{"url": ..., "lease":
 seconds}``, then ``{"hold": [[run_id, token], ...]}`` each time the set of held leases changes
-(renewed at once, then every third of the lease). It answers ``ready`` on its standard output
-once it has opened the store. Leases are extended on the store's clock (:meth:`Store.renew`).
+(renewed every third of the lease, the first ones at once). It answers ``ready`` on its
+standard output once it has opened the store. Leases are extended on the store's clock
+(:meth:`Store.renew`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import logging
 import sys
 import threading
+import time
 from typing import Any
 
 from seawall.saga._store import Store
@@ -77,15 +79,27 @@ def main() -> int:
         return 0
     reader = threading.Thread(target=_read, args=(held,), daemon=True)
     reader.start()
+    # Renewals on a fixed schedule, every third of the lease, whatever the worker says
+    # meanwhile: a lease it adds was taken (or extended) by the commit just before, so the
+    # next renewal comes well within it; renewing at each change would cost a commit for every
+    # run a busy worker begins or releases. The first leases after the start are renewed at
+    # once: a keeper started again (the last one died) may be given leases renewed long ago.
+    renewed_any = False
+    next_at = time.monotonic() + lease / 3.0
     while True:
-        held.wake.wait(lease / 3.0)
+        held.wake.wait(max(0.0, next_at - time.monotonic()))
         held.wake.clear()
         if held.gone:
             break
+        now = time.monotonic()
+        if renewed_any and now < next_at:
+            continue  # the leases changed: renewed at the next tick
+        next_at = now + lease / 3.0
         with held.lock:
             leases = list(held.leases)
         if not leases:
             continue
+        renewed_any = True
         try:
             if store is None:
                 store = open_store(url)
