@@ -269,15 +269,16 @@ class RetryState:
             # Only an error this policy retried is "already retried" for the layers above: a
             # policy that makes a single attempt leaves the retrying to them.
             return self._give_up("attempts_exhausted", error, now, mark=attempts > 1)
-        # SWITCH.enabled and SWITCH.disabled_names, inline (two property calls, each reading
-        # a context variable, on every failure): the operator's switch, off or for this name
-        # (never None: names are strings), applies outside isolated() only, which is read only
-        # when the switch is off.
         switch = SWITCH
-        if (not switch.on or p.name in switch._disabled_names) and not ISOLATED.get():
-            return self._give_up("disabled", error, now)
-        if switch.delegating and ONE_ATTEMPT.get():
-            return self._give_up("delegated", error, now)
+        if not switch.quiet:
+            # SWITCH.enabled and SWITCH.disabled_names, inline (two property calls, each
+            # reading a context variable): the operator's switch, off or for this name (never
+            # None: names are strings), applies outside isolated() only, which is read only
+            # when the switch is off.
+            if (not switch._on or p.name in switch._disabled_names) and not ISOLATED.get():
+                return self._give_up("disabled", error, now)
+            if switch._delegating and ONE_ATTEMPT.get():
+                return self._give_up("delegated", error, now)
         fixed = p._fixed_delays
         if fixed is not None:
             delay = fixed[attempts]
