@@ -242,3 +242,30 @@ def test_the_methods_that_run_are_the_ones_in_the_source() -> None:
         assert source.replace("\\", "/").endswith("_strategies/retry/policy.py")
         assert method.__code__.co_filename == source
         assert not hasattr(method, "__wrapped__")
+
+
+@pytest.mark.parametrize("budget", list(BUDGETS))
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_the_loop_without_hooks_decides_as_the_general_loop(scenario: str, budget: str) -> None:
+    """A policy without hooks hands a failed first attempt to the loop that reads no clock (no
+    decision of the call depends on the time); with a hook, the general loop runs. The caller,
+    the budget, the clock's waits and the function's statistics see the same."""
+
+    def run(hooks: tuple[Any, ...]) -> list[Any]:
+        policy, _, recorder = make(scenario, budget)
+        policy = policy.replace(hooks=hooks, statistics=True)
+        assert isinstance(policy._clock, VirtualClock)
+        wrapped = policy(target(scenario))
+        result = error = None
+        try:
+            result = wrapped(1, y=2)
+        except Exception as exc:
+            error = exc
+        assert wrapped.statistics is not None
+        seen = ended([], recorder, result, error)
+        return [*seen, policy._clock.sleeps, wrapped.statistics.as_dict()]
+
+    general = run((lambda event: None,))
+    assert run(()) == general
+    if scenario == "two failures" and budget == "no budget":
+        assert len(general[-2]) == 2 and general[-1]["attempts"] == 3

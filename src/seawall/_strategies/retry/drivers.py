@@ -51,42 +51,31 @@ def call_retrying(
     call is counted there when it ends."""
     try:
         clock = policy._clock
-        # policy._time(), inline: this is every retried call's path
-        clock_now = policy._now if not (TESTING.instant or TESTING.skipped) else clock.now
-        now = clock_now()
-        # Handed over by the first attempt (no deadline, no timeouts, no result check) with
-        # no hook to date events for: no decision of this call depends on the time, so the
-        # clock is read once, here (a reading costs as much as a tenth of a failed attempt),
-        # and each retry decision begins the next attempt itself.
-        timeless = first_error is not None and not policy._hooks
-        if first_error is not None:
-            state = RetryState(policy, now)
+        if first_error is not None and not policy._hooks:
+            # Handed over by the first attempt (no deadline, no timeouts, no result check) with
+            # no hook to date events for: no decision of this call depends on the time, and
+            # none shows it, so the clock is not read at all (a reading costs as much as a
+            # tenth of a failed attempt; the state's times stay at zero, unread), and each
+            # retry decision begins the next attempt itself (RetryState._begin_at_once).
+            state = RetryState(policy, 0.0)
             state.attempts = 1
-            state._begin_at_once = timeless
-            delay = state._decide(first_error, now)
+            state._begin_at_once = True
+            on_error = state._decide
+            delay = on_error(first_error, 0.0)
             if delay is None:
                 raise first_error
-        else:
-            if state is None:
-                state = policy.new_state(now)
-            delay = None
-        # The system clock does nothing for a zero wait: neither a call to make nor time
-        # to read again (the next attempt starts at once).
-        zero_waits = policy._zero_instant
-        if timeless:
-            # No deadline to install, no result to check, no clock to read: each retry
-            # decision has begun the next attempt already (RetryState._begin_at_once).
-            on_error = state._decide
+            # The system clock does nothing for a zero wait: no call to make.
+            zero_waits = policy._zero_instant
             budget = policy.budget
             while True:
                 # (delay is a float: a None gave up, above or below)
-                if delay > 0.0 or zero_waits:  # type: ignore[operator]
-                    clock.sleep(delay)  # type: ignore[arg-type]
+                if delay > 0.0 or zero_waits:
+                    clock.sleep(delay)
                 try:
                     # Without keyword arguments, no empty dictionary to build for the call.
                     result = fn(*args, **kwargs) if kwargs else fn(*args)
                 except Exception as exc:
-                    delay = on_error(exc, now)
+                    delay = on_error(exc, 0.0)
                     if delay is None:
                         raise
                 else:
@@ -99,6 +88,22 @@ def call_retrying(
                     if budget is not None:
                         budget.on_success()
                     return result
+        # policy._time(), inline: this is every retried call's path
+        clock_now = policy._now if not (TESTING.instant or TESTING.skipped) else clock.now
+        now = clock_now()
+        if first_error is not None:
+            state = RetryState(policy, now)
+            state.attempts = 1
+            delay = state._decide(first_error, now)
+            if delay is None:
+                raise first_error
+        else:
+            if state is None:
+                state = policy.new_state(now)
+            delay = None
+        # The system clock does nothing for a zero wait: neither a call to make nor time
+        # to read again (the next attempt starts at once).
+        zero_waits = policy._zero_instant
         check = policy.retry_if_result
         inf = _INF
         begin_attempt, on_error = state.begin_attempt, state._decide

@@ -110,9 +110,10 @@ class RetryState:
         #: Refusals in a row since the last attempt (see :meth:`defer`); 0 when none.
         self.holds = 0
         # Set by a driver that reads no clock between a retry decision and the attempt it
-        # allows, and whose attempts need no deadline (no timeouts, none ambient): a retry
-        # decision then also begins the next attempt, at the same reading, and the driver
-        # does not call begin_attempt (one call fewer on each failure).
+        # allows, and whose attempts need no deadline (no timeouts, none ambient), for a
+        # state it made itself (no history) of a policy without hooks: a retry decision then
+        # also begins the next attempt, at the same reading, and the driver does not call
+        # begin_attempt (one call fewer on each failure).
         self._begin_at_once = False
 
     def begin_attempt(self, now: float) -> float:
@@ -297,27 +298,35 @@ class RetryState:
                 delay = wanted
         if TESTING.instant and p._zero_instant:
             delay = 0.0  # a clock of its own: no wait (the system clock skips it: instant time)
+        if self._begin_at_once:
+            # The timeless driver's state: no deadline, no history, no hook (see __init__).
+            if budget is not None and not budget.allow_retry(error or _BadResult(None)):
+                return self._refused(error, now, budget)
+            self.total_delay += delay
+            # begin_attempt(now) for the next attempt: with no deadline it only counts it
+            self.attempts = attempts + 1
+            self._attempt_started = now
+            return delay
         deadline = self.deadline
         if deadline != _INF and now + delay + p.min_attempt_time >= deadline:
             # Never sleep and then fail: give up now, with the last error.
             return self._give_up("deadline", error, now, mark=True)
         if budget is not None and not budget.allow_retry(error or _BadResult(None)):
-            self._emit("budget_exhausted", error, 0.0, now, "budget", budget)
-            if self.defer_refusals:
-                return self.defer(error, now)
-            return self._give_up("budget", error, now, mark=True)
+            return self._refused(error, now, budget)
         if self.history is not None:
             self._record(now, error, delay)
         self.total_delay += delay
         if p._hooks:
             self._emit("retry", error, delay, now, None)
-        if self._begin_at_once:
-            # begin_attempt(now) for the next attempt: with no deadline it only counts it
-            self.attempts = attempts + 1
-            self._attempt_started = now
-            return delay
         self.next_retry = now + delay
         return delay
+
+    def _refused(self, error: BaseException | None, now: float, budget: Budget) -> float | None:
+        """The budget refused the retry: defer it (``defer_refusals``), or give up."""
+        self._emit("budget_exhausted", error, 0.0, now, "budget", budget)
+        if self.defer_refusals:
+            return self.defer(error, now)
+        return self._give_up("budget", error, now, mark=True)
 
     @property
     def deferred(self) -> bool:
