@@ -58,10 +58,12 @@ def call_retrying(
             # tenth of a failed attempt; the state's times stay at zero, unread), and each
             # retry decision begins the next attempt itself (RetryState._begin_at_once).
             state = RetryState(policy, 0.0)
-            state.attempts = 1
             state._begin_at_once = True
-            on_error = state._decide
-            delay = on_error(first_error, 0.0)
+            state.attempts = 1
+            # The method's function, called with every argument: no bound method to make,
+            # and the interpreter's quickest call.
+            decide = _DECIDE
+            delay = decide(state, first_error, 0.0, None)
             if delay is None:
                 raise first_error
             # The system clock does nothing for a zero wait: no call to make.
@@ -75,7 +77,7 @@ def call_retrying(
                     # Without keyword arguments, no empty dictionary to build for the call.
                     result = fn(*args, **kwargs) if kwargs else fn(*args)
                 except Exception as exc:
-                    delay = on_error(exc, 0.0)
+                    delay = decide(state, exc, 0.0, None)
                     if delay is None:
                         raise
                 else:
@@ -196,6 +198,7 @@ async def acall_retrying(
 
 
 _COROUTINE = CoroutineType
+_DECIDE = RetryState._decide
 
 
 def _refuse_coroutine(fn: Callable[..., Any], coroutine: Any) -> None:

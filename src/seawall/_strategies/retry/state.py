@@ -109,11 +109,11 @@ class RetryState:
         self.defer_refusals = defer_refusals
         #: Refusals in a row since the last attempt (see :meth:`defer`); 0 when none.
         self.holds = 0
-        # Set by a driver that reads no clock between a retry decision and the attempt it
-        # allows, and whose attempts need no deadline (no timeouts, none ambient), for a
-        # state it made itself (no history) of a policy without hooks: a retry decision then
-        # also begins the next attempt, at the same reading, and the driver does not call
-        # begin_attempt (one call fewer on each failure).
+        # Set by a driver that reads no clock (every decision at the state's start: *now*),
+        # whose attempts need no deadline (no timeouts, none ambient), for a state it made
+        # itself (no history) of a policy without hooks: a retry decision then also begins
+        # the next attempt, and the driver does not call begin_attempt (one call fewer on
+        # each failure).
         self._begin_at_once = False
 
     def begin_attempt(self, now: float) -> float:
@@ -303,9 +303,9 @@ class RetryState:
             if budget is not None and not budget.allow_retry(error or _BadResult(None)):
                 return self._refused(error, now, budget)
             self.total_delay += delay
-            # begin_attempt(now) for the next attempt: with no deadline it only counts it
+            # begin_attempt(now) for the next attempt: with no deadline and no clock (every
+            # attempt starts at the state's start) it only counts it
             self.attempts = attempts + 1
-            self._attempt_started = now
             return delay
         deadline = self.deadline
         if deadline != _INF and now + delay + p.min_attempt_time >= deadline:
