@@ -11,6 +11,7 @@ from types import CoroutineType
 from typing import (
     TYPE_CHECKING,
     Any,
+    Final,
     ParamSpec,
     TypeVar,
 )
@@ -57,8 +58,26 @@ def call_retrying(
             # none shows it, so the clock is not read at all (a reading costs as much as a
             # tenth of a failed attempt; the state's times stay at zero, unread), and each
             # retry decision begins the next attempt itself (RetryState._begin_at_once).
-            state = RetryState(policy, 0.0)
-            state._begin_at_once = True
+            # The state of an earlier call of this loop that succeeded, if one is spare: made
+            # once, not on every call (making one costs a tenth of the whole call). Nothing
+            # else holds a spare: the loop hands its state to nobody (no hook, no history, no
+            # statistics); only the frame of an earlier call, kept alive by an error someone
+            # retained from one of its retried attempts, would show it as a later call left it.
+            spares = policy._spare_states
+            try:
+                state = spares.pop() if spares else None
+            except IndexError:  # another thread took the last one
+                state = None
+            if state is None:
+                state = RetryState(policy, 0.0)
+                state._begin_at_once = True
+            else:
+                # What a call of this loop that succeeded changes, and no more (a give-up
+                # raises: its state is not kept), and the policy a spare does not hold;
+                # tests/test_first_attempt.py holds a spare to a new state, field by field.
+                state.policy = policy
+                state.total_delay = 0.0
+                state._previous_delay = None
             state.attempts = 1
             # The method's function, called with every argument: no bound method to make,
             # and the interpreter's quickest call.
@@ -89,6 +108,11 @@ def call_retrying(
                     state.last_error = None
                     if budget is not None:
                         budget.on_success()
+                    # Kept for the next call unless the statistics are yet to read it;
+                    # without its policy, so that a policy and its spares make no cycle.
+                    if stats is None and len(spares) < _SPARE_STATES:
+                        state.policy = None  # type: ignore[assignment]
+                        spares.append(state)
                     return result
         # policy._time(), inline: this is every retried call's path
         clock_now = policy._now if not (TESTING.instant or TESTING.skipped) else clock.now
@@ -199,6 +223,8 @@ async def acall_retrying(
 
 _COROUTINE = CoroutineType
 _DECIDE = RetryState._decide
+# The most spare states a policy keeps (calls of its loop without a clock at once, in threads).
+_SPARE_STATES: Final = 4
 
 
 def _refuse_coroutine(fn: Callable[..., Any], coroutine: Any) -> None:
