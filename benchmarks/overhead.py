@@ -8,7 +8,8 @@ Logging/instrumentation hooks are off for every library (each logs differently).
 Contenders are interleaved (A B C ... A B C ...) in several rounds. Each row gives the best time
 per call over the rounds, and its ratio to the hand-written loop as the median of the ratios
 measured within each round (the contender against the loop timed in the same round), which a
-noisy neighbour disturbs least. Run: `make bench` (installs the pinned peers).
+noisy neighbour disturbs least; seawall's ratio in every round follows each table. Run:
+`make bench` (installs the pinned peers).
 
 Then seawall's own entry points and budgets, each against the hand-written loop that does the
 same work: (c) `policy.call(fn)` and the decorator; each built-in budget, against a loop that
@@ -115,11 +116,18 @@ class Timings:
     def best(self, name: str) -> float:
         return min(self.rounds[name])
 
+    def round_ratios(self, name: str, base: str) -> list[float]:
+        """*name* against *base* in each round (both timed in that round)."""
+        return [a / b for a, b in zip(self.rounds[name], self.rounds[base], strict=True)]
+
     def ratio(self, name: str, base: str) -> float:
         """*name* against *base*: the median of the ratios within each round."""
-        return statistics.median(
-            a / b for a, b in zip(self.rounds[name], self.rounds[base], strict=True)
-        )
+        return statistics.median(self.round_ratios(name, base))
+
+    def rounds_line(self, name: str, base: str) -> str:
+        """Every round's ratio of *name* against *base*, in the order the rounds ran."""
+        ratios = " ".join(f"{r:.2f}" for r in self.round_ratios(name, base))
+        return f"{name} against {base}, each round: {ratios}"
 
 
 def interleave(fns: dict[str, Callable[[], object]], repeat: int, number: int) -> Timings:
@@ -261,6 +269,10 @@ def pairs_table(results: list[tuple[str, Timings]], markdown: bool) -> str:
         out = ["(c) success path: each entry point against its hand-written twin (ns per call)"]
         out += ["  ".join(f"{cell:>18}" for cell in head)]
         out += ["  ".join(f"{cell:>18}" for cell in row) for row in rows]
+    out.append("")
+    for title, r in results:
+        out.append(f"{title}: {r.rounds_line('seawall decorator', 'hand-written loop')}")
+        out.append(f"{title}: {r.rounds_line('seawall policy.call(fn)', 'hand-written loop(fn)')}")
     return "\n".join([*out, ""])
 
 
@@ -336,6 +348,8 @@ def table(title: str, results: Timings, markdown: bool) -> str:
     if peers and ours in results.rounds:
         faster = ", ".join(f"{p} {results.ratio(p, ours):.1f}x" for p in peers)
         out += ["", f"seawall is faster than: {faster}"]
+    if ours in results.rounds:
+        out += ["", results.rounds_line(ours, base)]
     out.append("")
     return "\n".join(out)
 

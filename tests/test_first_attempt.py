@@ -10,6 +10,7 @@ budget and the hooks see must be the same.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import random
 from collections.abc import Awaitable, Callable
@@ -242,3 +243,118 @@ def test_the_methods_that_run_are_the_ones_in_the_source() -> None:
         assert source.replace("\\", "/").endswith("_strategies/retry/policy.py")
         assert method.__code__.co_filename == source
         assert not hasattr(method, "__wrapped__")
+
+
+@pytest.mark.parametrize("budget", list(BUDGETS))
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_the_loop_without_hooks_decides_as_the_general_loop(scenario: str, budget: str) -> None:
+    """A policy without hooks hands a failed first attempt to the loop that reads no clock (no
+    decision of the call depends on the time); with a hook, the general loop runs. The caller,
+    the budget, the clock's waits and the function's statistics see the same."""
+
+    def run(hooks: tuple[Any, ...]) -> list[Any]:
+        policy, _, recorder = make(scenario, budget)
+        policy = policy.replace(hooks=hooks, statistics=True)
+        assert isinstance(policy._clock, VirtualClock)
+        wrapped = policy(target(scenario))
+        result = error = None
+        try:
+            result = wrapped(1, y=2)
+        except Exception as exc:
+            error = exc
+        assert wrapped.statistics is not None
+        seen = ended([], recorder, result, error)
+        return [*seen, policy._clock.sleeps, wrapped.statistics.as_dict()]
+
+    general = run((lambda event: None,))
+    assert run(()) == general
+    if scenario == "two failures" and budget == "no budget":
+        assert len(general[-2]) == 2 and general[-1]["attempts"] == 3
+
+
+def test_a_spare_state_is_a_new_one_once_taken_again() -> None:
+    """The loop without a clock keeps the state of a call that succeeded for the next call
+    (drivers.call_retrying) and sets again what such a call changed: the attempts, the total
+    wait and the previous delay, and the policy (a spare holds none: no cycle). Every other
+    field must be as a new state has it."""
+    from seawall._strategies.retry.state import RetryState
+
+    taken_again = {"attempts", "total_delay", "_previous_delay", "policy"}
+    for budget in BUDGETS:
+        for scenario in ("one failure", "two failures"):
+            policy, _, _ = make(scenario, budget)
+            policy = policy.replace(hooks=())
+            with contextlib.suppress(ConnectionError, Throttled):  # the refusing budgets
+                policy.call(target(scenario), 1)
+            spares = policy._spare_states
+            if budget in ("refusing retries", "refusing calls"):
+                assert spares == []  # a call that gave up (or never began) keeps nothing
+                continue
+            assert len(spares) == 1 and spares[0].policy is None
+            new = RetryState(policy, 0.0)
+            new._begin_at_once = True
+            for name in RetryState.__slots__:
+                if name not in taken_again:
+                    assert getattr(spares[0], name) == getattr(new, name), (budget, name)
+    counted = RetryPolicy(clock=VirtualClock(), hooks=(), statistics=True)
+    assert counted(target("one failure"))(1) == 21
+    assert counted._spare_states == []  # the statistics read the state as the call ends
+
+
+def test_calls_that_take_a_spare_state_decide_as_the_general_loop() -> None:
+    """One policy called again and again (successes, retries, give-ups, in turn):
+    the calls that take a spare state wait, tell the budget and end as the general loop's."""
+    order = ["two failures", "one failure", "exhausted", "two failures", "permanent"] * 3
+    order.append("one failure")  # a give-up drops the state it took: end with a success
+
+    def run(hooks: tuple[Any, ...]) -> list[Any]:
+        policy, _, recorder = make("success", "budget")
+        policy = policy.replace(hooks=hooks)
+        seen: list[Any] = []
+        for scenario in order:
+            try:
+                seen.append(("returned", policy.call(target(scenario), 1)))
+            except Exception as exc:
+                seen.append(("raised", type(exc).__name__, getattr(exc, "__notes__", [])))
+        assert isinstance(policy._clock, VirtualClock)
+        assert (policy._spare_states != []) is (hooks == ())
+        return [*seen, policy._clock.sleeps, recorder.log if recorder else None]
+
+    general = run((lambda event: None,))
+    assert run(()) == general
+    assert len(general[-2]) > 10  # jittered waits, drawn from one seeded rng in both runs
+
+
+def test_threads_never_share_a_state() -> None:
+    """Calls of one policy in many threads at once, each failing twice then succeeding: each
+    takes a state of its own (a shared one would count another call's attempts and give up)."""
+    import threading
+    import time
+
+    policy = RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
+    errors: list[BaseException] = []
+    done: list[int] = []
+    start = threading.Barrier(8)
+
+    def fail_twice(failures: list[ConnectionError]) -> int:
+        time.sleep(0)  # let another thread run inside this call
+        if failures:
+            raise failures.pop()
+        return 1
+
+    def worker() -> None:
+        start.wait()
+        for _ in range(300):
+            failures = [ConnectionError("a"), ConnectionError("b")]
+            try:
+                done.append(policy.call(fail_twice, failures))
+            except Exception as exc:  # what a shared state would lead to
+                errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and len(done) == 8 * 300
+    assert 1 <= len(policy._spare_states) <= 4

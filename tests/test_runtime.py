@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import seawall
@@ -94,3 +95,41 @@ def test_registered_resets_run_with_reset() -> None:
         assert calls == ["reset", "reset"]
     finally:
         runtime._RESETS.remove(reset_mine)
+
+
+def test_every_change_of_the_switch_reaches_the_failure_path() -> None:
+    """The failure path reads one summary of the kill switch (retries on, no name off,
+    one_attempt() never entered): each way the switch changes (set_enabled, globally or by
+    name, one_attempt(), both resets) must keep that summary true."""
+
+    def attempts(name: str) -> int:
+        calls: list[int] = []
+
+        def fn() -> str:
+            calls.append(1)
+            if len(calls) < 3:
+                raise ConnectionError("transient")
+            return "ok"
+
+        policy = seawall.RetryPolicy(name=name, hooks=(), backoff=seawall.Backoff.constant(0.0))
+        with contextlib.suppress(ConnectionError):
+            policy.call(fn)
+        return len(calls)
+
+    assert attempts("billing") == 3
+    held = dirty_everything()  # retries off, for all and for "billing"; one_attempt() entered
+    assert len(held) == 2
+    assert (attempts("billing"), attempts("search")) == (1, 1)
+    seawall.testing.reset()  # switch back on; one_attempt()'s latch stays
+    assert (attempts("billing"), attempts("search")) == (3, 3)
+    seawall.set_enabled(False, name="billing")
+    assert (attempts("billing"), attempts("search")) == (1, 3)
+    runtime.reset()  # the latches too: no ambient deadline, the loop without a clock
+    assert (attempts("billing"), attempts("search")) == (3, 3)
+    seawall.set_enabled(False)
+    assert attempts("search") == 1
+    seawall.set_enabled(True)
+    assert attempts("search") == 3
+    with seawall.lowlevel.one_attempt():
+        assert attempts("search") == 1
+    assert attempts("search") == 3

@@ -61,22 +61,52 @@ class Switch:
     """The operator's kill switch (``seawall.set_enabled``), process-wide."""
 
     # Read on the failure path only; the success path never looks at the switch.
-    __slots__ = ("_disabled_names", "delegating", "on")
+    __slots__ = ("_delegating", "_disabled_names", "_lock", "_on", "quiet")
 
     def __init__(self) -> None:
-        #: The operator's setting, as set (the hot path reads it with ISOLATED: see enabled).
-        self.on = _switch_from_environment()
+        # Writers hold it, so that `quiet` agrees with the settings it sums up.
+        self._lock = threading.Lock()
+        self._on = _switch_from_environment()
         self._disabled_names: frozenset[str] = frozenset()
-        #: A latch: whether one_attempt() has ever been entered in this process. Until then
-        #: ONE_ATTEMPT holds its default everywhere and the failure path need not read it (a
-        #: context variable never set costs a lookup in the context's map on every read).
-        self.delegating = False
+        self._delegating = False
+        #: Whether the switch changes nothing: retries on, no name switched off, and
+        #: one_attempt() never entered. The failure path reads this one attribute and looks at
+        #: the rest (and at the context variables they stand for) only when it is False.
+        self.quiet = False
+        self._settle()
+
+    def _settle(self) -> None:
+        with self._lock:
+            self.quiet = self._on and not self._disabled_names and not self._delegating
+
+    @property
+    def on(self) -> bool:
+        """The operator's setting, as set (the failure path reads it with ISOLATED: see
+        enabled)."""
+        return self._on
+
+    @on.setter
+    def on(self, value: bool) -> None:
+        self._on = value
+        self._settle()
+
+    @property
+    def delegating(self) -> bool:
+        """A latch: whether one_attempt() has ever been entered in this process. Until then
+        ONE_ATTEMPT holds its default everywhere and the failure path need not read it (a
+        context variable never set costs a lookup in the context's map on every read)."""
+        return self._delegating
+
+    @delegating.setter
+    def delegating(self, value: bool) -> None:
+        self._delegating = value
+        self._settle()
 
     # Inside isolated() (a simulated run) the operator's switch does not apply: it governs the
     # process's real calls, not a model of other processes.
     @property
     def enabled(self) -> bool:
-        return self.on or ISOLATED.get()
+        return self._on or ISOLATED.get()
 
     @enabled.setter
     def enabled(self, value: bool) -> None:
@@ -89,6 +119,7 @@ class Switch:
     @disabled_names.setter
     def disabled_names(self, value: frozenset[str]) -> None:
         self._disabled_names = value
+        self._settle()
 
 
 ISOLATED: contextvars.ContextVar[bool] = contextvars.ContextVar("seawall_isolated", default=False)

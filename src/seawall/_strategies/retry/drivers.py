@@ -11,6 +11,7 @@ from types import CoroutineType
 from typing import (
     TYPE_CHECKING,
     Any,
+    Final,
     ParamSpec,
     TypeVar,
 )
@@ -51,42 +52,51 @@ def call_retrying(
     call is counted there when it ends."""
     try:
         clock = policy._clock
-        # policy._time(), inline: this is every retried call's path
-        clock_now = policy._now if not (TESTING.instant or TESTING.skipped) else clock.now
-        now = clock_now()
-        # Handed over by the first attempt (no deadline, no timeouts, no result check) with
-        # no hook to date events for: no decision of this call depends on the time, so the
-        # clock is read once, here (a reading costs as much as a tenth of a failed attempt),
-        # and each retry decision begins the next attempt itself.
-        timeless = first_error is not None and not policy._hooks
-        if first_error is not None:
-            state = RetryState(policy, now)
+        if first_error is not None and not policy._hooks:
+            # Handed over by the first attempt (no deadline, no timeouts, no result check) with
+            # no hook to date events for: no decision of this call depends on the time, and
+            # none shows it, so the clock is not read at all (a reading costs as much as a
+            # tenth of a failed attempt; the state's times stay at zero, unread), and each
+            # retry decision begins the next attempt itself (RetryState._begin_at_once).
+            # The state of an earlier call of this loop that succeeded, if one is spare: made
+            # once, not on every call (making one costs a tenth of the whole call). Nothing
+            # else holds a spare: the loop hands its state to nobody (no hook, no history, no
+            # statistics); only the frame of an earlier call, kept alive by an error someone
+            # retained from one of its retried attempts, would show it as a later call left it.
+            spares = policy._spare_states
+            try:
+                state = spares.pop() if spares else None
+            except IndexError:  # another thread took the last one
+                state = None
+            if state is None:
+                state = RetryState(policy, 0.0)
+                state._begin_at_once = True
+            else:
+                # What a call of this loop that succeeded changes, and no more (a give-up
+                # raises: its state is not kept), and the policy a spare does not hold;
+                # tests/test_first_attempt.py holds a spare to a new state, field by field.
+                state.policy = policy
+                state.total_delay = 0.0
+                state._previous_delay = None
             state.attempts = 1
-            state._begin_at_once = timeless
-            delay = state._decide(first_error, now)
+            # The method's function, called with every argument: no bound method to make,
+            # and the interpreter's quickest call.
+            decide = _DECIDE
+            delay = decide(state, first_error, 0.0, None)
             if delay is None:
                 raise first_error
-        else:
-            if state is None:
-                state = policy.new_state(now)
-            delay = None
-        # The system clock does nothing for a zero wait: neither a call to make nor time
-        # to read again (the next attempt starts at once).
-        zero_waits = policy._zero_instant
-        if timeless:
-            # No deadline to install, no result to check, no clock to read: each retry
-            # decision has begun the next attempt already (RetryState._begin_at_once).
-            on_error = state._decide
+            # The system clock does nothing for a zero wait: no call to make.
+            zero_waits = policy._zero_instant
             budget = policy.budget
             while True:
                 # (delay is a float: a None gave up, above or below)
-                if delay > 0.0 or zero_waits:  # type: ignore[operator]
-                    clock.sleep(delay)  # type: ignore[arg-type]
+                if delay > 0.0 or zero_waits:
+                    clock.sleep(delay)
                 try:
                     # Without keyword arguments, no empty dictionary to build for the call.
                     result = fn(*args, **kwargs) if kwargs else fn(*args)
                 except Exception as exc:
-                    delay = on_error(exc, now)
+                    delay = decide(state, exc, 0.0, None)
                     if delay is None:
                         raise
                 else:
@@ -98,7 +108,28 @@ def call_retrying(
                     state.last_error = None
                     if budget is not None:
                         budget.on_success()
+                    # Kept for the next call unless the statistics are yet to read it;
+                    # without its policy, so that a policy and its spares make no cycle.
+                    if stats is None and len(spares) < _SPARE_STATES:
+                        state.policy = None  # type: ignore[assignment]
+                        spares.append(state)
                     return result
+        # policy._time(), inline: this is every retried call's path
+        clock_now = policy._now if not (TESTING.instant or TESTING.skipped) else clock.now
+        now = clock_now()
+        if first_error is not None:
+            state = RetryState(policy, now)
+            state.attempts = 1
+            delay = state._decide(first_error, now)
+            if delay is None:
+                raise first_error
+        else:
+            if state is None:
+                state = policy.new_state(now)
+            delay = None
+        # The system clock does nothing for a zero wait: neither a call to make nor time
+        # to read again (the next attempt starts at once).
+        zero_waits = policy._zero_instant
         check = policy.retry_if_result
         inf = _INF
         begin_attempt, on_error = state.begin_attempt, state._decide
@@ -191,6 +222,9 @@ async def acall_retrying(
 
 
 _COROUTINE = CoroutineType
+_DECIDE = RetryState._decide
+# The most spare states a policy keeps (calls of its loop without a clock at once, in threads).
+_SPARE_STATES: Final = 4
 
 
 def _refuse_coroutine(fn: Callable[..., Any], coroutine: Any) -> None:

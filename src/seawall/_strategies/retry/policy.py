@@ -184,6 +184,9 @@ class RetryPolicy:
     # The error classes that retry_on alone retries, learnt from classify() (remember_retried):
     # a failure of a known class skips classification.
     _retried: dict[type, bool] = dataclasses.field(init=False, repr=False, compare=False)
+    # States the loop without a clock may take again: each is the state of one of its calls
+    # that succeeded, which nothing else holds (see drivers.call_retrying); at most a few.
+    _spare_states: list[RetryState] = dataclasses.field(init=False, repr=False, compare=False)
     _hooks: tuple[Hook, ...] = dataclasses.field(init=False, repr=False, compare=False)
     # Hooks that also want "success" events (metrics); empty for most policies.
     _attempt_hooks: tuple[Hook, ...] = dataclasses.field(init=False, repr=False, compare=False)
@@ -223,6 +226,7 @@ class RetryPolicy:
             raise TypeError(f"backoff must be a seawall.Backoff, got {self.backoff!r}")
         set_(self, "_matcher", compile_errors(self.retry_on, "retry_on"))
         set_(self, "_retried", {})
+        set_(self, "_spare_states", [])
         if self.retry_if_result is not None and not callable(self.retry_if_result):
             raise TypeError(f"retry_if_result must be callable, got {self.retry_if_result!r}")
         optional_seconds = _validate.optional_seconds

@@ -109,10 +109,11 @@ class RetryState:
         self.defer_refusals = defer_refusals
         #: Refusals in a row since the last attempt (see :meth:`defer`); 0 when none.
         self.holds = 0
-        # Set by a driver that reads no clock between a retry decision and the attempt it
-        # allows, and whose attempts need no deadline (no timeouts, none ambient): a retry
-        # decision then also begins the next attempt, at the same reading, and the driver
-        # does not call begin_attempt (one call fewer on each failure).
+        # Set by a driver that reads no clock (every decision at the state's start: *now*),
+        # whose attempts need no deadline (no timeouts, none ambient), for a state it made
+        # itself (no history) of a policy without hooks: a retry decision then also begins
+        # the next attempt, and the driver does not call begin_attempt (one call fewer on
+        # each failure).
         self._begin_at_once = False
 
     def begin_attempt(self, now: float) -> float:
@@ -269,15 +270,16 @@ class RetryState:
             # Only an error this policy retried is "already retried" for the layers above: a
             # policy that makes a single attempt leaves the retrying to them.
             return self._give_up("attempts_exhausted", error, now, mark=attempts > 1)
-        # SWITCH.enabled and SWITCH.disabled_names, inline (two property calls, each reading
-        # a context variable, on every failure): the operator's switch, off or for this name
-        # (never None: names are strings), applies outside isolated() only, which is read only
-        # when the switch is off.
         switch = SWITCH
-        if (not switch.on or p.name in switch._disabled_names) and not ISOLATED.get():
-            return self._give_up("disabled", error, now)
-        if switch.delegating and ONE_ATTEMPT.get():
-            return self._give_up("delegated", error, now)
+        if not switch.quiet:
+            # SWITCH.enabled and SWITCH.disabled_names, inline (two property calls, each
+            # reading a context variable): the operator's switch, off or for this name (never
+            # None: names are strings), applies outside isolated() only, which is read only
+            # when the switch is off.
+            if (not switch._on or p.name in switch._disabled_names) and not ISOLATED.get():
+                return self._give_up("disabled", error, now)
+            if switch._delegating and ONE_ATTEMPT.get():
+                return self._give_up("delegated", error, now)
         fixed = p._fixed_delays
         if fixed is not None:
             delay = fixed[attempts]
@@ -296,27 +298,35 @@ class RetryState:
                 delay = wanted
         if TESTING.instant and p._zero_instant:
             delay = 0.0  # a clock of its own: no wait (the system clock skips it: instant time)
+        if self._begin_at_once:
+            # The timeless driver's state: no deadline, no history, no hook (see __init__).
+            if budget is not None and not budget.allow_retry(error or _BadResult(None)):
+                return self._refused(error, now, budget)
+            self.total_delay += delay
+            # begin_attempt(now) for the next attempt: with no deadline and no clock (every
+            # attempt starts at the state's start) it only counts it
+            self.attempts = attempts + 1
+            return delay
         deadline = self.deadline
         if deadline != _INF and now + delay + p.min_attempt_time >= deadline:
             # Never sleep and then fail: give up now, with the last error.
             return self._give_up("deadline", error, now, mark=True)
         if budget is not None and not budget.allow_retry(error or _BadResult(None)):
-            self._emit("budget_exhausted", error, 0.0, now, "budget", budget)
-            if self.defer_refusals:
-                return self.defer(error, now)
-            return self._give_up("budget", error, now, mark=True)
+            return self._refused(error, now, budget)
         if self.history is not None:
             self._record(now, error, delay)
         self.total_delay += delay
         if p._hooks:
             self._emit("retry", error, delay, now, None)
-        if self._begin_at_once:
-            # begin_attempt(now) for the next attempt: with no deadline it only counts it
-            self.attempts = attempts + 1
-            self._attempt_started = now
-            return delay
         self.next_retry = now + delay
         return delay
+
+    def _refused(self, error: BaseException | None, now: float, budget: Budget) -> float | None:
+        """The budget refused the retry: defer it (``defer_refusals``), or give up."""
+        self._emit("budget_exhausted", error, 0.0, now, "budget", budget)
+        if self.defer_refusals:
+            return self.defer(error, now)
+        return self._give_up("budget", error, now, mark=True)
 
     @property
     def deferred(self) -> bool:
