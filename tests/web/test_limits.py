@@ -279,6 +279,21 @@ def test_a_request_over_its_time_limit_is_answered_503() -> None:
     assert finished == []  # cancelled, not finished for no one
 
 
+def test_an_experiment_cut_at_its_time_limit_is_answered_503(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # On a machine too busy for a run to finish within its time limit, the page says the
+    # server is busy and when to come back (503), not that it is broken (500).
+    from seawall.web import _app
+
+    monkeypatch.setattr(_app, "RUN_TIME_LIMIT", 0.05)
+    with served(_app.create_app()) as url:
+        status, headers, body, _ = get(f"{url}api/experiments/occ?seed=11", timeout=60)
+    assert status == 503, body
+    assert "took longer than 0.05 s; the server is busy" in body["error"]
+    assert int(headers["retry-after"]) >= 1
+
+
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [

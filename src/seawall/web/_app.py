@@ -17,7 +17,7 @@ from starlette.staticfiles import StaticFiles
 
 from seawall.web import _adapter, _views
 from seawall.web._limits import Bounded, Busy, Gate
-from seawall.web._runs import ExperimentRunner, RunFailed
+from seawall.web._runs import ExperimentRunner, RunFailed, RunTimedOut
 
 __all__ = ["REQUEST_TIME_LIMIT", "RUN_TIME_LIMIT", "create_app"]
 
@@ -151,7 +151,8 @@ class _Page:
         try:
             seed = _seed(**_params(request, _SEED))
             data = await self.runner.run(name, seed)
-        except Busy as err:
+        except (Busy, RunTimedOut) as err:
+            # Refused, or cut at its time limit: the server is busy, not broken.
             return _error(str(err), 503, err.retry_after)
         except RunFailed as err:
             return _error(str(err), 500)

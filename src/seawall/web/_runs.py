@@ -22,11 +22,20 @@ from typing import Any
 
 from seawall.web._limits import Busy, _check_count, _check_positive
 
-__all__ = ["ExperimentRunner", "RunFailed"]
+__all__ = ["ExperimentRunner", "RunFailed", "RunTimedOut"]
 
 
 class RunFailed(RuntimeError):
     """The experiment's process failed or ran out of time."""
+
+
+class RunTimedOut(RunFailed):
+    """The experiment's process ran out of time: the server is busy (come back after
+    ``retry_after`` seconds), not broken."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class _Run:
@@ -106,8 +115,10 @@ class ExperimentRunner:
             try:
                 out, err = await asyncio.wait_for(process.communicate(), self.time_limit)
             except asyncio.TimeoutError:
-                raise RunFailed(
-                    f"the {name} experiment took longer than {self.time_limit:g} s"
+                raise RunTimedOut(
+                    f"the {name} experiment took longer than {self.time_limit:g} s; "
+                    "the server is busy",
+                    retry_after=max(1, math.ceil(self.time_limit / 10)),
                 ) from None
             finally:
                 if process.returncode is None:
