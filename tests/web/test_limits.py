@@ -166,7 +166,7 @@ def test_cheap_endpoints_stay_fast_under_a_flood_of_experiments(
     assert status == 200 and storm_took < 5.0, (status, storm, storm_took)
     # The flood itself: a few runs at a time, the rest refused at once with a time to come back.
     statuses = [r[0] for r in results]
-    assert set(statuses) <= {200, 503}, statuses
+    assert set(statuses) <= {200, 503}, [r for r in results if r[0] not in (200, 503)]
     refused = [r for r in results if r[0] == 503]
     assert len(refused) >= FLOOD // 2, statuses
     for _, headers, body, took in refused:
