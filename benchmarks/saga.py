@@ -53,6 +53,8 @@ import threading
 import time
 from typing import Any
 
+from _postgres import start_postgres
+
 HERE = pathlib.Path(__file__).resolve().parent
 CALLERS = 8
 POLL = 0.01  # seawall's worker poll and the DBOS queue's polling interval
@@ -527,18 +529,6 @@ def crash(contender: str, kind: str, base: str | None) -> float:
         raise RuntimeError(err.decode(errors="replace")[-2000:])
     resumed = float(pathlib.Path(marker).read_text().splitlines()[1])
     return resumed - killed
-
-
-def start_postgres() -> tuple[Any, str] | None:
-    sys.path.insert(0, str(HERE.parent / "tests" / "saga"))
-    try:
-        from postgres_cluster import Cluster  # the test suite's throwaway cluster, fsync on
-
-        cluster = Cluster(durable=True)
-    except Exception as err:
-        print(f"PostgreSQL not measured: {err}")
-        return None
-    return cluster, cluster.url
 
 
 def versions() -> dict[str, str]:

@@ -36,6 +36,8 @@ import threading
 import time
 from typing import Any
 
+from _postgres import start_postgres
+
 
 def worker(url: str, sidelog: str, batch: int, ready: str) -> None:
     """One worker process: run the saga's due work until every run is settled."""
@@ -142,18 +144,6 @@ def one_round(
         # the attempt's start and its thread entering the function.
         "charged_not_begun": unbegun,
     }
-
-
-def start_postgres() -> tuple[Any, str] | None:
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "saga"))
-    try:
-        from postgres_cluster import Cluster  # the test suite's throwaway cluster, fsync on
-
-        cluster = Cluster(durable=True)
-    except Exception as err:
-        print(f"PostgreSQL not measured: {err}")
-        return None
-    return cluster, cluster.url
 
 
 def one_store(kind: str, base: str | None, args: argparse.Namespace) -> dict[str, Any]:
