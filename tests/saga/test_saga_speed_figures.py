@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import pathlib
+import sys
 from typing import Any
 
 import pytest
@@ -14,6 +15,10 @@ FIGURES = ROOT / "docs" / "figures" / "saga_callers.json"
 
 
 def bench() -> Any:
+    # As when it runs as a script: its own directory first on the path (its shared modules).
+    benchmarks = str(ROOT / "benchmarks")
+    if benchmarks not in sys.path:
+        sys.path.insert(0, benchmarks)
     spec = importlib.util.spec_from_file_location("saga_bench", ROOT / "benchmarks" / "saga.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
