@@ -193,8 +193,51 @@ def test_dask_runs_items_in_chunks_with_the_same_results() -> None:
     one_each = [run_trial(j) for j in jobs]
     # Chunks of 3 (7 items in 3 chunks, each taking every third item), back in order.
     assert dask_map(run_trial, jobs, workers=2, chunk=3) == one_each
+    # Submitted costliest first (here the last seeds), and still back in order.
+    assert dask_map(run_trial, jobs, workers=2, cost=lambda job: job[2]) == one_each
     with pytest.raises(ValueError, match="chunk"):
         dask_map(run_trial, jobs, chunk=0)
+
+
+def test_the_costliest_items_come_first_ties_in_input_order() -> None:
+    from seawall.sim._util import costliest_first
+
+    assert costliest_first(["a", "b", "c"], None) == [0, 1, 2]
+    assert costliest_first([3, 9, 1, 9, 0], float) == [1, 3, 0, 2, 4]
+    assert costliest_first([], float) == []
+
+
+def test_an_occ_grid_starts_its_largest_cells_first() -> None:
+    from seawall.sim._trials import trial_cost
+
+    params = {"trials": 100, "algorithms": ["no_backoff", "full"], "base": 0.005, "cap": 2.0}
+    costs = [trial_cost(("occ", {**params, "clients": [n]}, 0)) for n in (10, 100, 190)]
+    assert 0 < costs[0] < costs[1] < costs[2]
+    assert trial_cost(("occ", {**params, "trials": 200, "clients": [10]}, 0)) == 2 * costs[0]
+    # Unreadable parameters, or a scenario without an estimate: no cost (the run refuses them).
+    assert trial_cost(("occ", {"clients": ["x"]}, 0)) == 0.0
+    assert trial_cost(("sweep", _params(), 0)) == 0.0
+
+
+def _started_at(item: float) -> int:
+    import time
+
+    started = time.monotonic_ns()
+    time.sleep(0.3)
+    return started
+
+
+def test_processes_take_the_costliest_items_first() -> None:
+    from seawall.sim._util import parallel_map
+
+    # Six items, the costliest last in input order; two processes take them from one queue in
+    # cost order, so the costliest starts among the first two, the cheapest among the last two
+    # (each item sleeps 0.3 s: the other process cannot overtake by two items meanwhile).
+    costs = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    starts = parallel_map(_started_at, costs, workers=2, cost=lambda c: c)
+    rank = sorted(range(6), key=lambda i: starts[i])
+    assert rank.index(5) < 2, rank
+    assert rank.index(0) >= 4, rank
 
 
 def test_list_shows_the_built_in_scenarios(capsys: pytest.CaptureFixture[str]) -> None:

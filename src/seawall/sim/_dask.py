@@ -68,12 +68,14 @@ def dask_map(
     address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     chunk: int | None = None,
+    cost: Callable[[T], float] | None = None,
 ) -> list[R]:
     """``[fn(x) for x in items]`` on Dask: on the scheduler at *address*, or on a local cluster of
     *workers* single-threaded worker processes started (and stopped) for the call.
 
     Items go in chunks of *chunk* per task (``None``: :func:`chunk_size` for the cluster's worker
-    threads); the results are the same whatever the chunks.
+    threads); the results are the same whatever the chunks. With *cost* (an estimate of each
+    item's run time) the costliest items are submitted first, and so run first.
 
     Raises:
         ValueError: Dask is not installed (the ``dask`` extra), or *chunk* < 1.
@@ -86,7 +88,7 @@ def dask_map(
         raise ValueError(
             "engine 'dask' needs the dask extra: pip install 'seawall[dask]'"
         ) from None
-    from seawall.sim._util import simulate
+    from seawall.sim._util import costliest_first, simulate
 
     total = len(items)
     if progress is not None:
@@ -107,9 +109,12 @@ def dask_map(
             threads = sum(client.nthreads().values()) or workers
             size = chunk if chunk is not None else chunk_size(total, threads)
             count = math.ceil(total / size) if total else 0
-            # Chunk j holds items j, j + count, j + 2 count...: neighbours (a grid's cells of
-            # growing cost, one after the other) go to different chunks, which balances them.
-            positions = [range(j, total, count) for j in range(count)]
+            # Chunk j holds the j-th costliest item, the (j + count)-th, ...: the costliest
+            # items (or, without costs, neighbours: a grid's cells of growing cost) go to
+            # different chunks, and the chunk with the costliest item is submitted first.
+            # The scheduler starts tasks in the order they were submitted.
+            order = costliest_first(items, cost)
+            positions = [order[j::count] for j in range(count)]
             # pure=False: every chunk runs, even two with equal arguments.
             futures = [
                 client.submit(simulate, _run_chunk, (fn, [items[i] for i in p]), pure=False)

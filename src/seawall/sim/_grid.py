@@ -99,22 +99,15 @@ def run_grid(
     """Run scenario *name* with *parameters*, over every cell of *grid*, once per seed; the
     document described above. The trials of all cells run in one pool."""
     from seawall import __version__
-    from seawall.sim._trials import ENGINES, run_trial, summarize
-    from seawall.sim._util import parallel_map
+    from seawall.sim._trials import check_engine, map_trials, summarize
 
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    check_engine(engine)
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds must name at least one seed")
     cells = grid_cells(grid)
     jobs = [(name, {**parameters, **cell}, seed) for cell in cells for seed in seeds]
-    if engine == "dask":
-        from seawall.sim._dask import dask_map
-
-        trials = dask_map(run_trial, jobs, workers=workers, address=cluster, progress=progress)
-    else:
-        trials = parallel_map(run_trial, jobs, workers=workers, progress=progress)
+    trials = map_trials(jobs, workers=workers, engine=engine, cluster=cluster, progress=progress)
     n = len(seeds)
     out = []
     for i, cell in enumerate(cells):

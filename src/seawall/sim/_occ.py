@@ -259,11 +259,9 @@ def occ(
     check_volume("trials * clients", trials * len(algorithms) * sum(clients))
     cells = [(a, n, trials, seed, base, cap, hop_mean, hop_sd) for a in algorithms for n in clients]
     # Big cells first, so that the processes finish together.
-    order = sorted(range(len(cells)), key=lambda i: -cells[i][1])
-    rows = parallel_map(_cell, [cells[i] for i in order], workers=workers, progress=progress)
-    by_index = dict(zip(order, rows, strict=False))
+    rows = parallel_map(_cell, cells, workers=workers, progress=progress, cost=lambda cell: cell[1])
     return OccResult(
-        rows=tuple(by_index[i] for i in range(len(cells))),
+        rows=tuple(rows),
         trials=trials,
         seed=seed,
         base=base,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = [
@@ -47,6 +47,9 @@ class Scenario:
         metrics: ``metrics(result)`` gives the headline numbers (``{"naive.success": 0.29}``)
             that ``--seeds N`` reports as means with 95% confidence intervals; ``None``: the
             result's top-level numbers.
+        cost: ``cost(parameters)`` estimates one trial's run time from its parameters (only
+            the order matters: in ``--seeds`` runs and grids, the costliest trials start first,
+            so that the workers finish together); ``None``: the trials start in their order.
     """
 
     name: str
@@ -58,6 +61,7 @@ class Scenario:
     plot: Callable[[Any, str], None] | None = None
     description: str = ""
     metrics: Callable[[Any], dict[str, float | None]] | None = None
+    cost: Callable[[Mapping[str, Any]], float] | None = None
 
 
 #: Names of ``seawall sim`` subcommands that are not scenarios.

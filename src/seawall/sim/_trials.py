@@ -211,6 +211,52 @@ def run_trial(job: tuple[str, Mapping[str, Any], int]) -> dict[str, Any]:
     return {"seed": seed, "metrics": metrics_of(scenario, result), "result": jsonable(result)}
 
 
+def check_engine(engine: str) -> None:
+    """Raises ValueError if *engine* is not one of :data:`ENGINES`."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+
+
+def trial_cost(job: tuple[str, Mapping[str, Any], int]) -> float:
+    """An estimate of one trial's run time, from its scenario's ``cost`` (0 without one).
+
+    Only the order of the estimates matters: the costliest trials are started first. A trial
+    whose parameters the estimate cannot read costs 0 (its scenario refuses it when it runs).
+    """
+    from seawall.sim._registry import SCENARIOS
+
+    name, parameters, _ = job
+    scenario = SCENARIOS.get(name)
+    if scenario is None or scenario.cost is None:
+        return 0.0
+    try:
+        return float(scenario.cost(parameters))
+    except (TypeError, ValueError, KeyError, OverflowError):
+        return 0.0
+
+
+def map_trials(
+    jobs: Sequence[tuple[str, Mapping[str, Any], int]],
+    *,
+    workers: int = 1,
+    engine: str = "processes",
+    cluster: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """:func:`run_trial` for each job, in order, on *engine*; the costliest trials start first
+    (:func:`trial_cost`), so that the workers finish close together."""
+    from seawall.sim._util import parallel_map
+
+    check_engine(engine)
+    if engine == "dask":
+        from seawall.sim._dask import dask_map
+
+        return dask_map(
+            run_trial, jobs, workers=workers, address=cluster, progress=progress, cost=trial_cost
+        )
+    return parallel_map(run_trial, jobs, workers=workers, progress=progress, cost=trial_cost)
+
+
 def metrics_of(scenario: Any, result: Any) -> dict[str, float | None]:
     """The scenario's headline numbers for *result* (its ``metrics`` function, else the
     top-level numbers of the result)."""
@@ -267,21 +313,14 @@ def run_trials(
         ValueError: an unknown engine, or no seeds.
     """
     from seawall import __version__
-    from seawall.sim._util import parallel_map
 
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    check_engine(engine)
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds must name at least one seed")
     params = dict(parameters)
     jobs = [(name, params, s) for s in seeds]
-    if engine == "dask":
-        from seawall.sim._dask import dask_map
-
-        trials = dask_map(run_trial, jobs, workers=workers, address=cluster, progress=progress)
-    else:
-        trials = parallel_map(run_trial, jobs, workers=workers, progress=progress)
+    trials = map_trials(jobs, workers=workers, engine=engine, cluster=cluster, progress=progress)
     return {
         "run": {
             "scenario": name,
