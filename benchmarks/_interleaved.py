@@ -1,5 +1,5 @@
 """Contenders timed side by side: interleaved (A B C, A B C, ...) so that a noisy moment of a
-shared machine falls on all of them, and the best time of the repeats kept."""
+shared machine falls on all of them in the same round."""
 
 from __future__ import annotations
 
@@ -10,16 +10,18 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def best_of(
-    contenders: Mapping[str, Callable[[], T]], repeats: int
-) -> tuple[dict[str, float], dict[str, T]]:
-    """Run every contender *repeats* times, interleaved: each one's best wall time (seconds)
-    and what its last run returned."""
-    best = {name: float("inf") for name in contenders}
+def interleaved_rounds(
+    contenders: Mapping[str, Callable[[], T]], rounds: int
+) -> tuple[list[dict[str, float]], dict[str, T]]:
+    """Run every contender once per round, *rounds* rounds: each round's wall times (seconds)
+    by contender, and what each contender's last run returned."""
+    times: list[dict[str, float]] = []
     results: dict[str, T] = {}
-    for _ in range(repeats):
+    for _ in range(rounds):
+        this: dict[str, float] = {}
         for name, fn in contenders.items():
             t0 = time.perf_counter()
             results[name] = fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
-    return best, results
+            this[name] = time.perf_counter() - t0
+        times.append(this)
+    return times, results
