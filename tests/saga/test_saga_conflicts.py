@@ -221,3 +221,53 @@ def test_which_errors_are_conflicts(pg_url: str, sqlstate: str, conflict: bool) 
         assert store.unavailable(info.value) is (not conflict)
     finally:
         store.close()
+
+
+def test_a_conflict_that_outlasts_its_retries_ends_the_round_not_the_connection(
+    pg_url: str,
+) -> None:
+    """A row held for longer than every retry waits: the worker loop logs it and goes on with
+    the same connection (no outage to reconnect from); once the row is free, the attempt whose
+    outcome was not recorded is recorded as lost after its lease and runs again."""
+    import psycopg
+
+    url = with_settings(pg_url, lock_timeout="20ms")
+    stop = threading.Event()
+    calls: list[int] = []
+    holder = psycopg.connect(pg_url)
+
+    def charge(ctx: saga.StepContext) -> str:
+        calls.append(ctx.attempt)
+        if len(calls) == 1:
+            holder.execute(
+                "SELECT 1 FROM seawall_saga_runs WHERE run_id = %s FOR UPDATE", (ctx.run_id,)
+            )
+        return "charged"
+
+    flow = saga.Saga("pay", [saga.Step("charge", charge)])
+    # The holder lets go soon after the lease lapsed (until then, the worker finds the run due
+    # and skipped by its claim, held by another session, every MIN_IDLE).
+    lease = 5.0
+    clock = Watchdog(1.2 * lease, holder.rollback)
+    try:
+        with (
+            retries_logged(lambda: None) as logged,
+            saga.Orchestrator(
+                url, [flow], clock=clock, lease=lease, hooks=(settled(stop),)
+            ) as orch,
+        ):
+            store = orch.store
+            run_id = orch.start("pay")
+            orch.work(stop)
+            assert orch.store is store  # not reconnected
+            run = orch.get(run_id)
+            history = attempts_of(orch, run_id)
+    finally:
+        holder.close()
+    retried = [line for line in logged if "trying again in 0." in line]
+    assert len(retried) == 5, logged  # CONFLICT_RETRIES
+    assert any("kept losing conflicts" in line for line in logged), logged
+    assert clock.fired
+    assert calls == [1, 2]
+    assert ("lost", 1) in history, history
+    assert run.status is saga.Status.SUCCEEDED
