@@ -271,3 +271,28 @@ def test_a_conflict_that_outlasts_its_retries_ends_the_round_not_the_connection(
     assert calls == [1, 2]
     assert ("lost", 1) in history, history
     assert run.status is saga.Status.SUCCEEDED
+
+
+def test_sqlite_database_is_locked_stays_an_outage(tmp_path: Any) -> None:
+    """SQLite's "database is locked" comes only after a writer waited its whole busy timeout
+    (60 s for the store) at ``BEGIN IMMEDIATE``, before it did anything: the file was held all
+    that time, which a worker treats as an outage, as before; it is no conflict to retry at
+    once. (Here the error is SQLite's own, from a connection that does not wait.)"""
+    import sqlite3
+
+    from seawall.saga._stores import open_store
+
+    path = tmp_path / "saga.db"
+    store = open_store(f"sqlite:///{path}")
+    holder = sqlite3.connect(path, isolation_level=None)
+    impatient = sqlite3.connect(path, isolation_level=None, timeout=0.0)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        with pytest.raises(sqlite3.OperationalError, match="database is locked") as info:
+            impatient.execute("BEGIN IMMEDIATE")
+        assert not store.conflict(info.value)
+        assert store.unavailable(info.value)
+    finally:
+        holder.close()
+        impatient.close()
+        store.close()
