@@ -1,10 +1,11 @@
-"""PostgreSQL: a commit that loses a conflict (a serialization failure, a lock timeout) is tried
-again at once, so the attempts it records are recorded, once; it is not taken for an outage,
-which abandons the round and leaves its finished attempts to run again after their leases.
+"""PostgreSQL: a commit that loses a conflict (a serialization failure, a deadlock, a lock
+timeout) is tried again at once, so the attempts it records are recorded, once; it is not taken
+for an outage, which abandons the round and leaves its finished attempts to run again after
+their leases.
 
-Every conflict is real: another session writes or locks the run's row while its attempt runs,
-and the worker's commit meets it (at ``SERIALIZABLE``, or with a ``lock_timeout``, as a
-database may be configured).
+Every conflict is real: another session writes or locks the runs' rows while their attempts
+run, and the worker's commit meets it (at ``SERIALIZABLE``, in a lock cycle, or with a
+``lock_timeout``, as a database may be configured).
 """
 
 from __future__ import annotations
@@ -296,3 +297,69 @@ def test_sqlite_database_is_locked_stays_an_outage(tmp_path: Any) -> None:
         holder.close()
         impatient.close()
         store.close()
+
+
+def test_a_deadlock_in_a_commit_is_tried_again(pg_url: str) -> None:
+    """Another session locks the runs' rows in the opposite order to the worker's commit, which
+    records two outcomes together: a real deadlock (40P01). The worker's session detects it
+    (its ``deadlock_timeout`` is the shorter of the two) and is the one aborted; it tries
+    again once the other session is through, and records both attempts, which ran once each.
+
+    The other session must ask for its second row within the worker's ``deadlock_timeout``
+    (3 s) of the worker's wait: it does so as soon as it sees that wait (a few milliseconds).
+    """
+    import psycopg
+
+    url = with_settings(pg_url, deadlock_timeout="3s")
+    stop = threading.Event()
+    calls: list[str] = []
+    other = psycopg.connect(pg_url)
+    other.execute("SET deadlock_timeout = '10min'")  # the worker's session detects the cycle
+    other.execute("SET lock_timeout = '60s'")  # (should it not: fail, not hang)
+    other_error: list[BaseException] = []
+
+    def lock_a_once_the_worker_waits() -> None:
+        wait_for_a_lock_wait(pg_url)
+        try:
+            other.execute("SELECT 1 FROM seawall_saga_runs WHERE run_id = 'a' FOR UPDATE")
+            other.commit()
+        except psycopg.Error as err:
+            other_error.append(err)
+            other.rollback()
+
+    def charge(ctx: saga.StepContext) -> str:
+        calls.append(ctx.run_id)
+        if ctx.run_id == "a" and calls.count("a") == 1:
+            # b first, then (in the thread) a: the worker's commit locks a, then b.
+            other.execute("SELECT 1 FROM seawall_saga_runs WHERE run_id = 'b' FOR UPDATE")
+            threading.Thread(target=lock_a_once_the_worker_waits, daemon=True).start()
+        return "charged"
+
+    flow = saga.Saga("pay", [saga.Step("charge", charge)])
+    clock = Watchdog(20 * LEASE, stop.set)
+    settled_runs: set[str] = set()
+
+    def both_settled(event: saga.SagaEvent) -> None:
+        if event.kind == "run" and event.status is saga.Status.SUCCEEDED:
+            settled_runs.add(event.run_id)
+            if settled_runs == {"a", "b"}:
+                stop.set()
+
+    try:
+        with (
+            retries_logged(lambda: None) as retried,
+            saga.Orchestrator(
+                url, [flow], clock=clock, lease=LEASE, concurrency=2, hooks=(both_settled,)
+            ) as orch,
+        ):
+            orch.start("pay", run_id="a")
+            orch.start("pay", run_id="b")
+            orch.work(stop)
+            runs = [orch.get(run_id) for run_id in ("a", "b")]
+            histories = [attempts_of(orch, run_id) for run_id in ("a", "b")]
+    finally:
+        other.close()
+    assert other_error == [], other_error  # the worker's session was the one aborted
+    assert sorted(calls) == ["a", "b"], f"attempts ran {calls}; histories {histories}"
+    assert all(run.status is saga.Status.SUCCEEDED for run in runs)
+    assert any("DeadlockDetected" in line for line in retried), retried
