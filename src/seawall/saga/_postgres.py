@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Final
 
 try:
     import psycopg
@@ -53,7 +53,7 @@ _CHECKED_UPDATE_RUN = (
 #: with ``NOWAIT`` (55P03). A cancelled statement (57014: ``statement_timeout``, an operator's
 #: cancel) is not one: the server is slow or someone stopped it, and trying again at once
 #: would not help.
-_CONFLICTS = frozenset({"40001", "40P01", "55P03"})
+_CONFLICTS: Final = frozenset({"40001", "40P01", "55P03"})
 
 
 class PostgresStore(Store):

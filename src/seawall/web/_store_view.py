@@ -173,7 +173,7 @@ class StoreView:
         try:
             return fn(*args)
         except Exception as exc:
-            if self.store.conflict(exc):  # another transaction held the rows: as before, 503
+            if self.store.conflict(exc):  # another transaction holds the rows for a moment
                 raise Unavailable(
                     f"the saga store {self.where} is busy with these runs; try again shortly"
                 ) from None
