@@ -115,6 +115,10 @@ INVARIANTS: dict[str, str] = {
         "attempts are charged once begun: a crash charges at most as many attempts that never "
         "began as the worker runs at once (its concurrency; 1 without)"
     ),
+    "lease_unheld": (
+        "an attempt starts only once its worker's lease renewal (its keeper process) holds its "
+        "run's lease"
+    ),
     "worker_error": "run_due never raises (a worker would stop)",
     "harness_error": "the schedule ran to its end (an error escaped the harness otherwise)",
 }
@@ -224,20 +228,29 @@ class SimHeartbeat:
     of virtual time that passes inside a step, never on its own, so a schedule stays
     deterministic. A starved worker's heartbeat is not ticked."""
 
-    def __init__(self, orch: saga.Orchestrator, worker: Worker) -> None:
+    def __init__(self, orch: saga.Orchestrator, worker: Worker, *, late: bool = False) -> None:
         self.orch = orch
         self.worker = worker
         self.held: dict[str, int] = {}
         self.store: Any = None
-        self.executor: InlineExecutor | None = None
+        #: Sabotage: the leases are learnt only once the attempts begin (the order of old).
+        self.late = late
+        self.told: dict[str, int] | None = None
 
     def hold(self, leases: dict[str, int]) -> None:
+        if self.late:
+            self.told = dict(leases)
+            return
         self.held = dict(leases)
-        if self.executor is not None:
-            self.executor.flush()  # the attempts waiting for their leases to be held
+
+    def learn(self) -> None:
+        """Sabotaged: take the leases told (as the attempts begin)."""
+        if self.told is not None:
+            self.held, self.told = self.told, None
 
     def release(self) -> None:
         self.hold({})
+        self.learn()
 
     def prepare(self) -> None:
         """Nothing to start: the harness ticks this heartbeat itself."""
@@ -262,17 +275,21 @@ class SimHeartbeat:
 class InlineExecutor(concurrent.futures.Executor):
     """Stands in for the orchestrator's thread pool, so that a schedule stays deterministic.
 
-    The attempts of a group are submitted, then the heartbeat is told their leases; with
-    threads they begin at once and make progress only after that, microseconds later. Here
-    they begin together when the heartbeat is told (:meth:`SimHeartbeat.hold`), then run one
-    after another on the calling thread, in the order they were submitted: all of them begin
-    before any outcome is recorded. Should the orchestrator ever wait for attempts without
-    telling the heartbeat first, a watchdog runs them after a few seconds and the schedule
-    reports it (``harness_error``), rather than hanging.
+    The heartbeat is told a group's leases, then its attempts are submitted; with threads each
+    may begin the instant it is submitted, so its run's lease must be held by then (checked
+    here: ``lease_unheld``). Here they begin together when the orchestrator waits for them
+    (:meth:`Executor.finished <seawall.saga._execution.Executor.finished>`, which the harness
+    has call :meth:`flush` first), then run one after another on the calling thread, in the
+    order they were submitted: all of them begin before any outcome is recorded. Should the
+    orchestrator ever wait for attempts some other way, a watchdog runs them after a few
+    seconds and the schedule reports it (``harness_error``), rather than hanging.
     """
 
-    def __init__(self, sim: Simulation, *, at_once: bool = False) -> None:
+    def __init__(
+        self, sim: Simulation, heartbeat: SimHeartbeat | None = None, *, at_once: bool = False
+    ) -> None:
         self.sim = sim
+        self.heartbeat = heartbeat  # whose leases an attempt's run must be among
         self.at_once = at_once  # no heartbeat to wait for: run each attempt when submitted
         self.deferred: list[tuple[concurrent.futures.Future[Any], Any, Any, Any]] = []
         self.since = 0.0
@@ -281,6 +298,8 @@ class InlineExecutor(concurrent.futures.Executor):
 
     def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        if self.heartbeat is not None:
+            self.check_held(args)
         with self.lock:
             if not self.deferred:
                 self.since = time.monotonic()
@@ -290,7 +309,23 @@ class InlineExecutor(concurrent.futures.Executor):
             self.flush()
         return future
 
+    def check_held(self, args: Sequence[Any]) -> None:
+        """An attempt handed to a thread may begin at once: its lease must be held already."""
+        assert self.heartbeat is not None
+        for p in args:
+            ctx = getattr(p, "ctx", None)
+            if isinstance(ctx, saga.StepContext) and ctx.run_id not in self.heartbeat.held:
+                w = self.heartbeat.worker
+                self.sim.violate(
+                    "lease_unheld",
+                    (w.wid, ctx.run_id, ctx.step, ctx.attempt),
+                    f"{w.wid} handed run {ctx.run_id}'s attempt {ctx.attempt} of {ctx.step} to "
+                    "a thread before its lease renewal held the run's lease",
+                )
+
     def flush(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.learn()
         with self.lock:
             while self.deferred:
                 group, self.deferred = self.deferred, []
@@ -600,13 +635,22 @@ class Simulation:
         execution = orch._worker._execution  # its lease heartbeat and its thread pool
         beat = getattr(execution, "heartbeat", None)
         if all(callable(getattr(beat, m, None)) for m in ("hold", "release", "close")):
-            worker.heartbeat = SimHeartbeat(orch, worker)
+            worker.heartbeat = SimHeartbeat(orch, worker, late=self.sabotage == "late_lease")
             execution.heartbeat = worker.heartbeat
         if CONCURRENCY:
-            worker.executor = InlineExecutor(self, at_once=worker.heartbeat is None)
+            worker.executor = InlineExecutor(
+                self, worker.heartbeat, at_once=worker.heartbeat is None
+            )
             execution._pool = worker.executor
             if worker.heartbeat is not None and self.sabotage != "deaf":
-                worker.heartbeat.executor = execution._pool
+                finished = execution.finished
+                executor = worker.executor
+
+                def begin_then_wait(running: Any) -> Any:
+                    executor.flush()  # the attempts submitted begin together, then are waited for
+                    return finished(running)
+
+                execution.finished = begin_then_wait
         self.workers.append(worker)
         self.stats["workers"] += 1
         self.stats["skewed_workers"] += bool(worker.clock.offset)
@@ -916,7 +960,7 @@ class Simulation:
                     self.violate(
                         "harness_error",
                         ("late",),
-                        f"{w.wid} waited for attempts the heartbeat was never told of: "
+                        f"{w.wid} waited for attempts the harness never began: "
                         "update InlineExecutor to the orchestrator's order",
                     )
         except SimulatedCrash as crash:

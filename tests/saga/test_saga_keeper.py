@@ -107,3 +107,34 @@ def test_a_keeper_renews_the_changed_leases_at_its_next_tick(store_url: str) -> 
             assert proc.wait(30.0) == 0
             assert proc.stdout is not None
             proc.stdout.close()
+
+
+def test_a_rounds_leases_are_held_before_any_of_its_attempts_starts(sqlite_url: str) -> None:
+    """The keeper process (and the renewing thread) learn a round's leases before any attempt
+    of the round is handed to a thread: a step that holds the GIL from its first instant would
+    otherwise keep the worker from telling them, maybe until after the leases expired."""
+    seen: list[tuple[str, bool]] = []
+
+    def book(ctx: saga.StepContext) -> str:
+        return ctx.run_id
+
+    flow = saga.Saga("trip", [saga.Step("book", book)])
+    with saga.Orchestrator(sqlite_url, [flow], concurrency=3, hooks=()) as orch:
+        execution = orch._worker._execution
+        pool = execution._threads()
+        submit = pool.submit
+
+        def submitted(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            run_id = args[1].ctx.run_id  # (context.run, Executor._call, the attempt)
+            with execution.heartbeat._lock:
+                seen.append((run_id, run_id in execution.heartbeat._held))
+            return submit(fn, *args, **kwargs)
+
+        pool.submit = submitted  # type: ignore[method-assign]
+        ids = [orch.start("trip") for _ in range(3)]
+        assert orch.run_due() == 3
+        assert execution.heartbeat._use_process  # the keeper process was told, not only a thread
+        runs = [orch.get(run_id) for run_id in ids]
+    assert sorted(run_id for run_id, _ in seen) == sorted(ids)
+    assert all(held for _, held in seen), seen
+    assert all(run.status is saga.Status.SUCCEEDED for run in runs)

@@ -82,8 +82,8 @@ def test_a_violation_is_reported_only_where_a_list_names_its_tag(
 def test_attempts_never_begun_are_reported_not_waited_for(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # An orchestrator that waits for its attempts without telling its heartbeat (sabotaged
-    # here: the heartbeat no longer starts them): the watchdog starts them, the schedule says so.
+    # An orchestrator that waits for its attempts in a way the harness does not know (sabotaged
+    # here: its wait no longer starts them): the watchdog starts them, the schedule says so.
     if not simulation.CONCURRENCY:
         pytest.skip("this orchestrator runs one attempt at a time")
     monkeypatch.setattr(simulation, "LATE", 0.2)
@@ -112,6 +112,7 @@ def test_attempts_never_begun_are_reported_not_waited_for(
         ("early", "retry_early"),  # failures that seem to end 100 s later than they did
         ("uncounted", "attempts_charged_unbegun"),  # attempts the ledger does not count
         ("stall", "run_unsettled"),  # no worker runs once the faults stop
+        ("late_lease", "lease_unheld"),  # leases held only once the attempts began
     ],
 )
 def test_each_check_catches_the_fault_it_names(

@@ -130,3 +130,52 @@ def test_the_view_reconnects_after_the_database_drops_it(pg_url: str) -> None:
         thread.join(timeout=10)
         sock.close()
         app.state.store_view.close()
+
+
+def test_an_action_on_a_row_another_session_holds_is_a_503(pg_url: str) -> None:
+    """With a ``lock_timeout``, an operator's action on a run whose row another session holds
+    loses the conflict: the view answers 503 (try again), not 500, and the same action applies
+    once the row is free."""
+    import urllib.error
+
+    import psycopg
+    import uvicorn
+
+    from seawall.web import create_store_app
+
+    flow = saga.Saga("order", [saga.Step("charge", _charge, on_exhausted="park")])
+    with saga.Orchestrator(pg_url, [flow], hooks=()) as orch:
+        orch.start("order", {"ok": False}, run_id="parked")
+        orch.run_due()
+    options = urllib.parse.quote("-c lock_timeout=50ms")
+    app: Any = create_store_app(f"{pg_url}?options={options}", allow_actions=True)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    def compensate() -> Any:
+        token = re.search(r"name='csrf' value='([^']+)'", get(base + "/run?id=parked"))
+        assert token is not None
+        form = urllib.parse.urlencode({"csrf": token.group(1), "run": "parked", "op": "compensate"})
+        request = urllib.request.Request(base + "/action", data=form.encode(), method="POST")
+        return urllib.request.urlopen(request, timeout=60)
+
+    try:
+        with psycopg.connect(pg_url) as holder:
+            holder.execute("SELECT 1 FROM seawall_saga_runs WHERE run_id = 'parked' FOR UPDATE")
+            with pytest.raises(urllib.error.HTTPError) as info:
+                compensate()
+            assert info.value.code == 503
+            assert "busy" in info.value.read().decode()
+            holder.rollback()
+        with compensate() as response:
+            assert response.url.endswith("/run?id=parked&done=applied")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+        app.state.store_view.close()

@@ -178,15 +178,21 @@ class Executor:
     ) -> None:
         """Start the attempts the log says began, all at once: each began when its start was
         committed, so a crash charges each run only the attempt it interrupted, and none
-        waits behind another's (threads for ``def`` steps, tasks for ``async def`` ones)."""
+        waits behind another's (threads for ``def`` steps, tasks for ``async def`` ones).
+
+        The heartbeat (and its keeper process) is told the leases first, before any attempt is
+        handed to a thread: an attempt may hold the GIL from its first instant, and then no
+        thread of this process would tell it until the attempt let go, maybe after the leases
+        expired."""
         if not works:
             return
+        self.heartbeat.hold(
+            {w.loaded.run.run_id: w.loaded.run.token for w in (*running.values(), *works, *queued)}
+        )
         first = works[0].pending
         assert first is not None
         if len(works) == 1 and not running and not first.is_async:
             # One attempt: run it here, as a plain call.
-            w = works[0]
-            self.heartbeat.hold({x.loaded.run.run_id: x.loaded.run.token for x in (w, *queued)})
             future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
             future.set_result(self._call(works[0].pending))  # type: ignore[arg-type]
             running[future] = works[0]
@@ -204,9 +210,6 @@ class Executor:
             else:
                 future = self._threads().submit(contextvars.copy_context().run, self._call, p)
             running[future] = w
-        self.heartbeat.hold(
-            {w.loaded.run.run_id: w.loaded.run.token for w in (*running.values(), *queued)}
-        )
         if later:
             # Virtual time: the async attempts run together on this thread's virtual loop,
             # while the sync ones run in their threads.

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Final
 
 try:
     import psycopg
@@ -46,6 +46,14 @@ _CHECKED_UPDATE_RUN = (
     "CAST('seawall saga: the fenced write of a run matched ' || count(*) || ' rows' AS INTEGER) "
     "END FROM written"
 )
+
+#: The SQLSTATEs of a transaction that lost a conflict, aborted by the server with nothing of
+#: it written: a serialization failure (40001: at REPEATABLE READ or SERIALIZABLE, a row
+#: changed since the snapshot), a deadlock (40P01), a lock not had within ``lock_timeout`` or
+#: with ``NOWAIT`` (55P03). A cancelled statement (57014: ``statement_timeout``, an operator's
+#: cancel) is not one: the server is slow or someone stopped it, and trying again at once
+#: would not help.
+_CONFLICTS: Final = frozenset({"40001", "40P01", "55P03"})
 
 
 class PostgresStore(Store):
@@ -245,7 +253,13 @@ class PostgresStore(Store):
             )
 
     def unavailable(self, exc: BaseException) -> bool:
-        return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, ConnectionError))
+        # psycopg's errors of a lost conflict are OperationalErrors too: not an outage.
+        return not self.conflict(exc) and isinstance(
+            exc, (psycopg.OperationalError, psycopg.InterfaceError, ConnectionError)
+        )
+
+    def conflict(self, exc: BaseException) -> bool:
+        return isinstance(exc, psycopg.Error) and exc.sqlstate in _CONFLICTS
 
     def types(self) -> ColumnTypes:
         return ColumnTypes(

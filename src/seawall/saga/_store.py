@@ -127,6 +127,17 @@ class Store:
         a bug or bad data."""
         return isinstance(exc, sqlite3.OperationalError)
 
+    def conflict(self, exc: BaseException) -> bool:
+        """Whether *exc* says the transaction lost a conflict with another one (a serialization
+        failure, a deadlock, a lock it could not have in time): nothing of it was written, and
+        the same transaction tried again at once may well succeed. Never an outage.
+
+        SQLite has none: a transaction takes the file's write lock at its ``BEGIN IMMEDIATE``,
+        before it reads or writes anything, waiting up to its ``busy_timeout`` for the writer
+        before it (a retry of its own); "database is locked" after that wait says the file was
+        held for the whole of it, which a worker treats as an outage (:meth:`unavailable`)."""
+        return False
+
     def clone(self) -> Store:
         """Another connection to the same store (for another thread), on the same clock."""
         raise NotImplementedError

@@ -19,11 +19,13 @@ import collections
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import itertools
 import logging
+import random
 import threading
-from collections.abc import Sequence
-from typing import Final, NamedTuple
+from collections.abc import Callable, Iterator, Sequence
+from typing import Final, NamedTuple, TypeVar
 
 from seawall._core.clock import Clock, SystemClock, VirtualClock
 from seawall._core.errors import error_summary
@@ -37,12 +39,18 @@ from seawall.saga._store import Store
 from seawall.saga._transitions import Transitions
 from seawall.saga._work import Outcome, Pending, Work
 
-__all__ = ["MIN_IDLE", "Round", "Worker", "changed_reason"]
+__all__ = ["CONFLICT_PAUSE", "CONFLICT_RETRIES", "MIN_IDLE", "Round", "Worker", "changed_reason"]
 
 logger = logging.getLogger("seawall.saga")
 
 #: The shortest idle wait of a worker that found due work it could not claim (seconds).
 MIN_IDLE: Final = 0.01
+#: How many times a transaction that lost a conflict while taking its rows is tried again.
+CONFLICT_RETRIES: Final = 5
+#: The first pause before such a retry, at most (seconds): doubled at each, full jitter.
+CONFLICT_PAUSE: Final = 0.02
+
+_T = TypeVar("_T")
 
 
 class Round(NamedTuple):
@@ -129,6 +137,7 @@ class Worker:
         # Decisions and attempts run in a context of the orchestrator's own: a durable run does
         # not inherit the ambient deadline or one_attempt() of whoever called run_due().
         self._context = contextvars.Context()
+        self._rng = random.Random()  # the jitter of the pauses before a conflict's retry
 
     @property
     def versions(self) -> dict[str, dict[int, Saga]]:
@@ -191,18 +200,31 @@ class Worker:
                     continue
                 due, now = self.store.next_due_now(self._saga_names)
             except Exception as exc:
-                # The store went away (a restart, a failover, a full disk): the log keeps every
-                # run; this worker reconnects and goes on. Its attempts in flight are recorded as
-                # lost by whoever claims their runs after the leases expire.
-                if not self.store.unavailable(exc):
+                conflict = self.store.conflict(exc)
+                if not conflict and not self.store.unavailable(exc):
                     raise
-                logger.warning(
-                    "saga worker %s: the store is unavailable (%s); trying again in %.1f s",
-                    self.worker_id,
-                    error_summary(exc),
-                    poll,
-                )
-                self._reconnect()
+                if conflict:
+                    # A conflict that outlasted its retries (see _transaction), or one met by a
+                    # transaction's writes: the connection is fine. This round's attempts not
+                    # recorded are recorded as lost by whoever claims their runs next.
+                    logger.warning(
+                        "saga worker %s: a commit kept losing conflicts with other "
+                        "transactions (%s); trying again in %.1f s",
+                        self.worker_id,
+                        error_summary(exc),
+                        poll,
+                    )
+                else:
+                    # The store went away (a restart, a failover, a full disk): the log keeps
+                    # every run; this worker reconnects and goes on. Its attempts in flight are
+                    # recorded as lost by whoever claims their runs after the leases expire.
+                    logger.warning(
+                        "saga worker %s: the store is unavailable (%s); trying again in %.1f s",
+                        self.worker_id,
+                        error_summary(exc),
+                        poll,
+                    )
+                    self._reconnect()
                 due = now = None
             wait = poll if due is None or now is None else min(poll, due - now)
             # Due but not claimed: other workers hold those rows for a moment.
@@ -259,8 +281,10 @@ class Worker:
         # Claimed runs beyond `concurrency` wait here, leased but not begun: each one's attempt
         # begins (and counts) in the commit that records another's outcome, when a slot frees.
         queued: collections.deque[Work] = collections.deque()
-        with store.transaction():
-            now, claimed = store.claim_due(1 if run_id else self.batch, self._saga_names, run_id)
+        claim = functools.partial(
+            store.claim_due, 1 if run_id else self.batch, self._saga_names, run_id
+        )
+        with self._transaction(claim) as (now, claimed):
             busy = 0
             for loaded in claimed:
                 problem = unknown_status(loaded)
@@ -304,10 +328,9 @@ class Worker:
             return []
         store = self.store
         begun: list[Work] = []
-        with store.transaction():
-            # Every run this commit may write, locked at once in one order (see Store.requested).
-            ids = [w.loaded.run.run_id for w in (*pending, *itertools.islice(queued, free))]
-            now, asked = store.lock_runs(ids)
+        # Every run this commit may write, locked at once in one order (see Store.requested).
+        ids = [w.loaded.run.run_id for w in (*pending, *itertools.islice(queued, free))]
+        with self._transaction(lambda: store.lock_runs(ids)) as (now, asked):
             for w in pending:
                 outcome = w.outcome
                 assert outcome is not None
@@ -339,6 +362,43 @@ class Worker:
         for w in pending:
             w.events = []
         return begun
+
+    @contextlib.contextmanager
+    def _transaction(self, take: Callable[[], _T]) -> Iterator[_T]:
+        """A transaction whose first statement, *take*, takes the rows it writes (a claim, or
+        the lock of :meth:`Store.lock_runs`) and reads the time; yields what *take* returned.
+
+        A conflict there (:meth:`Store.conflict`: a deadlock, a serialization failure, a lock
+        timeout) is not an outage: nothing is written and nothing in this worker has changed
+        yet, so the transaction is tried again at once, up to :data:`CONFLICT_RETRIES` times,
+        and the outcomes it records are recorded, not left to run again after their leases.
+        PostgreSQL's documentation asks as much of its applications (section 13.4,
+        "Serialization Failure Handling": retry the complete transaction on SQLSTATE 40001 or
+        40P01). Each retry
+        comes after a short pause with full jitter, so that two transactions that collided do
+        not collide again in step. A conflict later (in the writes, or at the commit) raises.
+        """
+        store = self.store
+        for retry in range(CONFLICT_RETRIES + 1):
+            taking = True
+            try:
+                with store.transaction():
+                    taken = take()
+                    taking = False
+                    yield taken
+                return
+            except Exception as exc:
+                if not taking or retry == CONFLICT_RETRIES or not store.conflict(exc):
+                    raise
+                pause = self._rng.uniform(0.0, CONFLICT_PAUSE * 2**retry)
+                logger.info(
+                    "saga worker %s: a transaction lost a conflict with another (%s); "
+                    "trying again in %.3f s",
+                    self.worker_id,
+                    error_summary(exc),
+                    pause,
+                )
+            self.clock.sleep(pause)
 
     def _save(self, w: Work) -> None:
         """Write the run (in the open transaction); apply an operator's request first if one

@@ -173,6 +173,10 @@ class StoreView:
         try:
             return fn(*args)
         except Exception as exc:
+            if self.store.conflict(exc):  # another transaction holds the rows for a moment
+                raise Unavailable(
+                    f"the saga store {self.where} is busy with these runs; try again shortly"
+                ) from None
             if not self.store.unavailable(exc):
                 raise
             try:
