@@ -363,3 +363,36 @@ def test_a_deadlock_in_a_commit_is_tried_again(pg_url: str) -> None:
     assert sorted(calls) == ["a", "b"], f"attempts ran {calls}; histories {histories}"
     assert all(run.status is saga.Status.SUCCEEDED for run in runs)
     assert any("DeadlockDetected" in line for line in retried), retried
+
+
+def test_the_worker_log_escapes_a_database_errors_control_characters(pg_url: str) -> None:
+    """A database's error text is untrusted (a trigger, an extension or a proxy writes it): the
+    worker's warning shows its control characters as escapes, never raw to a terminal."""
+    import psycopg
+
+    stop = threading.Event()
+    flow = saga.Saga("pay", [saga.Step("charge", lambda ctx: "charged")])
+    with saga.Orchestrator(pg_url, [flow], clock=seawall.VirtualClock(start=START)) as orch:
+        orch.start("pay")
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            # Every claim meets a "serialization failure" whose message clears the screen.
+            admin.execute(
+                "CREATE FUNCTION hostile() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "RAISE EXCEPTION USING ERRCODE = '40001', "
+                "MESSAGE = E'busy\\x1b[2J\\x1b]0;pwned\\x07\\nFAKE LINE'; END $$"
+            )
+            admin.execute(
+                "CREATE TRIGGER hostile BEFORE UPDATE ON seawall_saga_runs "
+                "FOR EACH ROW EXECUTE FUNCTION hostile()"
+            )
+
+        def enough() -> None:  # the worker loop gave the round up once: stop it
+            if any("kept losing conflicts" in line for line in logged):
+                stop.set()
+
+        with retries_logged(enough) as logged:
+            orch.work(stop)
+    assert any("kept losing conflicts" in line for line in logged), logged
+    for line in logged:
+        assert "busy\\x1b[2J" in line, line
+        assert not any(c in line for c in "\x1b\x07\n"), repr(line)

@@ -29,6 +29,7 @@ from typing import Final, NamedTuple, TypeVar
 
 from seawall._core.clock import Clock, SystemClock, VirtualClock
 from seawall._core.errors import error_summary
+from seawall._core.redact import escape_controls
 from seawall.saga._execution import Executor, Heartbeat
 from seawall.saga._hooks import Hook, emit
 from seawall.saga._model import MAX_PAYLOAD_BYTES, Run, Saga, SagaEvent, Status
@@ -211,7 +212,7 @@ class Worker:
                         "saga worker %s: a commit kept losing conflicts with other "
                         "transactions (%s); trying again in %.1f s",
                         self.worker_id,
-                        error_summary(exc),
+                        escape_controls(error_summary(exc)),
                         poll,
                     )
                 else:
@@ -221,7 +222,7 @@ class Worker:
                     logger.warning(
                         "saga worker %s: the store is unavailable (%s); trying again in %.1f s",
                         self.worker_id,
-                        error_summary(exc),
+                        escape_controls(error_summary(exc)),
                         poll,
                     )
                     self._reconnect()
@@ -374,9 +375,9 @@ class Worker:
         and the outcomes it records are recorded, not left to run again after their leases.
         PostgreSQL's documentation asks as much of its applications (section 13.4,
         "Serialization Failure Handling": retry the complete transaction on SQLSTATE 40001 or
-        40P01). Each retry
-        comes after a short pause with full jitter, so that two transactions that collided do
-        not collide again in step. A conflict later (in the writes, or at the commit) raises.
+        40P01). Each retry comes after a short pause with full jitter, so that two transactions
+        that collided do not collide again in step. A conflict later (in the writes, or at the
+        commit) raises.
         """
         store = self.store
         for retry in range(CONFLICT_RETRIES + 1):
@@ -395,7 +396,7 @@ class Worker:
                     "saga worker %s: a transaction lost a conflict with another (%s); "
                     "trying again in %.3f s",
                     self.worker_id,
-                    error_summary(exc),
+                    escape_controls(error_summary(exc)),
                     pause,
                 )
             self.clock.sleep(pause)
