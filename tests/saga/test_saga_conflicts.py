@@ -306,11 +306,12 @@ def test_a_deadlock_in_a_commit_is_tried_again(pg_url: str) -> None:
     again once the other session is through, and records both attempts, which ran once each.
 
     The other session must ask for its second row within the worker's ``deadlock_timeout``
-    (3 s) of the worker's wait: it does so as soon as it sees that wait (a few milliseconds).
+    (8 s: a margin for a loaded machine) of the worker's wait: it does so as soon as it sees
+    that wait (a few milliseconds).
     """
     import psycopg
 
-    url = with_settings(pg_url, deadlock_timeout="3s")
+    url = with_settings(pg_url, deadlock_timeout="8s")
     stop = threading.Event()
     calls: list[str] = []
     other = psycopg.connect(pg_url)
