@@ -40,12 +40,23 @@ from seawall.saga._store import Store
 from seawall.saga._transitions import Transitions
 from seawall.saga._work import Outcome, Pending, Work
 
-__all__ = ["CONFLICT_PAUSE", "CONFLICT_RETRIES", "MIN_IDLE", "Round", "Worker", "changed_reason"]
+__all__ = [
+    "CONFLICT_PAUSE",
+    "CONFLICT_RETRIES",
+    "MAX_HELD_IDLE",
+    "MIN_IDLE",
+    "Round",
+    "Worker",
+    "changed_reason",
+]
 
 logger = logging.getLogger("seawall.saga")
 
 #: The shortest idle wait of a worker that found due work it could not claim (seconds).
 MIN_IDLE: Final = 0.01
+#: The longest such wait, reached by doubling MIN_IDLE while claims keep finding due work
+#: held (seconds; at most the worker's poll).
+MAX_HELD_IDLE: Final = 0.16
 #: How many times a transaction that lost a conflict while taking its rows is tried again.
 CONFLICT_RETRIES: Final = 5
 #: The first pause before such a retry, at most (seconds): doubled at each, full jitter.
@@ -193,11 +204,13 @@ class Worker:
         """Rounds until *stop* is set, idle at most *poll* seconds between them; returns the
         attempts run. An unavailable store is reconnected to, not raised."""
         ran = 0
+        held = 0  # rounds in a row that found due work held by another session
         while stop is None or not stop.is_set():
             try:
                 claimed, count = self._round(None)
                 ran += count
                 if claimed:
+                    held = 0
                     continue
                 due, now = self.store.next_due_now(self._saga_names)
             except Exception as exc:
@@ -228,8 +241,15 @@ class Worker:
                     self._reconnect()
                 due = now = None
             wait = poll if due is None or now is None else min(poll, due - now)
-            # Due but not claimed: other workers hold those rows for a moment.
-            wait = max(wait, MIN_IDLE)
+            if wait <= 0:
+                # Due but not claimed: another session holds those rows, a worker's commit for
+                # a moment, an operator's open transaction maybe for minutes. Each time in a
+                # row, wait twice as long, up to MAX_HELD_IDLE: not a claim every 10 ms.
+                wait = max(MIN_IDLE, min(poll, MAX_HELD_IDLE, MIN_IDLE * 2 ** min(held, 10)))
+                held += 1
+            else:
+                held = 0
+                wait = max(wait, MIN_IDLE)
             if stop is not None and type(self.clock) is SystemClock:
                 stop.wait(wait)
             else:
