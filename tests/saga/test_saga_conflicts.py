@@ -118,6 +118,8 @@ def test_a_serialization_failure_in_a_commit_is_tried_again(pg_url: str) -> None
         wait_for_a_lock_wait(pg_url)
         other.commit()
 
+    helper = threading.Thread(target=commit_once_waited_for, daemon=True)
+
     def charge(ctx: saga.StepContext) -> str:
         calls.append(ctx.attempt)
         if len(calls) == 1:
@@ -126,7 +128,7 @@ def test_a_serialization_failure_in_a_commit_is_tried_again(pg_url: str) -> None
             other.execute(
                 "UPDATE seawall_saga_runs SET due_at = due_at WHERE run_id = %s", (ctx.run_id,)
             )
-            threading.Thread(target=commit_once_waited_for, daemon=True).start()
+            helper.start()
         return "charged"
 
     flow = saga.Saga("pay", [saga.Step("charge", charge)])
@@ -143,6 +145,10 @@ def test_a_serialization_failure_in_a_commit_is_tried_again(pg_url: str) -> None
             run = orch.get(run_id)
             history = attempts_of(orch, run_id)
     finally:
+        # The server committed before the worker went on, but the thread may not have read
+        # the answer yet: closing the connection under it would break its commit.
+        if helper.is_alive():
+            helper.join(60.0)
         other.close()
     assert calls == [1], f"the attempt ran {len(calls)} times; history {history}"
     assert run.status is saga.Status.SUCCEEDED
@@ -247,7 +253,7 @@ def test_a_conflict_that_outlasts_its_retries_ends_the_round_not_the_connection(
 
     flow = saga.Saga("pay", [saga.Step("charge", charge)])
     # The holder lets go soon after the lease lapsed (until then, the worker finds the run due
-    # and skipped by its claim, held by another session, every MIN_IDLE).
+    # and skipped by its claim, held by another session, at most every MAX_HELD_IDLE).
     lease = 5.0
     clock = Watchdog(1.2 * lease, holder.rollback)
     try:
@@ -328,12 +334,14 @@ def test_a_deadlock_in_a_commit_is_tried_again(pg_url: str) -> None:
             other_error.append(err)
             other.rollback()
 
+    locker = threading.Thread(target=lock_a_once_the_worker_waits, daemon=True)
+
     def charge(ctx: saga.StepContext) -> str:
         calls.append(ctx.run_id)
         if ctx.run_id == "a" and calls.count("a") == 1:
             # b first, then (in the thread) a: the worker's commit locks a, then b.
             other.execute("SELECT 1 FROM seawall_saga_runs WHERE run_id = 'b' FOR UPDATE")
-            threading.Thread(target=lock_a_once_the_worker_waits, daemon=True).start()
+            locker.start()
         return "charged"
 
     flow = saga.Saga("pay", [saga.Step("charge", charge)])
@@ -359,6 +367,8 @@ def test_a_deadlock_in_a_commit_is_tried_again(pg_url: str) -> None:
             runs = [orch.get(run_id) for run_id in ("a", "b")]
             histories = [attempts_of(orch, run_id) for run_id in ("a", "b")]
     finally:
+        if locker.is_alive():  # its commit may be answered but not yet read
+            locker.join(60.0)
         other.close()
     assert other_error == [], other_error  # the worker's session was the one aborted
     assert sorted(calls) == ["a", "b"], f"attempts ran {calls}; histories {histories}"
@@ -397,3 +407,41 @@ def test_the_worker_log_escapes_a_database_errors_control_characters(pg_url: str
     for line in logged:
         assert "busy\\x1b[2J" in line, line
         assert not any(c in line for c in "\x1b\x07\n"), repr(line)
+
+
+def test_a_worker_finding_due_runs_held_waits_longer_each_time(pg_url: str) -> None:
+    """An open transaction holds a due run's row (an operator's session, say): the worker's
+    claims skip it, and it waits twice as long after each (up to MAX_HELD_IDLE), not MIN_IDLE
+    every time; once the row is free the run is claimed within MAX_HELD_IDLE."""
+    import psycopg
+
+    from seawall.saga._worker import MAX_HELD_IDLE, MIN_IDLE
+
+    stop = threading.Event()
+    holder = psycopg.connect(pg_url)
+    waits: list[float] = []
+
+    class Counting(Watchdog):
+        def sleep(self, seconds: float) -> None:
+            waits.append(seconds)
+            super().sleep(seconds)
+
+    flow = saga.Saga("pay", [saga.Step("charge", lambda ctx: "charged")])
+    clock = Counting(10.0, holder.rollback)  # 10 s held, in the worker's time
+    try:
+        with saga.Orchestrator(pg_url, [flow], clock=clock, hooks=(settled(stop),)) as orch:
+            run_id = orch.start("pay")
+            holder.execute(
+                "SELECT 1 FROM seawall_saga_runs WHERE run_id = %s FOR UPDATE", (run_id,)
+            )
+            orch.work(stop)
+            run = orch.get(run_id)
+    finally:
+        holder.close()
+    assert run.status is saga.Status.SUCCEEDED
+    assert clock.fired
+    # 10 s of held rows: about 10 / MAX_HELD_IDLE claims, where MIN_IDLE each made 1,000.
+    assert waits[:5] == [MIN_IDLE, 2 * MIN_IDLE, 4 * MIN_IDLE, 8 * MIN_IDLE, MAX_HELD_IDLE], waits
+    assert len(waits) < 10.0 / MAX_HELD_IDLE + 10, len(waits)
+    assert max(waits) == MAX_HELD_IDLE
+    assert clock.now() - START < 10.0 + 2 * MAX_HELD_IDLE
