@@ -10,6 +10,7 @@ around every test, with the runtime's one ``reset()``; test files do not reset t
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +37,16 @@ def reset_process_state() -> None:
     assert runtime.SWITCH.enabled and not runtime.SWITCH.disabled_names
     assert runtime.TESTING.instant == 0 and runtime.HEADER_COUNTS.accepted == 0
     assert not runtime.SCOPES.used and runtime.DEADLINE.get() is None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Tests send SIGINT to the commands they start, as Ctrl-C in a terminal does. A suite
+    # started in the background of a non-interactive shell (`make test &`) inherits SIGINT
+    # ignored, and so would every command it starts (an ignored signal stays ignored across
+    # exec): Ctrl-C would then do nothing. Python's own handler here makes the commands start
+    # with the terminal's default.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
