@@ -4,9 +4,8 @@ its store's clock and its actions, served on a loopback port (the page itself is
 
 from __future__ import annotations
 
+import contextlib
 import re
-import socket
-import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -28,32 +27,30 @@ def get(url: str) -> str:
         return str(response.read().decode())
 
 
+@contextlib.contextmanager
+def served_view(url: str, *, allow_actions: bool = False) -> Iterator[str]:
+    """The store view of *url* on a loopback port (uvicorn in a thread); its base URL."""
+    from seawall.web import create_store_app
+    from servers import serve_asgi
+
+    app: Any = create_store_app(url, allow_actions=allow_actions)
+    try:
+        with serve_asgi(app) as base:
+            yield base
+    finally:
+        app.state.store_view.close()
+
+
 @pytest.fixture
 def view(store_url: str) -> Iterator[tuple[str, str]]:
-    import uvicorn
-
-    from seawall.web import create_store_app
-
     clock = seawall.VirtualClock(start=START)
     flow = saga.Saga("order", [saga.Step("charge", _charge, on_exhausted="park")])
     with saga.Orchestrator(store_url, [flow], clock=clock, hooks=()) as orch:
         orch.start("order", {"ok": False}, run_id="parked")
         orch.start("order", {"ok": True}, run_id="paid")
         orch.run_due()
-    app: Any = create_store_app(store_url, allow_actions=True)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", store_url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
-        app.state.store_view.close()
+    with served_view(store_url, allow_actions=True) as base:
+        yield base, store_url
 
 
 def _charge(ctx: saga.StepContext) -> str:
@@ -94,23 +91,12 @@ def test_the_view_reconnects_after_the_database_drops_it(pg_url: str) -> None:
     import urllib.error
 
     import psycopg
-    import uvicorn
-
-    from seawall.web import create_store_app
 
     flow = saga.Saga("order", [saga.Step("charge", _charge, on_exhausted="park")])
     with saga.Orchestrator(pg_url, [flow], hooks=()) as orch:
         orch.start("order", {"ok": False}, run_id="parked")
         orch.run_due()
-    app: Any = create_store_app(pg_url)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    try:
+    with served_view(pg_url) as base:
         assert "parked" in get(base + "/run?id=parked")
         # A restart or a failover, as the view sees it: its connection is gone.
         with psycopg.connect(pg_url, autocommit=True) as admin:
@@ -125,11 +111,6 @@ def test_the_view_reconnects_after_the_database_drops_it(pg_url: str) -> None:
         message = info.value.read().decode()
         assert "cannot be reached now" in message and "password" not in message
         assert "parked" in get(base + "/run?id=parked")  # on a new connection
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
-        app.state.store_view.close()
 
 
 def test_an_action_on_a_row_another_session_holds_is_a_503(pg_url: str) -> None:
@@ -139,32 +120,22 @@ def test_an_action_on_a_row_another_session_holds_is_a_503(pg_url: str) -> None:
     import urllib.error
 
     import psycopg
-    import uvicorn
-
-    from seawall.web import create_store_app
 
     flow = saga.Saga("order", [saga.Step("charge", _charge, on_exhausted="park")])
     with saga.Orchestrator(pg_url, [flow], hooks=()) as orch:
         orch.start("order", {"ok": False}, run_id="parked")
         orch.run_due()
     options = urllib.parse.quote("-c lock_timeout=50ms")
-    app: Any = create_store_app(f"{pg_url}?options={options}", allow_actions=True)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    with served_view(f"{pg_url}?options={options}", allow_actions=True) as base:
 
-    def compensate() -> Any:
-        token = re.search(r"name='csrf' value='([^']+)'", get(base + "/run?id=parked"))
-        assert token is not None
-        form = urllib.parse.urlencode({"csrf": token.group(1), "run": "parked", "op": "compensate"})
-        request = urllib.request.Request(base + "/action", data=form.encode(), method="POST")
-        return urllib.request.urlopen(request, timeout=60)
+        def compensate() -> Any:
+            token = re.search(r"name='csrf' value='([^']+)'", get(base + "/run?id=parked"))
+            assert token is not None
+            fields = {"csrf": token.group(1), "run": "parked", "op": "compensate"}
+            form = urllib.parse.urlencode(fields).encode()
+            request = urllib.request.Request(base + "/action", data=form, method="POST")
+            return urllib.request.urlopen(request, timeout=60)
 
-    try:
         with psycopg.connect(pg_url) as holder:
             holder.execute("SELECT 1 FROM seawall_saga_runs WHERE run_id = 'parked' FOR UPDATE")
             with pytest.raises(urllib.error.HTTPError) as info:
@@ -174,8 +145,3 @@ def test_an_action_on_a_row_another_session_holds_is_a_503(pg_url: str) -> None:
             holder.rollback()
         with compensate() as response:
             assert response.url.endswith("/run?id=parked&done=applied")
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
-        app.state.store_view.close()

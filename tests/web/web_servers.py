@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,20 +19,10 @@ import pytest
 @contextlib.contextmanager
 def served(app: Any) -> Iterator[str]:
     """*app* under uvicorn in a thread of this process, on a loopback port; its URL."""
-    import uvicorn
+    from servers import serve_asgi
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    with serve_asgi(app, backlog=64) as base:
+        yield base + "/"
 
 
 @contextlib.contextmanager
