@@ -60,7 +60,7 @@ class Outcomes:
         assert pending is not None
         w.pending = None
         ok, value, duration = outcome
-        loaded, run = w.loaded, w.loaded.run
+        loaded = w.loaded
         row = loaded.steps[pending.index]
         comp = pending.phase == "compensation"
         attempt = pending.ctx.attempt
@@ -82,21 +82,8 @@ class Outcomes:
         self._succeed(
             w, pending.index, pending.phase, text, now, {"duration": round(duration, 6)}, attempt
         )
-        w.events.append(
-            SagaEvent(
-                kind="attempt",
-                saga=run.saga,
-                run_id=run.run_id,
-                step=row.name,
-                phase=pending.phase,
-                attempt=attempt,
-                error=None,
-                delay=None,
-                reason=None,
-                status=Status(run.status),
-                duration=duration,
-                started_at=None if comp else row.started_at,
-            )
+        self.event(
+            w, "attempt", step=row.name, phase=pending.phase, attempt=attempt, duration=duration
         )
 
     def failure(
