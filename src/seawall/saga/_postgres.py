@@ -2,9 +2,9 @@
 
 Workers claim due runs with ``SELECT ... FOR UPDATE SKIP LOCKED``: each takes rows no other
 worker is claiming at that moment, without waiting for them; a claim then holds a run through
-its lease (see :mod:`seawall.saga._store`). Transactions run at READ COMMITTED: every write of a
-run is a conditional ``UPDATE`` on its fencing token, which PostgreSQL re-checks on the latest
-row version after waiting for a concurrent writer.
+its lease (see :mod:`seawall.saga._store`). Transactions run at READ COMMITTED (whatever the
+database's default): every write of a run is a conditional ``UPDATE`` on its fencing token,
+which PostgreSQL re-checks on the latest row version after waiting for a concurrent writer.
 
 Round trips: a transaction runs in pipeline mode. A statement whose answer the caller reads
 waits for it (with ``BEGIN`` and any writes sent before it); the writes of a run whose row this
@@ -80,6 +80,11 @@ class PostgresStore(Store):
             )
         if refused is not None:
             raise refused
+        # READ COMMITTED whatever the database's default (default_transaction_isolation): the
+        # fencing relies on it (an UPDATE waits for a concurrent writer and re-checks the newer
+        # row), where REPEATABLE READ and SERIALIZABLE would fail the transaction instead
+        # (SQLSTATE 40001) and abandon the attempts it records.
+        self._conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
         self._cache: dict[str, str] = {}
         #: The open transaction's pipeline (``None`` outside a transaction).
         self._pipe: psycopg.Pipeline | None = None
