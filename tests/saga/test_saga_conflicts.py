@@ -99,6 +99,21 @@ def settled(stop: threading.Event) -> Callable[[saga.SagaEvent], None]:
     return hook
 
 
+def locks_its_row_once(holder: Any, calls: list[int]) -> saga.Saga:
+    """A one-step saga whose first attempt has *holder* (another session) lock the run's row
+    before it returns; *calls* gets each attempt's number."""
+
+    def charge(ctx: saga.StepContext) -> str:
+        calls.append(ctx.attempt)
+        if len(calls) == 1:
+            holder.execute(
+                "SELECT 1 FROM seawall_saga_runs WHERE run_id = %s FOR UPDATE", (ctx.run_id,)
+            )
+        return "charged"
+
+    return saga.Saga("pay", [saga.Step("charge", charge)])
+
+
 def attempts_of(orch: saga.Orchestrator, run_id: str) -> list[tuple[str, Any]]:
     return [(h.event, h.attempt) for h in orch.history(run_id) if h.event != "status"]
 
@@ -181,15 +196,7 @@ def test_a_lock_timeout_in_a_commit_is_tried_again(pg_url: str) -> None:
             released.set()
             holder.rollback()
 
-    def charge(ctx: saga.StepContext) -> str:
-        calls.append(ctx.attempt)
-        if len(calls) == 1:
-            holder.execute(
-                "SELECT 1 FROM seawall_saga_runs WHERE run_id = %s FOR UPDATE", (ctx.run_id,)
-            )
-        return "charged"
-
-    flow = saga.Saga("pay", [saga.Step("charge", charge)])
+    flow = locks_its_row_once(holder, calls)
     # Without the retry, nothing would release the row: the watchdog does, later.
     clock = Watchdog(10 * LEASE, release)
     try:
@@ -248,15 +255,7 @@ def test_a_conflict_that_outlasts_its_retries_ends_the_round_not_the_connection(
     calls: list[int] = []
     holder = psycopg.connect(pg_url)
 
-    def charge(ctx: saga.StepContext) -> str:
-        calls.append(ctx.attempt)
-        if len(calls) == 1:
-            holder.execute(
-                "SELECT 1 FROM seawall_saga_runs WHERE run_id = %s FOR UPDATE", (ctx.run_id,)
-            )
-        return "charged"
-
-    flow = saga.Saga("pay", [saga.Step("charge", charge)])
+    flow = locks_its_row_once(holder, calls)
     # The holder lets go soon after the lease lapsed (until then, the worker finds the run due
     # and skipped by its claim, held by another session, at most every MAX_HELD_IDLE).
     lease = 5.0
