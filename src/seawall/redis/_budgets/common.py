@@ -12,7 +12,6 @@ from seawall.redis._fleet import Fleet, Op
 __all__ = [
     "_Counter",
     "_Late",
-    "_asking_nothing",
     "_SEED",
     "_SLICES",
     "_budget_answer",
@@ -71,6 +70,20 @@ class _Late:
         self.drop(op)
         self._ops.append(op)
 
+    def wait(self, op: Op, lock: Any, lease: tuple[int, int] | None = None) -> Op:
+        """A member's ``_wait`` (see :class:`~seawall.redis._fleet.Fleet`): under the owner's
+        *lock*, *op* waits to be sent again; returns it as it is sent again: unchanged, or, for
+        a script that asks for a lease, asking for none (its "want" and "need" arguments, at
+        the positions *lease*, are 0)."""
+        with lock:
+            self.add(op)
+        if lease is None:
+            return op
+        args = list(op.args)
+        want, need = lease
+        args[want] = args[need] = 0
+        return op._replace(args=tuple(args))
+
     def drop(self, op: Op) -> None:
         """Under the owner's lock: *op* was answered, or taken back (known by its id, the
         last of its arguments: the fleet sends it again with the time brought up to date)."""
@@ -82,14 +95,6 @@ class _Late:
     def total(self, field: int) -> int:
         """The sum of one field of what the waiting calls carry (``Op.sent``)."""
         return sum(op.sent[field] for op in self._ops)
-
-
-def _asking_nothing(op: Op, want: int, need: int) -> Op:
-    """*op* as it is sent again: asking for no lease (its arguments *want* and *need*, by
-    position, are 0)."""
-    args = list(op.args)
-    args[want] = args[need] = 0
-    return op._replace(args=tuple(args))
 
 
 def _check_fleet(fleet: object) -> Fleet:

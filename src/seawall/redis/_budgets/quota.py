@@ -15,7 +15,6 @@ from seawall._strategies.budget import (
 )
 from seawall.redis import _lua
 from seawall.redis._budgets.common import (
-    _asking_nothing,
     _check_fleet,
     _Counter,
     _int,
@@ -251,9 +250,7 @@ class SharedRetryQuota:
             self._tokens += tokens
 
     def _wait(self, op: Op) -> Op:
-        with self._lock:
-            self._late.add(op)
-        return _asking_nothing(op, 3, 4)
+        return self._late.wait(op, self._lock, lease=(3, 4))
 
     def _set_degraded(self, degraded: bool) -> None:
         if degraded and not self._degraded:

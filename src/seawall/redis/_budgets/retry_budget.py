@@ -17,7 +17,6 @@ from seawall._strategies.budget import (
 from seawall.redis import _lua
 from seawall.redis._budgets.common import (
     _SLICES,
-    _asking_nothing,
     _budget_answer,
     _check_fleet,
     _Counter,
@@ -360,9 +359,7 @@ class SharedRetryBudget:
             self._tokens += back  # still counted on Redis: still ours
 
     def _wait(self, op: Op) -> Op:
-        with self._lock:
-            self._late.add(op)
-        return _asking_nothing(op, 9, 10)
+        return self._late.wait(op, self._lock, lease=(9, 10))
 
     def _set_degraded(self, degraded: bool) -> None:
         if degraded and not self._degraded:

@@ -185,9 +185,7 @@ class SharedAdaptiveThrottle:
         return pq + self._late.total(0), pa + self._late.total(1)
 
     def _wait(self, op: Op) -> Op:
-        with self._lock:
-            self._late.add(op)
-        return op
+        return self._late.wait(op, self._lock)
 
     def _set_degraded(self, degraded: bool) -> None:
         with self._lock:

@@ -139,9 +139,7 @@ class SharedTokenBucket:
             self._extra += successes
 
     def _wait(self, op: Op) -> Op:
-        with self._lock:
-            self._late.add(op)
-        return op
+        return self._late.wait(op, self._lock)
 
     def _set_degraded(self, degraded: bool) -> None:
         if degraded and not self._degraded:
