@@ -128,15 +128,17 @@ def test_the_overview_follows_the_store(chromium: Any, acting_page: str, store_f
     wait_for(chromium, lambda d: d.find_elements(By.ID, "latest"), "no latest runs")
 
     def waiting_status(d: Any) -> str:
-        from selenium.common.exceptions import StaleElementReferenceException
+        from selenium.common.exceptions import WebDriverException
 
         try:
             for row in d.find_elements(By.CSS_SELECTOR, "#latest tbody tr"):
                 cells = row.find_elements(By.TAG_NAME, "td")
                 if cells and cells[0].text == "waiting":
                     return str(cells[2].text)
-        except StaleElementReferenceException:
-            pass  # the page reloaded meanwhile
+        except WebDriverException:
+            # The page reloaded meanwhile: a stale element, or (Chromium) "Node with given id
+            # does not belong to the document", which is not a StaleElementReferenceException.
+            pass
         return ""
 
     assert waiting_status(chromium) == "RETRYING"
