@@ -4,7 +4,6 @@ shared object of a process."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import math
 import random
@@ -256,13 +255,6 @@ class Fleet:
         """The key of this fleet's record of its calls on one shared object (in the object's
         hash tag): the scripts apply a call sent again after a lost answer only once."""
         return self.keys(kind, name, f"calls:{self._id}")[0]
-
-    @staticmethod
-    def once_ids() -> Callable[[], str]:
-        """The ids of one shared object's calls in this fleet: 1, 2, 3, ... (the record on
-        Redis keeps the last 64)."""
-        ids = itertools.count(1)
-        return lambda: str(next(ids))  # next() on a count is atomic in CPython
 
     def now_arg(self) -> str:
         """The time the scripts are to use: empty for Redis's own clock."""

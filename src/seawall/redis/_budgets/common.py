@@ -18,6 +18,7 @@ __all__ = [
     "_check_fleet",
     "_int",
     "_lease",
+    "_once_ids",
     "_no_pickle",
     "_str",
 ]
@@ -26,6 +27,13 @@ __all__ = [
 _SLICES = 10
 # The most requests a throttle's local fallback is started with (the fleet's, scaled down).
 _SEED = 1000
+
+
+def _once_ids() -> Callable[[], str]:
+    """The ids of one shared object's calls in its fleet: 1, 2, 3, ... (the record on Redis,
+    :meth:`Fleet.once_key`, keeps the last 64)."""
+    ids = itertools.count(1)
+    return lambda: str(next(ids))  # next() on a count is atomic in CPython
 
 
 class _Counter:

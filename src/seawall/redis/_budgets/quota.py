@@ -21,6 +21,7 @@ from seawall.redis._budgets.common import (
     _Late,
     _lease,
     _no_pickle,
+    _once_ids,
 )
 from seawall.redis._fleet import Fleet, Op, _in_event_loop
 
@@ -85,7 +86,7 @@ class SharedRetryQuota:
         self._bump = self._rewards.bump
         self._credit = 0  # refunds, and what failed round trips carried
         self._late = _Late()  # calls to send again: (credit, lease)
-        self._once = fleet.once_ids()
+        self._once = _once_ids()
         self._tokens = 0  # the lease
         self._available = self.capacity
         self._full = True

@@ -23,6 +23,7 @@ from seawall.redis._budgets.common import (
     _Late,
     _lease,
     _no_pickle,
+    _once_ids,
 )
 from seawall.redis._fleet import Fleet, Op, _in_event_loop
 
@@ -138,7 +139,7 @@ class SharedRetryBudget:
         self._tokens = 0  # the lease
         self._lease_at = 0  # the slice index the lease was granted in
         self._late = _Late()  # calls to send again (see _op)
-        self._once = fleet.once_ids()
+        self._once = _once_ids()
         # The fleet's window as last seen: slice index (-1: never seen), deposits, retries.
         self._view = (-1, 0, 0)
         # This process's own part of the window, by slice index: [deposits, retries]. When

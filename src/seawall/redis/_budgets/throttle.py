@@ -22,6 +22,7 @@ from seawall.redis._budgets.common import (
     _int,
     _Late,
     _no_pickle,
+    _once_ids,
 )
 from seawall.redis._fleet import Fleet, Op
 
@@ -73,7 +74,7 @@ class SharedAdaptiveThrottle:
         self._accept = self._accepts.bump
         self._pending = (0, 0)  # counts taken for a sync, not yet in the view
         self._late = _Late()  # calls to send again: (requests, accepts)
-        self._once = fleet.once_ids()
+        self._once = _once_ids()
         self._view = (0, 0)
         self._p = 0.0
         self._degraded = False

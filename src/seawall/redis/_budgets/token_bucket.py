@@ -18,6 +18,7 @@ from seawall.redis._budgets.common import (
     _int,
     _Late,
     _no_pickle,
+    _once_ids,
 )
 from seawall.redis._fleet import Fleet, Op
 
@@ -59,7 +60,7 @@ class SharedTokenBucket:
         self._failures = 0
         self._extra = 0  # successes an estimate took out of the counter, kept for the sync
         self._late = _Late()  # calls to send again: (failures, successes)
-        self._once = fleet.once_ids()
+        self._once = _once_ids()
         self._milli = self._max
         self._full = True
         self._degraded = False
