@@ -36,7 +36,7 @@ from seawall.saga._model import (
     WorkerLost,
 )
 from seawall.saga._orchestrator import Orchestrator
-from seawall.saga._store import SCHEMA_VERSION
+from seawall.saga._schema import SCHEMA_VERSION
 from seawall.saga._tracing import TracingHook
 
 __all__ = [

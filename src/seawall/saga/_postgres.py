@@ -29,8 +29,10 @@ except ImportError as err:  # pragma: no cover - the extra is installed in the t
     ) from err
 
 from seawall._core.redact import scrub_secrets
+from seawall.saga._reads import ACTIVE_STATUSES
 from seawall.saga._rows import Loaded
-from seawall.saga._store import _UPDATE_RUN, ACTIVE_STATUSES, ColumnTypes, Store
+from seawall.saga._schema import ColumnTypes
+from seawall.saga._store import _UPDATE_RUN, Store
 
 __all__ = ["PostgresStore"]
 
