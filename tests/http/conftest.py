@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import http.server
 import socket
 import threading
 from collections.abc import Iterator
 
 import pytest
-from seawall_test_server import Handler, Server
+from seawall_test_server import Handler, HTTPServer, Server
 
 
 @pytest.fixture
 def server() -> Iterator[Server]:
     state = Server()
     handler = type("BoundHandler", (Handler,), {"server_state": state})
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
+    httpd = HTTPServer(("127.0.0.1", 0), handler)
     state.httpd = httpd
     state.url = f"http://127.0.0.1:{httpd.server_address[1]}"
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})

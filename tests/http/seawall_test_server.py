@@ -29,8 +29,10 @@ import dataclasses
 import http.server
 import socket
 import struct
+import sys
 import threading
 import urllib.parse
+from typing import Any
 
 # A stalled or dripping answer lasts 10 s (the test's end releases it at once), and a test that
 # times how soon its client gave up bounds it at WELL_BEFORE: at load 10 on two cores a client
@@ -60,6 +62,17 @@ class Received:
     body: bytes
 
 
+class HTTPServer(http.server.ThreadingHTTPServer):
+    """The standard threading server, silent when a client hung up before its answer was
+    written (a test whose attempt timed out): only other errors are printed."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class Server:
     """The test server's address and what it received."""
 
@@ -68,7 +81,7 @@ class Server:
         self.received: list[Received] = []
         self.counts: dict[tuple[str, str], int] = {}
         self.release = threading.Event()
-        self.httpd: http.server.ThreadingHTTPServer | None = None
+        self.httpd: HTTPServer | None = None
         self.url = ""
 
     def count(self, method: str, path: str) -> int:
