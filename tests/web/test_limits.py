@@ -179,8 +179,10 @@ def test_cheap_endpoints_stay_fast_under_a_flood_of_experiments(
         else:
             assert took < 10.0, (took, body)  # refused at once, not after waiting in line
     assert sum("took longer" not in r[2]["error"] for r in refused) >= FLOOD // 2, statuses
-    accepted = [r for r in results if r[0] == 200]
-    assert accepted, statuses
+    # Some were admitted, not all refused: answered (200), or, on a starved machine, cut at the
+    # time limit ("took longer"; at load 10 on two cores every admitted run may end so).
+    admitted = [r for r in results if r[0] == 200 or "took longer" in r[2].get("error", "")]
+    assert admitted, statuses
     for (status, _, body, _), request in zip(results, requests, strict=True):
         if status == 200:
             assert f"?seed={body['seed']}" in request and body["name"] in request
