@@ -20,6 +20,9 @@ starts up before the measured time, and runs 16 runs from the callers' threads (
 counted): seawall's workers have started their lease keepers, DBOS has launched and opened its
 connections; the start-up is reported apart. The figure is runs / (time from the callers' go
 to the last run's success), with the CPU time of the application's and workers' processes.
+Nothing of the harness runs in a contender's processes in the measured time but its wait for
+the last run (a count every 5 ms, by seawall's application and DBOS's queued one): a worker
+hears "go" and "stop" on its stdin, in a blocking read.
 Commits per run: on PostgreSQL, the delta of ``pg_stat_database.xact_commit`` of the run's
 database (minus the same contender's delta for zero runs: start-up, warm-up and shut-down, and
 minus the harness's polls); on SQLite, the transactions seawall's stores committed, and for DBOS
@@ -218,9 +221,11 @@ def seawall_worker(url: str, rate: float, concurrency: int, work: pathlib.Path, 
     base: list[float] = []
 
     def watch() -> None:
-        wait_for(work / "go")
+        # The harness's "go" and "stop" come on stdin: a blocking read, where polling for a
+        # file would wake this thread (and take the GIL) through the measured time.
+        sys.stdin.readline()
         base[:] = [orch.store.commits, time.process_time()]
-        wait_for(work / "stop")
+        sys.stdin.readline()
         base.append(time.process_time())
         stop.set()
 
@@ -357,8 +362,19 @@ def dbos_crash(url: str, marker: str) -> None:
 
 def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, __file__, *args], stderr=subprocess.PIPE, env=env or os.environ.copy()
+        [sys.executable, __file__, *args],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env or os.environ.copy(),
     )
+
+
+def tell(procs: list[subprocess.Popen[bytes]], word: str) -> None:
+    """Say *word* to each of *procs* on its stdin (a worker's watcher waits for it)."""
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(f"{word}\n".encode())
+        proc.stdin.flush()
 
 
 def fresh_url(kind: str, base: str | None, tag: str) -> str:
@@ -426,10 +442,11 @@ def measure(
                     raise RuntimeError(proc.stderr.read().decode(errors="replace")[-2000:])  # type: ignore[union-attr]
             time.sleep(0.01)
     (work / "go").touch()
+    tell(workers, "go")
     _, err = app.communicate(timeout=1200)
     if app.returncode != 0:
         raise RuntimeError(f"{contender} app failed: {err.decode(errors='replace')[-2000:]}")
-    (work / "stop").touch()
+    tell(workers, "stop")
     for proc in workers:
         _, err = proc.communicate(timeout=120)
         if proc.returncode != 0:
