@@ -20,7 +20,9 @@ starts up before the measured time, and runs 16 runs from the callers' threads (
 counted): seawall's workers have started their lease keepers, DBOS has launched and opened its
 connections; the start-up is reported apart. The figure is runs / (time from the callers' go
 to the last run's success), with the CPU time of the application's and workers' processes.
-Nothing of the harness runs in a contender's processes in the measured time but its wait for
+The application also reads the machine's CPU time at the go and at the end: the share in use
+(every process, the database server's too) and the share the host took for other machines
+(steal). Nothing of the harness runs in a contender's processes in the measured time but its wait for
 the last run (a count every 5 ms, by seawall's application and DBOS's queued one): a worker
 hears "go" and "stop" on its stdin, in a blocking read.
 Commits per run: on PostgreSQL, the delta of ``pg_stat_database.xact_commit`` of the run's
@@ -69,6 +71,30 @@ WARM = 2 * CALLERS  # runs of each contender before the measured time (not count
 def wait_for(path: pathlib.Path) -> None:
     while not path.exists():
         time.sleep(0.001)
+
+
+def cpu_times() -> list[int] | None:
+    """The machine's CPU time so far, in clock ticks, from the first line of ``/proc/stat``
+    (user, nice, system, idle, iowait, irq, softirq, steal); ``None`` where there is none."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            return [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_shares(before: list[int] | None, after: list[int] | None) -> dict[str, float] | None:
+    """The shares of the machine's CPU time between two :func:`cpu_times`: ``busy`` (in use
+    by any process of this machine, the database's too) and ``steal`` (taken by the host for
+    other machines)."""
+    if before is None or after is None:
+        return None
+    delta = [b - a for a, b in zip(before, after, strict=True)]
+    total = sum(delta)
+    if total <= 0:
+        return None
+    idle = delta[3] + delta[4]
+    return {"busy": (total - idle - delta[7]) / total, "steal": delta[7] / total}
 
 
 def sqlite_path(url: str) -> str:
@@ -176,7 +202,7 @@ def seawall_app(url: str, total: int, rate: float, work: pathlib.Path, workers: 
     warm_polls = wait_done(url, "seawall", WARM)
     (work / "ready-app").touch()
     wait_for(work / "go")
-    t0, cpu0 = time.time(), time.process_time()
+    t0, cpu0, machine0 = time.time(), time.process_time(), cpu_times()
     base = [o.store.commits for o in orchs]
 
     def caller(k: int) -> None:
@@ -190,7 +216,7 @@ def seawall_app(url: str, total: int, rate: float, work: pathlib.Path, workers: 
         t.join()
     submitted = time.time()
     polls = wait_done(url, "seawall", WARM + total) if total else 0
-    t1 = time.time()
+    t1, machine = time.time(), cpu_shares(machine0, cpu_times())
     cpu = time.process_time() - cpu0
     commits = sum(o.store.commits - b for o, b in zip(orchs, base, strict=True))
     out = {
@@ -201,6 +227,7 @@ def seawall_app(url: str, total: int, rate: float, work: pathlib.Path, workers: 
         "commits": commits,
         "polls": polls,
         "warm_polls": warm_polls,
+        "machine": machine,
     }
     (work / "out-app.json").write_text(json.dumps(out))
     for o in orchs:
@@ -275,7 +302,7 @@ def dbos_app(url: str, total: int, rate: float, work: pathlib.Path, queued: bool
         warm_up(lambda i: queue.enqueue(flow, -1 - i).get_result())
     (work / "ready-app").touch()
     wait_for(work / "go")
-    t0, cpu0 = time.time(), time.process_time()
+    t0, cpu0, machine0 = time.time(), time.process_time(), cpu_times()
 
     def caller(k: int) -> None:
         for i in range(k, total, CALLERS):
@@ -291,7 +318,7 @@ def dbos_app(url: str, total: int, rate: float, work: pathlib.Path, queued: bool
         t.join()
     submitted = time.time()
     polls = wait_done(url, "dbos", WARM + total) if queue is not None and total else 0
-    t1 = time.time()
+    t1, machine = time.time(), cpu_shares(machine0, cpu_times())
     out = {
         "cpu": time.process_time() - cpu0,
         "t0": t0,
@@ -300,6 +327,7 @@ def dbos_app(url: str, total: int, rate: float, work: pathlib.Path, queued: bool
         "commits": None,
         "polls": polls,
         "warm_polls": 0,
+        "machine": machine,
     }
     (work / "out-app.json").write_text(json.dumps(out))
     DBOS.destroy()
@@ -475,6 +503,9 @@ def measure(
         "cpu_seconds": cpu,
         "commits": commits,
         "commits_include_startup": overhead,
+        # The machine's CPU in the measured time: the share in use (every process, the
+        # database's too) and the share the host took for other machines.
+        "machine": out.get("machine"),
         # Start-up, apart from the measured time: from the processes' spawn until every one of
         # them could run (interpreter, imports, the library's start-up), and the longest time
         # one process spent importing the library and starting it (seawall: its orchestrators,
@@ -574,9 +605,9 @@ def summarise(data: dict[str, Any]) -> None:
     )
     print(
         "| store | contender | runs/s | each round | commits/run | commits/s "
-        "| of the ceiling, 1 loop | 8 loops | CPU ms/run |"
+        "| of the ceiling, 1 loop | 8 loops | CPU ms/run | machine busy | steal |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for kind in data["stores"]:
         rounds = [r for r in data["results"] if r["store"] == kind]
         for contender in CONTENDERS:
@@ -594,10 +625,16 @@ def summarise(data: dict[str, Any]) -> None:
             shares += ["-"] * (2 - len(shares))
             cpus = [r["contenders"][contender].get("cpu_seconds") for r in rounds]
             cpu = "-" if None in cpus else f"{1000 * statistics.median(cpus) / data['runs']:.1f}"
+            machines = [r["contenders"][contender].get("machine") for r in rounds]
+            use = ["-", "-"]
+            if None not in machines:  # saved before this was measured, or no /proc/stat
+                use = [
+                    f"{statistics.median(m[k] for m in machines):.0%}" for k in ("busy", "steal")
+                ]
             print(
                 f"| {kind} | {contender} | {statistics.median(rps):.0f} | "
                 f"{' / '.join(f'{x:.0f}' for x in rps)} | {statistics.median(cpr):.2f} | "
-                f"{statistics.median(cps):.0f} | {' | '.join(shares)} | {cpu} |"
+                f"{statistics.median(cps):.0f} | {' | '.join(shares)} | {cpu} | {' | '.join(use)} |"
             )
     print("\nratios (seawall / DBOS), median and each round")
     print("| store | seawall | DBOS | median | rounds |")
