@@ -68,12 +68,36 @@ class _Refusals:
                 raise refused from exc
 
 
+#: One lock per SQLite file (by its real path) for the writers of this process. SQLite lets one
+#: writer in at a time, and one that finds the file locked sleeps in steps (1, 2, 5, 10 ms and
+#: up, its busy handler) however soon the lock is freed: a process's own writers (a web
+#: application's request threads, each with an orchestrator) queue here instead, each let in
+#: the moment the one before commits. Writers of other processes still meet SQLite's waits.
+#: A writer waits here at most :data:`_BUSY_TIMEOUT`, then goes on to SQLite's own wait, as it
+#: would without this lock; reentrant, so that a thread opening a second store's transaction
+#: inside one of its own meets SQLite's lock and its timeout, not a hang.
+_WRITERS: dict[str, threading.RLock] = {}
+_WRITERS_LOCK = threading.Lock()
+#: Seconds a writer waits for the file's lock (SQLite's ``busy_timeout``, and the wait above).
+_BUSY_TIMEOUT = 60.0
+
+
+def _writers(path: str) -> threading.RLock:
+    key = os.path.realpath(path)
+    with _WRITERS_LOCK:
+        lock = _WRITERS.get(key)
+        if lock is None:
+            lock = _WRITERS[key] = threading.RLock()
+        return lock
+
+
 class SQLiteStore(Store):
     """SQLite in WAL mode with ``synchronous=FULL``: every commit reaches the disk (fsync of
     the write-ahead log) before it returns, so a step recorded as done stays done across a
     power loss, not only a process crash (``NORMAL`` would lose the last commits then, and a
     finished step could run again). Writers take the lock at ``BEGIN IMMEDIATE`` and wait up to
-    ``busy_timeout`` for each other; readers never wait."""
+    ``busy_timeout`` for each other (a process's own writers queue first on a lock of the
+    process, see :data:`_WRITERS`); readers never wait."""
 
     def __init__(
         self,
@@ -97,12 +121,13 @@ class SQLiteStore(Store):
         self._refusals = _Refusals(redact_text(os.path.abspath(path)))
         with self._refusals:
             self._conn = sqlite3.connect(
-                path, isolation_level=None, check_same_thread=False, timeout=60.0
+                path, isolation_level=None, check_same_thread=False, timeout=_BUSY_TIMEOUT
             )
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # this store's connection, one thread at a time
+        self._writers = _writers(path)
         try:
             with self._refusals:
-                self._conn.execute("PRAGMA busy_timeout = 60000")
+                self._conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT * 1000)}")
                 if create:
                     self.migrate()
                     self._conn.execute("PRAGMA journal_mode = WAL")
@@ -130,19 +155,24 @@ class SQLiteStore(Store):
     def transaction(self) -> Iterator[None]:
         conn = self._conn
         with self._lock, self._refusals:
-            conn.execute("BEGIN IMMEDIATE")
+            queued = self._writers.acquire(timeout=_BUSY_TIMEOUT)
             try:
-                yield
-            except BaseException:
-                if conn.in_transaction:  # SQLite rolled back already after a full disk
-                    conn.execute("ROLLBACK")
-                raise
-            try:
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield
+                except BaseException:
+                    if conn.in_transaction:  # SQLite rolled back already after a full disk
+                        conn.execute("ROLLBACK")
+                    raise
+                try:
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            finally:
+                if queued:
+                    self._writers.release()
             self.commits += 1
 
     def unavailable(self, exc: BaseException) -> bool:

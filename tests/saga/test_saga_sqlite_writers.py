@@ -1,0 +1,119 @@
+"""The writers of one SQLite file in one process queue on a lock of their own (each let in as
+the one before commits, not after SQLite's busy handler's sleep), never longer than SQLite's
+own wait, and a thread that nests two stores' transactions gets SQLite's error, not a hang.
+
+Real files and real threads; the waits are bounded by the store's timeout (made short here),
+and no assertion depends on how fast the machine is.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sqlite3
+import threading
+
+import pytest
+
+from seawall.saga import _sqlite
+from seawall.saga._sqlite import SQLiteStore
+
+
+def store(path: pathlib.Path) -> SQLiteStore:
+    return SQLiteStore(f"sqlite:///{path}", str(path))
+
+
+def test_stores_of_one_file_share_its_writers_lock_whatever_the_path(
+    tmp_path: pathlib.Path,
+) -> None:
+    a = store(tmp_path / "saga.db")
+    os.symlink(tmp_path / "saga.db", tmp_path / "link.db")
+    b = store(tmp_path / "link.db")
+    other = store(tmp_path / "other.db")
+    try:
+        assert a._writers is b._writers
+        assert a._writers is not other._writers
+        assert a._lock is not b._lock  # each connection keeps its own
+    finally:
+        for s in (a, b, other):
+            s.close()
+
+
+def test_a_writer_of_the_same_process_waits_for_the_one_before_to_commit(
+    tmp_path: pathlib.Path,
+) -> None:
+    a, b = store(tmp_path / "saga.db"), store(tmp_path / "saga.db")
+    holding, release = threading.Event(), threading.Event()
+    seen: list[object] = []
+
+    def first() -> None:
+        with a.transaction():
+            a.execute("CREATE TABLE t (x INTEGER)")
+            holding.set()
+            release.wait(30)
+
+    def second() -> None:
+        with b.transaction():
+            # In only after the first committed: its table is there.
+            seen.append(b.execute("SELECT count(*) FROM t").fetchone()[0])
+            b.execute("INSERT INTO t VALUES (1)")
+
+    t1 = threading.Thread(target=first)
+    t1.start()
+    assert holding.wait(30)
+    t2 = threading.Thread(target=second)
+    t2.start()
+    t2.join(0.2)
+    # The second waits, with no transaction open on its connection, and the file's lock of
+    # this process is held (by the first).
+    assert t2.is_alive() and not b._conn.in_transaction and not seen
+    assert not b._writers.acquire(blocking=False)
+    release.set()
+    t1.join(30)
+    t2.join(30)
+    assert seen == [0]
+    assert a.execute("SELECT count(*) FROM t").fetchone()[0] == 1
+    a.close()
+    b.close()
+
+
+def test_the_wait_is_bounded_by_the_stores_timeout(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_sqlite, "_BUSY_TIMEOUT", 0.2)
+    a, b = store(tmp_path / "saga.db"), store(tmp_path / "saga.db")
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with a.transaction():
+            holding.set()
+            release.wait(30)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert holding.wait(30)
+        # Past the process's lock after the timeout, then SQLite's own wait, then its error:
+        # as without the lock (a worker reconnects after it), never a hang.
+        with pytest.raises(sqlite3.OperationalError, match="locked"), b.transaction():
+            pass  # pragma: no cover - not reached
+    finally:
+        release.set()
+        t.join(30)
+    with b.transaction():  # the lock was given back: the next transaction goes in
+        pass
+    a.close()
+    b.close()
+
+
+def test_nested_transactions_of_two_stores_of_one_file_get_sqlites_error(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_sqlite, "_BUSY_TIMEOUT", 0.2)
+    a, b = store(tmp_path / "saga.db"), store(tmp_path / "saga.db")
+    with a.transaction(), pytest.raises(sqlite3.OperationalError, match="locked"), b.transaction():
+        pass  # pragma: no cover - not reached
+    with b.transaction():
+        pass
+    a.close()
+    b.close()
