@@ -12,6 +12,7 @@ import os
 import pathlib
 import sqlite3
 import threading
+import time
 
 import pytest
 
@@ -31,8 +32,8 @@ def test_stores_of_one_file_share_its_writers_lock_whatever_the_path(
     b = store(tmp_path / "link.db")
     other = store(tmp_path / "other.db")
     try:
-        assert a._writers is b._writers
-        assert a._writers is not other._writers
+        assert _sqlite._writers(a._real_path) is _sqlite._writers(b._real_path)
+        assert _sqlite._writers(a._real_path) is not _sqlite._writers(other._real_path)
         assert a._lock is not b._lock  # each connection keeps its own
     finally:
         for s in (a, b, other):
@@ -67,7 +68,7 @@ def test_a_writer_of_the_same_process_waits_for_the_one_before_to_commit(
     # The second waits, with no transaction open on its connection, and the file's lock of
     # this process is held (by the first).
     assert t2.is_alive() and not b._conn.in_transaction and not seen
-    assert not b._writers.acquire(blocking=False)
+    assert not _sqlite._writers(b._real_path).acquire(blocking=False)
     release.set()
     t1.join(30)
     t2.join(30)
@@ -117,3 +118,41 @@ def test_nested_transactions_of_two_stores_of_one_file_get_sqlites_error(
         pass
     a.close()
     b.close()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() with threads, on purpose
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() here")
+def test_a_forked_child_does_not_inherit_the_lock_another_thread_held(
+    tmp_path: pathlib.Path,
+) -> None:
+    a = store(tmp_path / "saga.db")
+    lock = _sqlite._writers(a._real_path)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        # A writer of the parent between taking the process's lock and SQLite's (a fork
+        # inside a SQLite transaction is SQLite's own matter: a connection must not cross it).
+        with lock:
+            holding.set()
+            release.wait(30)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    assert holding.wait(30)
+    pid = os.fork()
+    if pid == 0:  # the child: one thread, and a copy of the lock that thread held
+        code = 1
+        try:
+            child = store(tmp_path / "saga.db")
+            began = time.monotonic()
+            with child.transaction():
+                pass
+            # Inherited, the lock would make the child wait out the 60 s timeout.
+            code = 0 if time.monotonic() - began < 30 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    release.set()
+    t.join(30)
+    a.close()
+    assert os.waitstatus_to_exitcode(status) == 0

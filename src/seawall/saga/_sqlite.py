@@ -82,13 +82,25 @@ _WRITERS_LOCK = threading.Lock()
 _BUSY_TIMEOUT = 60.0
 
 
-def _writers(path: str) -> threading.RLock:
-    key = os.path.realpath(path)
+def _writers(key: str) -> threading.RLock:
+    """The lock of the writers of the file at the real path *key* in this process."""
     with _WRITERS_LOCK:
         lock = _WRITERS.get(key)
         if lock is None:
             lock = _WRITERS[key] = threading.RLock()
         return lock
+
+
+def _forget_writers() -> None:
+    # A forked child has one thread: a lock another thread of the parent held at the fork
+    # would stay held in the child, and each of its writers would wait out the timeout.
+    global _WRITERS_LOCK
+    _WRITERS_LOCK = threading.Lock()
+    _WRITERS.clear()
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - absent on Windows only
+    os.register_at_fork(after_in_child=_forget_writers)
 
 
 class SQLiteStore(Store):
@@ -124,7 +136,7 @@ class SQLiteStore(Store):
                 path, isolation_level=None, check_same_thread=False, timeout=_BUSY_TIMEOUT
             )
         self._lock = threading.Lock()  # this store's connection, one thread at a time
-        self._writers = _writers(path)
+        self._real_path = os.path.realpath(path)
         try:
             with self._refusals:
                 self._conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT * 1000)}")
@@ -155,7 +167,8 @@ class SQLiteStore(Store):
     def transaction(self) -> Iterator[None]:
         conn = self._conn
         with self._lock, self._refusals:
-            queued = self._writers.acquire(timeout=_BUSY_TIMEOUT)
+            writers = _writers(self._real_path)  # looked up each time: a fork renews them
+            queued = writers.acquire(timeout=_BUSY_TIMEOUT)
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
@@ -172,7 +185,7 @@ class SQLiteStore(Store):
                     raise
             finally:
                 if queued:
-                    self._writers.release()
+                    writers.release()
             self.commits += 1
 
     def unavailable(self, exc: BaseException) -> bool:
