@@ -33,13 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     demo.add_argument("--out", default="seawall-report", help="output directory (seawall-report)")
-    demo.add_argument("--seed", type=options.seed, default=0, help="random seed (0)")
-    demo.add_argument(
-        "--workers",
-        type=options.workers,
-        default=_default_workers(),
-        help="processes to use (CPUs)",
-    )
+    _seed_argument(demo)
+    _workers_argument(demo)
     demo.add_argument(
         "--web", action="store_true", help="serve the interactive page instead (see `seawall web`)"
     )
@@ -117,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument(
         "--settle", type=non_negative, default=5.0, help="seconds between strategies (5)"
     )
-    probe.add_argument("--seed", type=options.seed, default=0, help="random seed (0)")
+    _seed_argument(probe)
     probe.add_argument("--json", action="store_true", help="print the result as JSON")
 
     from seawall.saga._cli import add_arguments as add_saga_arguments
@@ -143,12 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RESULT.json",
         help="re-run exactly what a JSON result of `seawall sim ... --json` ran; prints JSON",
     )
-    sim.add_argument(
-        "--workers",
-        type=options.workers,
-        default=_default_workers(),
-        help="processes to use (CPUs)",
-    )
+    _workers_argument(sim)
     names = sim.add_subparsers(dest="scenario", metavar="NAME")
     for name, scenario in SCENARIOS.items():
         sub = names.add_parser(
@@ -156,13 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
         )
         _SUBPARSERS[name] = sub
         scenario.add_arguments(sub)
-        sub.add_argument("--seed", type=options.seed, default=0, help="random seed (0)")
-        sub.add_argument(
-            "--workers",
-            type=options.workers,
-            default=_default_workers(),
-            help="processes to use (CPUs)",
-        )
+        _seed_argument(sub)
+        _workers_argument(sub)
         sub.add_argument(
             "--json", action="store_true", help="print the result as JSON instead of tables"
         )
@@ -208,13 +193,25 @@ def build_parser() -> argparse.ArgumentParser:
         "differs. Exit status 3 if a figure differs.",
     )
     add_verify_arguments(verify)
-    verify.add_argument(
+    _workers_argument(verify)
+    return parser
+
+
+def _seed_argument(parser: argparse.ArgumentParser) -> None:
+    from seawall.sim import _args as options
+
+    parser.add_argument("--seed", type=options.seed, default=0, help="random seed (0)")
+
+
+def _workers_argument(parser: argparse.ArgumentParser) -> None:
+    from seawall.sim import _args as options
+
+    parser.add_argument(
         "--workers",
         type=options.workers,
         default=_default_workers(),
         help="processes to use (CPUs)",
     )
-    return parser
 
 
 def _web_arguments(parser: argparse.ArgumentParser) -> None:
