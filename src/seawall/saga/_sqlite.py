@@ -84,6 +84,9 @@ _BUSY_TIMEOUT = 60.0
 
 def _writers(key: str) -> threading.RLock:
     """The lock of the writers of the file at the real path *key* in this process."""
+    lock = _WRITERS.get(key)  # once made, read without the lock (each commit asks)
+    if lock is not None:
+        return lock
     with _WRITERS_LOCK:
         lock = _WRITERS.get(key)
         if lock is None:
