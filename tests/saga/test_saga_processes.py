@@ -213,7 +213,11 @@ def test_a_worker_survives_a_postgresql_restart(tmp_path: pathlib.Path) -> None:
             max_attempts=3, backoff=seawall.Backoff.constant(2.0), hooks=()
         )
         flow = saga.Saga("restart", [saga.Step("a", flaky, policy=policy)])
-        with saga.Orchestrator(cluster.url, [flow], poll=0.05, hooks=()) as orch:
+        # A short lease: should the restart come before the first attempt's failure is
+        # committed (a loaded machine), the commit is lost with the connection and the run
+        # waits for its lease to expire before a worker takes it over and retries; with the
+        # default 30 s that alone would outlast the wait below.
+        with saga.Orchestrator(cluster.url, [flow], poll=0.05, lease=3.0, hooks=()) as orch:
             run_id = orch.start("restart", {})
             stop = threading.Event()
             died: list[BaseException] = []
