@@ -1,14 +1,18 @@
-"""The writers of one SQLite file in one process queue on a lock of their own (each let in as
-the one before commits, not after SQLite's busy handler's sleep), never longer than SQLite's
-own wait, and a thread that nests two stores' transactions gets SQLite's error, not a hang.
+"""The writers of one SQLite file queue (each let in as the one before commits, not after
+SQLite's busy handler's sleep): in one process on a lock of their own, across processes on the
+file's gate (a ``flock`` of a file beside it). Neither waits longer than SQLite's own wait would,
+a writer that cannot have the gate goes on without it, and a thread that nests two stores'
+transactions gets SQLite's error, not a hang.
 
-Real files and real threads; the waits are bounded by the store's timeout (made short here),
-and no assertion depends on how fast the machine is.
+Real files, real threads, real locks; the waits are bounded by the store's timeout (made short
+here), and no assertion depends on how fast the machine is. ``flock(2)`` locks belong to an open
+file description: a second ``open`` of the gate in this test holds it as another process would.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import pathlib
 import sqlite3
@@ -24,6 +28,38 @@ from seawall.saga._sqlite import SQLiteStore
 
 def store(path: pathlib.Path) -> SQLiteStore:
     return SQLiteStore(f"sqlite:///{path}", str(path))
+
+
+@contextlib.contextmanager
+def gate_held_elsewhere(db: pathlib.Path) -> Iterator[None]:
+    """The file's gate held as another process's writer would hold it."""
+    fd = os.open(str(db) + _sqlite.GATE_SUFFIX, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # (lets the lock go)
+
+
+def gate_free(db: pathlib.Path) -> bool:
+    """Whether another process's writer would have the gate at once."""
+    fd = os.open(str(db) + _sqlite.GATE_SUFFIX, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def eventually(check: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + 30
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 @contextlib.contextmanager
@@ -85,7 +121,7 @@ def test_a_writer_of_the_same_process_waits_for_the_one_before_to_commit(
         # The second waits, with no transaction open on its connection, and the file's lock
         # of this process is held (by the first).
         assert t2.is_alive() and not b._conn.in_transaction and not seen
-        assert not _sqlite._writers(b._real_path).acquire(blocking=False)
+        assert not _sqlite._writers(b._real_path).lock.acquire(blocking=False)
     t2.join(30)
     assert seen == [0]
     assert a.execute("SELECT count(*) FROM t").fetchone()[0] == 1
@@ -133,7 +169,7 @@ def test_a_forked_child_does_not_inherit_the_lock_another_thread_held(
     a = store(tmp_path / "saga.db")
     # A writer of the parent between taking the process's lock and SQLite's (a fork inside a
     # SQLite transaction is SQLite's own matter: a connection must not cross it).
-    with held(lambda: _sqlite._writers(a._real_path)):
+    with held(lambda: _sqlite._writers(a._real_path).lock):
         pid = os.fork()
         if pid == 0:  # the child: one thread, and a copy of the lock that thread held
             code = 1
@@ -149,3 +185,114 @@ def test_a_forked_child_does_not_inherit_the_lock_another_thread_held(
         _, status = os.waitpid(pid, 0)
     a.close()
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() with threads, on purpose
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() here")
+def test_a_forked_child_has_a_gate_of_its_own(tmp_path: pathlib.Path) -> None:
+    a = store(tmp_path / "saga.db")
+    gate = _sqlite._writers(a._real_path).gate
+    assert gate.enter(1.0)
+    asked, answered = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            mine = _sqlite._writers(a._real_path).gate
+            # Through the parent's descriptor the child would "have" the gate the parent
+            # holds (one open file, one lock): it must wait for the parent like any other...
+            code = 2 if mine.enter(0.2) else 3
+            os.write(answered, b"1")
+            # ...and have it once the parent lets go.
+            if code == 3 and mine.enter(30):
+                mine.leave()
+                code = 0
+        finally:
+            os._exit(code)
+    try:
+        assert os.read(asked, 1) == b"1"
+    finally:
+        gate.leave()
+        _, status = os.waitpid(pid, 0)
+        os.close(asked)
+        os.close(answered)
+    a.close()
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_writer_waits_at_the_gate_for_another_processs_writer(tmp_path: pathlib.Path) -> None:
+    db = tmp_path / "saga.db"
+    a = store(db)
+    a.execute("CREATE TABLE t (x INTEGER)")
+    done = threading.Event()
+
+    def write() -> None:
+        with a.transaction():
+            a.execute("INSERT INTO t VALUES (1)")
+        done.set()
+
+    t = threading.Thread(target=write)
+    with gate_held_elsewhere(db):
+        t.start()
+        # It waits at the gate, before SQLite's lock: no transaction open on its connection.
+        assert not done.wait(0.2) and not a._conn.in_transaction
+    t.join(30)
+    assert done.is_set()
+    assert a.execute("SELECT count(*) FROM t").fetchone()[0] == 1
+    # The writer let the gate go at its commit.
+    assert gate_free(db)
+    a.close()
+
+
+def test_the_gate_is_let_go_when_a_transaction_fails(tmp_path: pathlib.Path) -> None:
+    db = tmp_path / "saga.db"
+    a = store(db)
+    with pytest.raises(sqlite3.OperationalError), a.transaction():
+        a.execute("INSERT INTO no_such_table VALUES (1)")
+    assert gate_free(db) and not a._conn.in_transaction
+    a.close()
+
+
+def test_the_wait_at_the_gate_is_bounded_and_the_gate_taken_late_is_let_go(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "saga.db"
+    a = store(db)
+    a.execute("CREATE TABLE t (x INTEGER)")
+    monkeypatch.setattr(_sqlite, "_BUSY_TIMEOUT", 0.2)
+    with gate_held_elsewhere(db):
+        # A holder of the gate that never lets go (a stopped process, say) holds back
+        # nobody past the timeout: the writer goes on to SQLite's lock, free here.
+        with a.transaction():
+            a.execute("INSERT INTO t VALUES (1)")
+        assert a.execute("SELECT count(*) FROM t").fetchone()[0] == 1
+    # The wait given up gets the gate once the holder lets go, and lets it go at once.
+    assert eventually(lambda: gate_free(db))
+    with a.transaction():  # and the next writer has it as before
+        a.execute("INSERT INTO t VALUES (2)")
+    assert gate_free(db)
+    a.close()
+
+
+def test_a_writer_that_cannot_have_the_gate_goes_on_without_it(tmp_path: pathlib.Path) -> None:
+    db = tmp_path / "saga.db"
+    (tmp_path / ("saga.db" + _sqlite.GATE_SUFFIX)).mkdir()  # no file can be made there
+    a = store(db)
+    a.execute("CREATE TABLE t (x INTEGER)")
+    with a.transaction():
+        a.execute("INSERT INTO t VALUES (1)")
+    assert a.execute("SELECT count(*) FROM t").fetchone()[0] == 1
+    assert not _sqlite._writers(a._real_path).gate.enter(0.1)
+    a.close()
+
+
+def test_the_gate_is_made_with_the_permissions_of_the_database(tmp_path: pathlib.Path) -> None:
+    db = tmp_path / "saga.db"
+    store(db).close()
+    os.chmod(db, 0o640)
+    (tmp_path / ("saga.db" + _sqlite.GATE_SUFFIX)).unlink()
+    gate = _sqlite._Gate(os.path.realpath(db))
+    assert gate.enter(1.0)
+    gate.leave()
+    gate.forget()
+    assert (tmp_path / ("saga.db" + _sqlite.GATE_SUFFIX)).stat().st_mode & 0o777 == 0o640

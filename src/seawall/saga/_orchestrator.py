@@ -262,16 +262,18 @@ class Orchestrator:
         if len(set(ids)) != len(ids):
             raise ValueError("run_ids: the same run id is given twice")
         texts = [item.run.input for item in items]
-        with self.store.transaction():
-            found = [self.store.insert(item) for item in items]
+
+        def check(found: list[RunRow | None]) -> None:
             for existing, run_id, text in zip(found, ids, texts, strict=True):
                 if existing is not None and (
                     existing.saga != name or json.loads(existing.input) != json.loads(text)
                 ):
-                    raise ValueError(  # rolls back the whole transaction: nothing is written
+                    raise ValueError(  # rolls back every run of this call: nothing is written
                         f"run_id {run_id!r} is already a run of saga {existing.saga!r} with "
                         "another saga or input"
                     )
+
+        found = self.store.start_runs(items, check)
         self._worker.emit(
             [
                 SagaEvent(

@@ -5,13 +5,21 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no gate, SQLite's own wait
+    fcntl = None  # type: ignore[assignment]
 
 from seawall._core.redact import redact_text
+from seawall.saga._rows import Loaded, RunRow
 from seawall.saga._store import Store
 
 __all__ = ["SQLiteStore"]
@@ -68,37 +76,234 @@ class _Refusals:
                 raise refused from exc
 
 
-#: One lock per SQLite file (by its real path) for the writers of this process. SQLite lets one
-#: writer in at a time, and one that finds the file locked sleeps in steps (1, 2, 5, 10 ms and
-#: up, its busy handler) however soon the lock is freed: a process's own writers (a web
-#: application's request threads, each with an orchestrator) queue here instead, each let in
-#: the moment the one before commits. Writers of other processes still meet SQLite's waits.
-#: A writer waits here at most :data:`_BUSY_TIMEOUT`, then goes on to SQLite's own wait, as it
-#: would without this lock; reentrant, so that a thread opening a second store's transaction
-#: inside one of its own meets SQLite's lock and its timeout, not a hang.
-_WRITERS: dict[str, threading.RLock] = {}
-_WRITERS_LOCK = threading.Lock()
-#: Seconds a writer waits for the file's lock (SQLite's ``busy_timeout``, and the wait above).
+#: Seconds a writer waits for the file's lock: this process's queue and the gate below together,
+#: then SQLite's own ``busy_timeout`` again (what a writer waited before they were here).
 _BUSY_TIMEOUT = 60.0
+#: The file beside the store whose lock is the writers' gate (see :class:`_Gate`).
+GATE_SUFFIX: Final = "-writers"
 
 
-def _writers(key: str) -> threading.RLock:
-    """The lock of the writers of the file at the real path *key* in this process."""
-    lock = _WRITERS.get(key)  # once made, read without the lock (each commit asks)
-    if lock is not None:
-        return lock
+class _Ask:
+    """A writer's wait for the gate, given to the gate's waiting thread."""
+
+    __slots__ = ("abandoned", "event", "ok")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.ok = False
+        self.abandoned = False
+
+
+class _Gate:
+    """The writers of one SQLite file, across processes, queue here: on an exclusive
+    ``flock(2)`` of a file beside it (:data:`GATE_SUFFIX`), which the kernel hands on the moment
+    its holder lets go. SQLite's own wait for its lock is a busy handler that sleeps in steps
+    (1, 2, 5, 10 ms and up) however soon the lock is freed, and the file stays unused while
+    every writer sleeps. The gate is only an aid to speed: SQLite's lock still orders every
+    write, so a writer that cannot take the gate (a directory it may not create a file in, a
+    platform without ``flock``, a wait past its timeout) goes on to SQLite's wait without it.
+
+    ``flock`` has no timeout: a writer that finds the gate taken hands the wait to a thread of
+    the gate's and waits for that thread at most its timeout; a wait given up is let go by the
+    thread once it gets the gate.
+    """
+
+    __slots__ = ("_asks", "_fd", "_mutex", "_path", "_waiter")
+
+    def __init__(self, path: str) -> None:
+        self._path = path + GATE_SUFFIX
+        self._fd: int | None = None  # opened at the first write; -1: it cannot be
+        self._mutex = threading.Lock()
+        self._asks: queue.SimpleQueue[_Ask] = queue.SimpleQueue()
+        self._waiter: threading.Thread | None = None
+
+    def _open(self) -> int:
+        if self._fd is None:
+            with self._mutex:
+                if self._fd is None:
+                    self._fd = -1
+                    if fcntl is not None:
+                        with contextlib.suppress(OSError):
+                            # Made as SQLite makes its journal: with the database's permissions.
+                            mode = os.stat(self._path[: -len(GATE_SUFFIX)]).st_mode & 0o666
+                            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, mode)
+        return self._fd
+
+    def enter(self, timeout: float) -> bool:
+        """Take the gate within *timeout* seconds; ``False`` if it was not taken."""
+        fd = self._open()
+        if fd < 0 or fcntl is None:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+        except OSError:
+            return False
+        ask = _Ask()
+        with self._mutex:
+            if self._waiter is None:
+                self._waiter = threading.Thread(
+                    target=self._wait, args=(fd,), name="seawall-sqlite-gate", daemon=True
+                )
+                self._waiter.start()
+        self._asks.put(ask)
+        if not ask.event.wait(max(timeout, 0.0)):
+            with self._mutex:
+                if not ask.event.is_set():
+                    ask.abandoned = True
+                    return False
+        return ask.ok
+
+    def leave(self) -> None:
+        """Let the gate go (taken by :meth:`enter`)."""
+        assert fcntl is not None and self._fd is not None
+        with contextlib.suppress(OSError):
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _wait(self, fd: int) -> None:
+        assert fcntl is not None
+        while True:
+            ask = self._asks.get()
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                ok = True
+            except OSError:
+                ok = False
+            with self._mutex:
+                if ask.abandoned:  # its writer went on without it: let the gate go
+                    if ok:
+                        self.leave()
+                    continue
+                ask.ok = ok
+                ask.event.set()
+
+    def forget(self) -> None:
+        """In a forked child: close the parent's descriptor (its lock stays the parent's)."""
+        if self._fd is not None and self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+
+
+class _Writers:
+    """The writers of one SQLite file (by its real path) in this process. They queue on a lock
+    of the process, each let in the moment the one before commits (a web application's request
+    threads, each with an orchestrator, wait here, not in SQLite's busy handler), then on the
+    file's gate with the other processes' writers (:class:`_Gate`).
+
+    A writer waits here at most :data:`_BUSY_TIMEOUT` in all, then goes on to SQLite's own wait,
+    as it would without them. The lock is reentrant and the gate is taken by the outermost
+    transaction of a thread only: a thread opening a second store's transaction inside one of
+    its own meets SQLite's lock and its timeout, not a hang.
+    """
+
+    __slots__ = ("_depth", "gate", "lock", "starts")
+
+    def __init__(self, path: str) -> None:
+        self.lock = threading.RLock()
+        self.gate = _Gate(path)
+        self.starts = _Starts()
+        self._depth = 0  # transactions the thread holding `lock` is in (read under it)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """This process's turn, then the file's gate (each given up after the timeout)."""
+        deadline = time.monotonic() + _BUSY_TIMEOUT
+        queued = self.lock.acquire(timeout=_BUSY_TIMEOUT)
+        gated = False
+        try:
+            if queued:
+                self._depth += 1
+                if self._depth == 1:
+                    gated = self.gate.enter(deadline - time.monotonic())
+            yield
+        finally:
+            if gated:
+                self.gate.leave()
+            if queued:
+                self._depth -= 1
+                self.lock.release()
+
+
+class _Start:
+    """One call's new runs, waiting in :class:`_Starts` for a commit."""
+
+    __slots__ = ("alone", "check", "done", "error", "found", "items")
+
+    def __init__(
+        self, items: Sequence[Loaded], check: Callable[[list[RunRow | None]], None]
+    ) -> None:
+        self.items = items
+        self.check = check
+        self.done = False  # committed, refused, or left to commit alone (under the mutex)
+        self.found: list[RunRow | None] | None = None
+        self.error: Exception | None = None  # what this call's own runs raised
+        self.alone = False  # the commit that took it failed: this call commits on its own
+
+
+class _Starts:
+    """The starts of one file's runs waiting in this process, and whether a thread leads them
+    (group commit). One thread at a time leads: in its transaction, it takes every start
+    waiting by then, writes them, and hands the lead on once they are committed. A web
+    application's request threads, each starting a run, wait for one commit, not each for its
+    own: while one commit waits for the disk, the next one's starts gather."""
+
+    __slots__ = ("cond", "leading", "waiting")
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition(threading.Lock())
+        self.leading = False
+        self.waiting: list[_Start] = []
+
+    def join(self, start: _Start) -> bool:
+        """Wait until *start* is done (``False``) or this thread is to lead (``True``)."""
+        with self.cond:
+            self.waiting.append(start)
+            while self.leading and not start.done:
+                self.cond.wait()
+            if not start.done:
+                self.leading = True
+            return not start.done
+
+    def take(self) -> list[_Start]:
+        """The starts waiting (the leader's among them), for the leader to write."""
+        with self.cond:
+            taken, self.waiting = self.waiting, []
+        return taken
+
+    def hand_on(self, taken: list[_Start]) -> None:
+        """The leader's commit of *taken* is over: wake their threads and the next leader."""
+        with self.cond:
+            for start in taken:
+                start.done = True
+            # (the leader's own, when it failed before it took them)
+            self.waiting = [w for w in self.waiting if not w.done]
+            self.leading = False
+            self.cond.notify_all()
+
+
+_WRITERS: dict[str, _Writers] = {}
+_WRITERS_LOCK = threading.Lock()
+
+
+def _writers(key: str) -> _Writers:
+    """The writers of the file at the real path *key* in this process."""
+    writers = _WRITERS.get(key)  # once made, read without the lock (each commit asks)
+    if writers is not None:
+        return writers
     with _WRITERS_LOCK:
-        lock = _WRITERS.get(key)
-        if lock is None:
-            lock = _WRITERS[key] = threading.RLock()
-        return lock
+        return _WRITERS.setdefault(key, _Writers(key))
 
 
 def _forget_writers() -> None:
     # A forked child has one thread: a lock another thread of the parent held at the fork
-    # would stay held in the child, and each of its writers would wait out the timeout.
+    # would stay held in the child, and each of its writers would wait out the timeout; the
+    # gates' waiting threads and the starts waiting are the parent's.
     global _WRITERS_LOCK
     _WRITERS_LOCK = threading.Lock()
+    for writers in _WRITERS.values():
+        writers.gate.forget()
     _WRITERS.clear()
 
 
@@ -111,8 +316,9 @@ class SQLiteStore(Store):
     the write-ahead log) before it returns, so a step recorded as done stays done across a
     power loss, not only a process crash (``NORMAL`` would lose the last commits then, and a
     finished step could run again). Writers take the lock at ``BEGIN IMMEDIATE`` and wait up to
-    ``busy_timeout`` for each other (a process's own writers queue first on a lock of the
-    process, see :data:`_WRITERS`); readers never wait."""
+    ``busy_timeout`` for each other (they queue first on a lock of their process, then on
+    the file's gate with other processes', see :class:`_Writers`); readers never wait.
+    Concurrent :meth:`start_runs` of one process share a commit."""
 
     def __init__(
         self,
@@ -169,27 +375,69 @@ class SQLiteStore(Store):
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         conn = self._conn
-        with self._lock, self._refusals:
-            writers = _writers(self._real_path)  # looked up each time: a fork renews them
-            queued = writers.acquire(timeout=_BUSY_TIMEOUT)
+        # The file's writers looked up each time: a fork renews them.
+        with self._lock, self._refusals, _writers(self._real_path).held():
+            conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield
-                except BaseException:
-                    if conn.in_transaction:  # SQLite rolled back already after a full disk
-                        conn.execute("ROLLBACK")
-                    raise
-                try:
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
+                yield
+            except BaseException:
+                if conn.in_transaction:  # SQLite rolled back already after a full disk
+                    conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        self.commits += 1
+
+    def start_runs(
+        self, items: Sequence[Loaded], check: Callable[[list[RunRow | None]], None]
+    ) -> list[RunRow | None]:
+        """As :meth:`Store.start_runs`, committed together with the starts of this process's
+        other threads that wait meanwhile (:class:`_Starts`), each call in a savepoint of its
+        own: what one call's *check* raises rolls back that call's runs only."""
+        mine = _Start(items, check)
+        starts = _writers(self._real_path).starts
+        if starts.join(mine):
+            taken: list[_Start] = []
+            try:
+                with self.transaction():
+                    taken = starts.take()  # those that came while it waited for the locks too
+                    self._write_starts(taken)
+            except BaseException as exc:
+                for start in taken:
+                    start.found, start.error, start.alone = None, None, True
+                if not isinstance(exc, Exception):
+                    raise  # an interrupt of this thread: the others commit on their own
+                # An error of the transaction as a whole is this thread's; the others commit
+                # on their own, each to meet its own error, if any.
+                mine.error, mine.alone = exc, False
             finally:
-                if queued:
-                    writers.release()
-            self.commits += 1
+                starts.hand_on(taken or [mine])
+        if mine.alone:
+            return super().start_runs(items, check)
+        if mine.error is not None:
+            raise mine.error
+        assert mine.found is not None
+        return mine.found
+
+    def _write_starts(self, taken: list[_Start]) -> None:
+        """Inside a transaction: write the calls *taken*, each in a savepoint."""
+        for start in taken:
+            self.execute("SAVEPOINT seawall_start")
+            try:
+                found = [self.insert(item) for item in start.items]
+                start.check(found)
+            except Exception as exc:
+                if not self._conn.in_transaction:  # SQLite ended it (a full disk)
+                    raise
+                self.execute("ROLLBACK TO seawall_start")
+                start.error = exc
+            else:
+                start.found = found
+            self.execute("RELEASE seawall_start")
 
     def unavailable(self, exc: BaseException) -> bool:
         # A full disk or a file made read-only may be put right while the workers wait.

@@ -92,6 +92,17 @@ class Store(Schema, Reads):
             loaded.history = []
         return None
 
+    def start_runs(
+        self, items: Sequence[Loaded], check: Callable[[list[RunRow | None]], None]
+    ) -> list[RunRow | None]:
+        """Write the new runs *items* in one transaction (:meth:`insert` each); returns what
+        :meth:`insert` returned for each. *check* sees that before the commit: what it raises
+        rolls every one of them back."""
+        with self.transaction():
+            found = [self.insert(item) for item in items]
+            check(found)
+        return found
+
     def claim(
         self, now: float, limit: int, sagas: Sequence[str], run_id: str | None = None
     ) -> list[Loaded]:
