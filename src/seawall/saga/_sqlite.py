@@ -19,7 +19,6 @@ except ImportError:  # pragma: no cover - Windows: no gate, SQLite's own wait
     fcntl = None  # type: ignore[assignment]
 
 from seawall._core.redact import redact_text
-from seawall.saga._rows import Loaded, RunRow
 from seawall.saga._store import Store
 
 __all__ = ["SQLiteStore"]
@@ -198,12 +197,11 @@ class _Writers:
     its own meets SQLite's lock and its timeout, not a hang.
     """
 
-    __slots__ = ("_depth", "gate", "lock", "starts")
+    __slots__ = ("_depth", "gate", "lock")
 
     def __init__(self, path: str) -> None:
         self.lock = threading.RLock()
         self.gate = _Gate(path)
-        self.starts = _Starts()
         self._depth = 0  # transactions the thread holding `lock` is in (read under it)
 
     @contextlib.contextmanager
@@ -226,63 +224,6 @@ class _Writers:
                 self.lock.release()
 
 
-class _Start:
-    """One call's new runs, waiting in :class:`_Starts` for a commit."""
-
-    __slots__ = ("alone", "check", "done", "error", "found", "items")
-
-    def __init__(
-        self, items: Sequence[Loaded], check: Callable[[list[RunRow | None]], None]
-    ) -> None:
-        self.items = items
-        self.check = check
-        self.done = False  # committed, refused, or left to commit alone (under the mutex)
-        self.found: list[RunRow | None] | None = None
-        self.error: Exception | None = None  # what this call's own runs raised
-        self.alone = False  # the commit that took it failed: this call commits on its own
-
-
-class _Starts:
-    """The starts of one file's runs waiting in this process, and whether a thread leads them
-    (group commit). One thread at a time leads: in its transaction, it takes every start
-    waiting by then, writes them, and hands the lead on once they are committed. A web
-    application's request threads, each starting a run, wait for one commit, not each for its
-    own: while one commit waits for the disk, the next one's starts gather."""
-
-    __slots__ = ("cond", "leading", "waiting")
-
-    def __init__(self) -> None:
-        self.cond = threading.Condition(threading.Lock())
-        self.leading = False
-        self.waiting: list[_Start] = []
-
-    def join(self, start: _Start) -> bool:
-        """Wait until *start* is done (``False``) or this thread is to lead (``True``)."""
-        with self.cond:
-            self.waiting.append(start)
-            while self.leading and not start.done:
-                self.cond.wait()
-            if not start.done:
-                self.leading = True
-            return not start.done
-
-    def take(self) -> list[_Start]:
-        """The starts waiting (the leader's among them), for the leader to write."""
-        with self.cond:
-            taken, self.waiting = self.waiting, []
-        return taken
-
-    def hand_on(self, taken: list[_Start]) -> None:
-        """The leader's commit of *taken* is over: wake their threads and the next leader."""
-        with self.cond:
-            for start in taken:
-                start.done = True
-            # (the leader's own, when it failed before it took them)
-            self.waiting = [w for w in self.waiting if not w.done]
-            self.leading = False
-            self.cond.notify_all()
-
-
 _WRITERS: dict[str, _Writers] = {}
 _WRITERS_LOCK = threading.Lock()
 
@@ -299,7 +240,7 @@ def _writers(key: str) -> _Writers:
 def _forget_writers() -> None:
     # A forked child has one thread: a lock another thread of the parent held at the fork
     # would stay held in the child, and each of its writers would wait out the timeout; the
-    # gates' waiting threads and the starts waiting are the parent's.
+    # gates' waiting threads are the parent's.
     global _WRITERS_LOCK
     _WRITERS_LOCK = threading.Lock()
     for writers in _WRITERS.values():
@@ -317,8 +258,7 @@ class SQLiteStore(Store):
     power loss, not only a process crash (``NORMAL`` would lose the last commits then, and a
     finished step could run again). Writers take the lock at ``BEGIN IMMEDIATE`` and wait up to
     ``busy_timeout`` for each other (they queue first on a lock of their process, then on
-    the file's gate with other processes', see :class:`_Writers`); readers never wait.
-    Concurrent :meth:`start_runs` of one process share a commit."""
+    the file's gate with other processes', see :class:`_Writers`); readers never wait."""
 
     def __init__(
         self,
@@ -392,52 +332,8 @@ class SQLiteStore(Store):
                 raise
         self.commits += 1
 
-    def start_runs(
-        self, items: Sequence[Loaded], check: Callable[[list[RunRow | None]], None]
-    ) -> list[RunRow | None]:
-        """As :meth:`Store.start_runs`, committed together with the starts of this process's
-        other threads that wait meanwhile (:class:`_Starts`), each call in a savepoint of its
-        own: what one call's *check* raises rolls back that call's runs only."""
-        mine = _Start(items, check)
-        starts = _writers(self._real_path).starts
-        if starts.join(mine):
-            taken: list[_Start] = []
-            try:
-                with self.transaction():
-                    taken = starts.take()  # those that came while it waited for the locks too
-                    self._write_starts(taken)
-            except BaseException as exc:
-                for start in taken:
-                    start.found, start.error, start.alone = None, None, True
-                if not isinstance(exc, Exception):
-                    raise  # an interrupt of this thread: the others commit on their own
-                # An error of the transaction as a whole is this thread's; the others commit
-                # on their own, each to meet its own error, if any.
-                mine.error, mine.alone = exc, False
-            finally:
-                starts.hand_on(taken or [mine])
-        if mine.alone:
-            return super().start_runs(items, check)
-        if mine.error is not None:
-            raise mine.error
-        assert mine.found is not None
-        return mine.found
-
-    def _write_starts(self, taken: list[_Start]) -> None:
-        """Inside a transaction: write the calls *taken*, each in a savepoint."""
-        for start in taken:
-            self.execute("SAVEPOINT seawall_start")
-            try:
-                found = [self.insert(item) for item in start.items]
-                start.check(found)
-            except Exception as exc:
-                if not self._conn.in_transaction:  # SQLite ended it (a full disk)
-                    raise
-                self.execute("ROLLBACK TO seawall_start")
-                start.error = exc
-            else:
-                start.found = found
-            self.execute("RELEASE seawall_start")
+    def group_key(self) -> str:
+        return self._real_path
 
     def unavailable(self, exc: BaseException) -> bool:
         # A full disk or a file made read-only may be put right while the workers wait.

@@ -28,6 +28,7 @@ from seawall.saga._rows import (
     RunRow,
 )
 from seawall.saga._schema import Schema
+from seawall.saga._starts import Check, start_together
 
 __all__ = ["Store"]
 
@@ -92,16 +93,16 @@ class Store(Schema, Reads):
             loaded.history = []
         return None
 
-    def start_runs(
-        self, items: Sequence[Loaded], check: Callable[[list[RunRow | None]], None]
-    ) -> list[RunRow | None]:
-        """Write the new runs *items* in one transaction (:meth:`insert` each); returns what
-        :meth:`insert` returned for each. *check* sees that before the commit: what it raises
-        rolls every one of them back."""
-        with self.transaction():
-            found = [self.insert(item) for item in items]
-            check(found)
-        return found
+    def start_runs(self, items: Sequence[Loaded], check: Check) -> list[RunRow | None]:
+        """Write the new runs *items* (:meth:`insert` each); returns what :meth:`insert`
+        returned for each. *check* sees that before the commit: what it raises rolls every one
+        of them back, and no other call's. Concurrent calls of this process's threads on the
+        same store share a commit (:mod:`._starts`)."""
+        return start_together(self, self.group_key(), items, check)
+
+    def group_key(self) -> str:
+        """What names this store for the starts that share a commit: its URL."""
+        return self.url
 
     def claim(
         self, now: float, limit: int, sagas: Sequence[str], run_id: str | None = None
