@@ -4,8 +4,8 @@ The application is one process with 8 caller threads (a web server's request thr
 start runs of a 3-step saga (each step returns a small dict; optionally a share of the attempts
 fail with a transient error and are retried at once). The contenders:
 
-- ``seawall-1w``: the callers ``start`` runs (one commit each); one worker process runs them
-  (``Orchestrator(concurrency=8)``).
+- ``seawall-1w``: the callers ``start`` runs (each with an orchestrator of its own: starts
+  waiting at once share a commit); one worker process runs them (``Orchestrator(concurrency=8)``).
 - ``seawall-4w``: the same with four worker processes (``concurrency=2`` each: 8 attempts in
   flight in all, as for DBOS).
 - ``dbos``: the callers call the workflow function (DBOS runs it in the caller's thread).
