@@ -172,6 +172,9 @@ class _Gate:
                 ok = False
             with self._mutex:
                 if ask.abandoned:  # its writer went on without it: let the gate go
+                    # (One lock per open file: should a writer of this process hold the gate
+                    # meanwhile, that one goes on without it too. SQLite's lock still orders
+                    # them, and only a wait that outlasted the timeout comes here.)
                     if ok:
                         self.leave()
                     continue
