@@ -13,19 +13,25 @@ drops the statements PostgreSQL's driver prepared after it, and a refusal is rar
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from seawall.saga._rows import Loaded, RunRow
-
-if TYPE_CHECKING:
-    from seawall.saga._store import Store
 
 __all__ = ["Check", "start_together", "waiting"]
 
 Check = Callable[[list[RunRow | None]], None]
+
+
+class Store(Protocol):
+    """What of a store (:class:`~seawall.saga._store.Store`) the starts use."""
+
+    def transaction(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def insert(self, loaded: Loaded) -> RunRow | None: ...
 
 
 class _Start:
