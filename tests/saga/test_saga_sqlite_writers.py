@@ -31,12 +31,13 @@ def store(path: pathlib.Path) -> SQLiteStore:
 
 
 @contextlib.contextmanager
-def gate_held_elsewhere(db: pathlib.Path) -> Iterator[None]:
-    """The file's gate held as another process's writer would hold it."""
+def gate_held_elsewhere(db: pathlib.Path) -> Iterator[int]:
+    """The file's gate held as another process's writer would hold it (by the descriptor
+    given)."""
     fd = os.open(str(db) + _sqlite.GATE_SUFFIX, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        yield fd
     finally:
         os.close(fd)  # (lets the lock go)
 
@@ -296,3 +297,49 @@ def test_the_gate_is_made_with_the_permissions_of_the_database(tmp_path: pathlib
     gate.leave()
     gate.forget()
     assert (tmp_path / ("saga.db" + _sqlite.GATE_SUFFIX)).stat().st_mode & 0o777 == 0o640
+
+
+def gate_descriptors(db: pathlib.Path, besides: int = -1) -> int:
+    """This process's open descriptors of the file's gate (but *besides*)."""
+    gate = str(db) + _sqlite.GATE_SUFFIX
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            count += int(fd) != besides and os.readlink(f"/proc/self/fd/{fd}") == gate
+    return count
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="no /proc here")
+def test_the_last_store_of_a_file_closed_closes_its_gate(tmp_path: pathlib.Path) -> None:
+    db = tmp_path / "saga.db"
+    a, b = store(db), store(db)
+    assert gate_descriptors(db) == 1  # one for the process, opened at the first write
+    a.close()
+    assert gate_descriptors(db) == 1 and os.path.realpath(db) in _sqlite._WRITERS
+    b.close()
+    assert gate_descriptors(db) == 0 and os.path.realpath(db) not in _sqlite._WRITERS
+    b.close()  # closing again changes nothing
+    c = store(db)  # and a store opened again has a gate again
+    assert gate_descriptors(db) == 1
+    c.close()
+    assert gate_descriptors(db) == 0
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="no /proc here")
+def test_a_closed_gates_waiting_thread_ends_after_its_last_wait(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "saga.db"
+    a = store(db)
+    monkeypatch.setattr(_sqlite, "_BUSY_TIMEOUT", 0.2)
+    gate = _sqlite._writers(a._real_path).gate
+    with gate_held_elsewhere(db) as elsewhere:
+        with a.transaction():  # gives up its wait at the gate: the thread still waits
+            pass
+        waiter = gate._waiter
+        assert waiter is not None and waiter.is_alive()
+        a.close()
+        assert gate_descriptors(db, besides=elsewhere) == 1  # the thread's wait holds it
+    waiter.join(30)
+    assert not waiter.is_alive() and gate_descriptors(db) == 0
+    assert gate_free(db)

@@ -113,7 +113,7 @@ class _Gate:
         self._path = path + GATE_SUFFIX
         self._fd: int | None = None  # opened at the first write; -1: it cannot be
         self._mutex = threading.Lock()
-        self._asks: queue.SimpleQueue[_Ask] = queue.SimpleQueue()
+        self._asks: queue.SimpleQueue[_Ask | None] = queue.SimpleQueue()
         self._waiter: threading.Thread | None = None
 
     def _open(self) -> int:
@@ -165,6 +165,9 @@ class _Gate:
         assert fcntl is not None
         while True:
             ask = self._asks.get()
+            if ask is None:  # closed: no writer of this process will ask again
+                os.close(fd)
+                return
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 ok = True
@@ -176,10 +179,21 @@ class _Gate:
                     # meanwhile, that one goes on without it too. SQLite's lock still orders
                     # them, and only a wait that outlasted the timeout comes here.)
                     if ok:
-                        self.leave()
+                        with contextlib.suppress(OSError):
+                            fcntl.flock(fd, fcntl.LOCK_UN)
                     continue
                 ask.ok = ok
                 ask.event.set()
+
+    def close(self) -> None:
+        """No more writers here: close the file (after the waiting thread's last wait)."""
+        with self._mutex:
+            fd, self._fd = self._fd, -1  # a late enter() has no gate
+            if self._waiter is not None:
+                self._asks.put(None)  # the thread closes the file and ends
+                return
+        if fd is not None and fd >= 0:
+            os.close(fd)
 
     def forget(self) -> None:
         """In a forked child: close the parent's descriptor (its lock stays the parent's)."""
@@ -194,18 +208,23 @@ class _Writers:
     threads, each with an orchestrator, wait here, not in SQLite's busy handler), then on the
     file's gate with the other processes' writers (:class:`_Gate`).
 
+    They last while a store of the file is open in this process: the last one closed closes the
+    gate's file (and ends its waiting thread), so that a process opening many files in turn
+    does not keep a descriptor and a thread for each.
+
     A writer waits here at most :data:`_BUSY_TIMEOUT` in all, then goes on to SQLite's own wait,
     as it would without them. The lock is reentrant and the gate is taken by the outermost
     transaction of a thread only: a thread opening a second store's transaction inside one of
     its own meets SQLite's lock and its timeout, not a hang.
     """
 
-    __slots__ = ("_depth", "gate", "lock")
+    __slots__ = ("_depth", "gate", "lock", "stores")
 
     def __init__(self, path: str) -> None:
         self.lock = threading.RLock()
         self.gate = _Gate(path)
         self._depth = 0  # transactions the thread holding `lock` is in (read under it)
+        self.stores = 0  # the stores of the file open in this process (under _WRITERS_LOCK)
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -237,7 +256,32 @@ def _writers(key: str) -> _Writers:
     if writers is not None:
         return writers
     with _WRITERS_LOCK:
-        return _WRITERS.setdefault(key, _Writers(key))
+        writers = _WRITERS.get(key)
+        if writers is None:
+            writers = _WRITERS[key] = _Writers(key)
+        return writers
+
+
+def _opened(key: str) -> None:
+    """A store of the file at the real path *key* was opened in this process."""
+    with _WRITERS_LOCK:
+        writers = _WRITERS.get(key)
+        if writers is None:
+            writers = _WRITERS[key] = _Writers(key)
+        writers.stores += 1
+
+
+def _closed(key: str) -> None:
+    """A store of the file at *key* was closed: with the last, its gate's file is closed."""
+    with _WRITERS_LOCK:
+        writers = _WRITERS.get(key)
+        if writers is None:  # (opened before a fork: the parent's)
+            return
+        writers.stores -= 1
+        if writers.stores > 0:
+            return
+        del _WRITERS[key]
+    writers.gate.close()
 
 
 def _forget_writers() -> None:
@@ -289,6 +333,8 @@ class SQLiteStore(Store):
             )
         self._lock = threading.Lock()  # this store's connection, one thread at a time
         self._real_path = os.path.realpath(path)
+        self._open = True
+        _opened(self._real_path)
         try:
             with self._refusals:
                 self._conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT * 1000)}")
@@ -304,7 +350,7 @@ class SQLiteStore(Store):
                         ) from None
                 self._conn.execute("PRAGMA synchronous = FULL")
         except BaseException:
-            self._conn.close()
+            self.close()
             raise
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
@@ -355,3 +401,6 @@ class SQLiteStore(Store):
 
     def close(self) -> None:
         self._conn.close()
+        if self._open:
+            self._open = False
+            _closed(self._real_path)
