@@ -193,5 +193,12 @@ def test_a_start_too_large_is_refused_before_it_waits(store_url: str) -> None:
     with saga.Orchestrator(store_url, [ONE], hooks=(), max_payload_bytes=100) as orch:
         with pytest.raises(ValueError, match="input"):
             orch.start("one", "x" * 200, run_id="big")
-        assert not _starts.waiting(orch.store.group_key()).waiting
+        assert orch.store.group_key() not in _starts._STARTS
         assert orch.runs() == []
+
+
+def test_nothing_is_kept_of_a_store_once_its_starts_are_committed(store_url: str) -> None:
+    with saga.Orchestrator(store_url, [ONE], hooks=()) as orch:
+        orch.start("one", {"k": 1}, run_id="r")
+        assert orch.store.group_key() not in _starts._STARTS
+        assert orch.run_due() == 1

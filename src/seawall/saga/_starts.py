@@ -98,6 +98,15 @@ def waiting(key: str) -> _Starts:
         return _STARTS.setdefault(key, _Starts())
 
 
+def _drop_if_idle(key: str, starts: _Starts) -> None:
+    """Forget the starts of *key* while none waits: a process that opens many stores in turn
+    keeps nothing of each. (A thread that looked them up just before leads them on its own:
+    its start is committed all the same.)"""
+    with _STARTS_LOCK, starts.cond:
+        if not starts.waiting and not starts.leading and _STARTS.get(key) is starts:
+            del _STARTS[key]
+
+
 def _forget() -> None:
     # A forked child has one thread: the starts waiting, and a lead, are the parent's.
     global _STARTS_LOCK
@@ -134,6 +143,7 @@ def start_together(
             failed.error, failed.alone = error, False
         finally:
             starts.hand_on(taken or [mine])
+            _drop_if_idle(key, starts)
     if mine.alone:
         return alone(store, items, check)
     if mine.error is not None:
