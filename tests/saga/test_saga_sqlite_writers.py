@@ -15,7 +15,10 @@ import contextlib
 import fcntl
 import os
 import pathlib
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -343,3 +346,46 @@ def test_a_closed_gates_waiting_thread_ends_after_its_last_wait(
     waiter.join(30)
     assert not waiter.is_alive() and gate_descriptors(db) == 0
     assert gate_free(db)
+
+
+HOLDER = """
+import sys, time
+from seawall.saga._sqlite import SQLiteStore
+store = SQLiteStore("sqlite:///" + sys.argv[1], sys.argv[1])
+with store.transaction():
+    store.execute("INSERT INTO t VALUES (0)")
+    print("in", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_writer_killed_in_its_transaction_lets_the_gate_go(tmp_path: pathlib.Path) -> None:
+    db = tmp_path / "saga.db"
+    a = store(db)
+    a.execute("CREATE TABLE t (x INTEGER)")
+    with subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(db)], stdout=subprocess.PIPE, text=True
+    ) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "in\n"
+            assert not gate_free(db)  # the other process holds the gate, in its transaction
+            done = threading.Event()
+
+            def write() -> None:
+                with a.transaction():
+                    a.execute("INSERT INTO t VALUES (1)")
+                done.set()
+
+            t = threading.Thread(target=write)
+            t.start()
+            assert not done.wait(0.2)
+            began = time.monotonic()
+            holder.send_signal(signal.SIGKILL)
+            t.join(60)
+            # Let go by the kernel at the holder's death, not after this writer's 60 s timeout.
+            assert done.is_set() and time.monotonic() - began < 30
+        finally:
+            holder.kill()
+    # The killed transaction is not in the file; this one is.
+    assert a.execute("SELECT x FROM t").fetchall() == [(1,)]
+    a.close()
