@@ -19,6 +19,7 @@ except ImportError:  # pragma: no cover - Windows: no gate, SQLite's own wait
     fcntl = None  # type: ignore[assignment]
 
 from seawall._core.redact import redact_text
+from seawall.saga._per_process import PerProcess
 from seawall.saga._store import Store
 
 __all__ = ["SQLiteStore"]
@@ -224,7 +225,7 @@ class _Writers:
         self.lock = threading.RLock()
         self.gate = _Gate(path)
         self._depth = 0  # transactions the thread holding `lock` is in (read under it)
-        self.stores = 0  # the stores of the file open in this process (under _WRITERS_LOCK)
+        self.stores = 0  # the stores of the file open in this process (under _WRITERS.lock)
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -246,57 +247,34 @@ class _Writers:
                 self.lock.release()
 
 
-_WRITERS: dict[str, _Writers] = {}
-_WRITERS_LOCK = threading.Lock()
+#: The writers of each SQLite file (by its real path) in this process. A forked child renews
+#: them: a lock another thread of the parent held at the fork would stay held in the child, and
+#: each of its writers would wait out the timeout; the gates' waiting threads are the parent's.
+_WRITERS: PerProcess[_Writers] = PerProcess(_Writers, lambda writers: writers.gate.forget())
 
 
 def _writers(key: str) -> _Writers:
     """The writers of the file at the real path *key* in this process."""
-    writers = _WRITERS.get(key)  # once made, read without the lock (each commit asks)
-    if writers is not None:
-        return writers
-    with _WRITERS_LOCK:
-        writers = _WRITERS.get(key)
-        if writers is None:
-            writers = _WRITERS[key] = _Writers(key)
-        return writers
+    return _WRITERS.get(key)
 
 
 def _opened(key: str) -> None:
     """A store of the file at the real path *key* was opened in this process."""
-    with _WRITERS_LOCK:
-        writers = _WRITERS.get(key)
-        if writers is None:
-            writers = _WRITERS[key] = _Writers(key)
-        writers.stores += 1
+    with _WRITERS.lock:
+        _WRITERS.get_locked(key).stores += 1
 
 
 def _closed(key: str) -> None:
     """A store of the file at *key* was closed: with the last, its gate's file is closed."""
-    with _WRITERS_LOCK:
-        writers = _WRITERS.get(key)
+    with _WRITERS.lock:
+        writers = _WRITERS.find_locked(key)
         if writers is None:  # (opened before a fork: the parent's)
             return
         writers.stores -= 1
         if writers.stores > 0:
             return
-        del _WRITERS[key]
+        _WRITERS.drop_locked(key, writers)
     writers.gate.close()
-
-
-def _forget_writers() -> None:
-    # A forked child has one thread: a lock another thread of the parent held at the fork
-    # would stay held in the child, and each of its writers would wait out the timeout; the
-    # gates' waiting threads are the parent's.
-    global _WRITERS_LOCK
-    _WRITERS_LOCK = threading.Lock()
-    for writers in _WRITERS.values():
-        writers.gate.forget()
-    _WRITERS.clear()
-
-
-if hasattr(os, "register_at_fork"):  # pragma: no branch - absent on Windows only
-    os.register_at_fork(after_in_child=_forget_writers)
 
 
 class SQLiteStore(Store):

@@ -14,11 +14,11 @@ drops the statements PostgreSQL's driver prepared after it, and a refusal is rar
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from seawall.saga._per_process import PerProcess
 from seawall.saga._rows import Loaded, RunRow
 
 __all__ = ["Check", "start_together", "waiting"]
@@ -85,37 +85,23 @@ class _Starts:
             self.cond.notify_all()
 
 
-_STARTS: dict[str, _Starts] = {}
-_STARTS_LOCK = threading.Lock()
+#: The starts of each store in this process (a forked child's are none: those waiting, and a
+#: lead, are the parent's).
+_STARTS: PerProcess[_Starts] = PerProcess(lambda key: _Starts())
 
 
 def waiting(key: str) -> _Starts:
     """The starts waiting for a commit of the store *key* in this process."""
-    starts = _STARTS.get(key)  # once made, read without the lock (each start asks)
-    if starts is not None:
-        return starts
-    with _STARTS_LOCK:
-        return _STARTS.setdefault(key, _Starts())
+    return _STARTS.get(key)
 
 
 def _drop_if_idle(key: str, starts: _Starts) -> None:
     """Forget the starts of *key* while none waits: a process that opens many stores in turn
     keeps nothing of each. (A thread that looked them up just before leads them on its own:
     its start is committed all the same.)"""
-    with _STARTS_LOCK, starts.cond:
-        if not starts.waiting and not starts.leading and _STARTS.get(key) is starts:
-            del _STARTS[key]
-
-
-def _forget() -> None:
-    # A forked child has one thread: the starts waiting, and a lead, are the parent's.
-    global _STARTS_LOCK
-    _STARTS_LOCK = threading.Lock()
-    _STARTS.clear()
-
-
-if hasattr(os, "register_at_fork"):  # pragma: no branch - absent on Windows only
-    os.register_at_fork(after_in_child=_forget)
+    with _STARTS.lock, starts.cond:
+        if not starts.waiting and not starts.leading:
+            _STARTS.drop_locked(key, starts)
 
 
 def start_together(
