@@ -57,6 +57,18 @@ def gate_free(db: pathlib.Path) -> bool:
         os.close(fd)
 
 
+def writer(a: SQLiteStore) -> tuple[threading.Thread, threading.Event]:
+    """A thread (not started) that writes a row in a transaction of *a*, and its end."""
+    done = threading.Event()
+
+    def write() -> None:
+        with a.transaction():
+            a.execute("INSERT INTO t VALUES (1)")
+        done.set()
+
+    return threading.Thread(target=write), done
+
+
 def eventually(check: Callable[[], bool]) -> bool:
     deadline = time.monotonic() + 30
     while not check():
@@ -228,14 +240,7 @@ def test_a_writer_waits_at_the_gate_for_another_processs_writer(tmp_path: pathli
     db = tmp_path / "saga.db"
     a = store(db)
     a.execute("CREATE TABLE t (x INTEGER)")
-    done = threading.Event()
-
-    def write() -> None:
-        with a.transaction():
-            a.execute("INSERT INTO t VALUES (1)")
-        done.set()
-
-    t = threading.Thread(target=write)
+    t, done = writer(a)
     with gate_held_elsewhere(db):
         t.start()
         # It waits at the gate, before SQLite's lock: no transaction open on its connection.
@@ -369,14 +374,7 @@ def test_a_writer_killed_in_its_transaction_lets_the_gate_go(tmp_path: pathlib.P
         try:
             assert holder.stdout is not None and holder.stdout.readline() == "in\n"
             assert not gate_free(db)  # the other process holds the gate, in its transaction
-            done = threading.Event()
-
-            def write() -> None:
-                with a.transaction():
-                    a.execute("INSERT INTO t VALUES (1)")
-                done.set()
-
-            t = threading.Thread(target=write)
+            t, done = writer(a)
             t.start()
             assert not done.wait(0.2)
             began = time.monotonic()
