@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from seawall import saga
 from seawall.saga import _sqlite
 from seawall.saga._sqlite import SQLiteStore
 
@@ -387,3 +388,66 @@ def test_a_writer_killed_in_its_transaction_lets_the_gate_go(tmp_path: pathlib.P
     # The killed transaction is not in the file; this one is.
     assert a.execute("SELECT x FROM t").fetchall() == [(1,)]
     a.close()
+
+
+def in_function(thread: int, module: str, name: str) -> bool:
+    """Whether *thread* is in a call of the function *name* of a file ending in *module*."""
+    frame = sys._current_frames().get(thread)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == name and code.co_filename.endswith(module):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_a_commit_that_waited_its_turn_records_the_outcomes_that_ended_meanwhile(
+    tmp_path: pathlib.Path,
+) -> None:
+    # Two attempts run at once; the first ends and its commit waits at the gate (held as by
+    # another process's writer). The second ends meanwhile: it is recorded in that commit, not
+    # in one of its own after another turn at the gate.
+    db = tmp_path / "saga.db"
+    worker = threading.get_ident()
+    gate = contextlib.ExitStack()
+    second_may_end = threading.Event()
+
+    def step(ctx: saga.StepContext) -> str:
+        if ctx.input == 0:
+            gate.enter_context(gate_held_elsewhere(db))  # before this outcome's commit
+            return "first"
+        assert second_may_end.wait(30)
+        return "second"
+
+    flow = saga.Saga("two", [saga.Step("a", step)])
+    orch = saga.Orchestrator(f"sqlite:///{db}", [flow], concurrency=2, hooks=())
+    for n in range(2):
+        orch.start("two", n, run_id=f"r{n}")
+
+    def observe() -> None:
+        try:
+            assert eventually(lambda: in_function(worker, "_sqlite.py", "enter"))
+            second_may_end.set()
+            # ... and its attempt's thread is done with it (its outcome is in, not coming).
+            assert eventually(
+                lambda: (
+                    not any(
+                        in_function(t, "concurrent/futures/thread.py", "run")
+                        for t in sys._current_frames()
+                    )
+                )
+            )
+        finally:
+            gate.close()
+
+    observer = threading.Thread(target=observe)
+    observer.start()
+    assert orch.run_due() == 2
+    observer.join(30)
+    rows = orch.store.execute(
+        "SELECT run_id, at FROM seawall_saga_history WHERE event = 'success' ORDER BY run_id"
+    ).fetchall()
+    assert [r[0] for r in rows] == ["r0", "r1"]
+    assert rows[0][1] == rows[1][1]  # one commit's time
+    assert [orch.get(f"r{n}").status for n in range(2)] == [saga.Status.SUCCEEDED] * 2
+    orch.close()

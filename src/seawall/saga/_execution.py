@@ -230,6 +230,19 @@ class Executor:
             done, _ = concurrent.futures.wait(
                 running, return_when=concurrent.futures.FIRST_COMPLETED
             )
+        return self._take(running, done)
+
+    def ended(self, running: dict[concurrent.futures.Future[Outcome], Work]) -> list[Work]:
+        """The attempts that have ended by now, without waiting: taken into the commit about
+        to record others' (a commit that waited its turn records every outcome that came in
+        meanwhile, not one while the next waits for another turn)."""
+        return self._take(running, {f for f in running if f.done()})
+
+    @staticmethod
+    def _take(
+        running: dict[concurrent.futures.Future[Outcome], Work],
+        done: set[concurrent.futures.Future[Outcome]],
+    ) -> list[Work]:
         finished = [w for f, w in running.items() if f in done]
         outcomes = [f.result() for f in running if f in done]  # a crash propagates from here
         for f in done:

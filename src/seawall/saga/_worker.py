@@ -3,10 +3,11 @@
 A round claims up to ``batch`` due runs in one transaction, decides the next move of up to
 ``concurrency`` of them (:mod:`._transitions`) and saves it before anything runs; then it runs
 the attempts those moves started, at once (:mod:`._execution`), and records each outcome with
-the move that follows as the attempts end, those that ended together in one transaction (group
-commit), where the claimed runs still waiting begin as slots free, until every claimed run is
-released. Each write is fenced by the run's lease token: a worker whose lease
-was taken records nothing but a ``fenced`` line in the history.
+the move that follows as the attempts end, those that ended together (or while the commit waited
+its turn for the store) in one transaction (group commit), where the claimed runs still waiting
+begin as slots free, until every claimed run is released. Each write is fenced by the run's
+lease token: a worker whose lease was taken records nothing but a ``fenced`` line in the
+history.
 
 Times in the log are wall-clock seconds since the epoch: ``time.time()`` with the system
 clock, or a :class:`~seawall.VirtualClock`'s ``now()`` (read as seconds since the epoch). The
@@ -333,25 +334,40 @@ class Worker:
             while pending or running or queued:
                 self._execution.start(pending, running, queued)
                 finished = self._execution.finished(running) if running else []
-                ran += len(finished)
-                pending = self._record_all(finished, queued, self.concurrency - len(running))
+                recorded, pending = self._record_all(finished, running, queued)
+                ran += recorded  # (with those that ended while the commit waited its turn)
         finally:
             self._execution.heartbeat.release()
         return Round(claimed=len(works), ran=ran)
 
     def _record_all(
-        self, pending: list[Work], queued: collections.deque[Work], free: int
-    ) -> list[Work]:
+        self,
+        pending: list[Work],
+        running: dict[concurrent.futures.Future[Outcome], Work],
+        queued: collections.deque[Work],
+    ) -> tuple[int, list[Work]]:
         """Record the outcomes of *pending* (``w.outcome``) and begin what follows, in one
-        transaction: their runs' next attempts, then queued runs' while fewer than *free*
-        attempts began. Returns the works whose attempts began."""
-        if not pending and not (queued and free > 0):
-            return []
+        transaction: their runs' next attempts, then queued runs' while slots are free. The
+        attempts of *running* that end before the transaction has its turn join *pending*
+        (and are recorded in it). Returns how many outcomes were recorded, and the works whose
+        attempts began."""
+        if not pending and not (queued and len(running) < self.concurrency):
+            return 0, []
         store = self.store
         begun: list[Work] = []
-        # Every run this commit may write, locked at once in one order (see Store.requested).
-        ids = [w.loaded.run.run_id for w in (*pending, *itertools.islice(queued, free))]
-        with self._transaction(lambda: store.lock_runs(ids)) as (now, asked):
+        free = 0
+
+        def take() -> tuple[float, dict[str, str]]:
+            # Once this transaction has its turn (on SQLite, the file's lock is held by now),
+            # the attempts that ended while it waited are recorded in it too.
+            nonlocal free
+            pending.extend(self._execution.ended(running))
+            free = self.concurrency - len(running)
+            # Every run this commit may write, locked at once in one order (Store.requested).
+            ids = [w.loaded.run.run_id for w in (*pending, *itertools.islice(queued, free))]
+            return store.lock_runs(ids)
+
+        with self._transaction(take) as (now, asked):
             for w in pending:
                 outcome = w.outcome
                 assert outcome is not None
@@ -366,6 +382,7 @@ class Worker:
                 self._save(w)
                 if w.lost and done is not None:
                     store.append_history([self._fenced(w, done, outcome, now)])
+            recorded = len(pending)
             begun = [w for w in pending if w.pending is not None and not w.lost]
             while queued and len(begun) < free:
                 w = queued.popleft()
@@ -382,7 +399,7 @@ class Worker:
         self.emit([e for w in pending for e in w.events if not w.lost or e.kind == "attempt"])
         for w in pending:
             w.events = []
-        return begun
+        return recorded, begun
 
     @contextlib.contextmanager
     def _transaction(self, take: Callable[[], _T]) -> Iterator[_T]:
