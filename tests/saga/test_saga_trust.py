@@ -4,8 +4,10 @@ fenced worker's outcome shows in the history without being recorded."""
 
 from __future__ import annotations
 
+import errno
 import json
 import sqlite3
+import threading
 import time
 from typing import Any
 
@@ -566,3 +568,109 @@ def test_the_default_log_escapes_a_step_errors_control_characters(
     for line in lines:
         assert not any(c in line for c in "\x1b\x07\r\n"), line
     assert any("\\x1b[2J\\x07\\r\\n" in line for line in lines), lines
+
+
+#: The history of a step whose first attempt's outcome was lost with the store, then retried.
+LOST_AND_RETRIED = [("attempt", 1), ("lost", 1), ("failure", 1), ("attempt", 2), ("success", 2)]
+
+
+def test_a_round_ended_by_a_full_store_lets_its_runs_go_once_the_store_takes_writes(
+    sqlite_url: str,
+) -> None:
+    # Two attempts run at once. Run a's ends at once, having filled the store (SQLite's limit on
+    # the file's size, as a full disk): its outcome cannot be recorded, and the round ends. Run
+    # b's attempt still runs in its thread. Once the store takes writes again, the worker's next
+    # claim ends its own lease of a (not 30 s later) and takes it over as after an expired
+    # lease: attempt 1 is recorded as lost and the step runs again. b keeps its lease: its
+    # attempt may still be under way.
+    calls: list[tuple[str, int]] = []
+    b_may_end = threading.Event()
+
+    def act(ctx: saga.StepContext) -> str:
+        calls.append((ctx.input, ctx.attempt))
+        if ctx.input == "b":
+            assert b_may_end.wait(30)
+            return "b"
+        if ctx.attempt == 1:
+            conn = orch.store._conn  # type: ignore[attr-defined]
+            pages = conn.execute("PRAGMA page_count").fetchone()[0]
+            conn.execute(f"PRAGMA max_page_count = {pages}")
+            return "x" * 50_000  # a result that takes new pages
+        return "a"
+
+    policy = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
+    flow = saga.Saga("full", [saga.Step("act", act, policy=policy)])
+    with saga.Orchestrator(sqlite_url, [flow], concurrency=2, hooks=()) as orch:
+        assert orch.lease == 30.0
+        orch.start("full", "a", run_id="a")
+        orch.start("full", "b", run_id="b")
+        try:
+            with pytest.raises(OSError) as info:
+                orch.run_due()
+            assert info.value.errno == errno.ENOSPC
+            orch.store.execute("PRAGMA max_page_count = 1073741823")  # the disk is put right
+            orch.run_due()
+            a = orch.get("a")
+            assert a.status is saga.Status.SUCCEEDED
+            assert a.step("act").attempt_count == 2 and a.step("act").result == "a"
+            events = [(h.event, h.attempt) for h in orch.history("a") if h.step == "act"]
+            assert events == LOST_AND_RETRIED
+            b = orch.get("b")
+            assert b.status is saga.Status.RUNNING
+            due, owner = orch.store.execute(
+                "SELECT due_at, lease_owner FROM seawall_saga_runs WHERE run_id = 'b'"
+            ).fetchone()
+            assert owner == orch.worker_id and due > time.time()  # still leased
+            assert calls == [("a", 1), ("b", 1), ("a", 2)] or calls == [
+                ("b", 1),
+                ("a", 1),
+                ("a", 2),
+            ]
+        finally:
+            b_may_end.set()
+
+
+def test_a_worker_back_from_a_lost_connection_takes_its_runs_over_at_once(pg_url: str) -> None:
+    # The worker's connection is ended while an attempt runs (as by a failover): its outcome
+    # cannot be recorded. The worker connects again and ends its own lease of the run, which
+    # is taken over at once, not when its lease (here 120 s) runs out.
+    import psycopg
+
+    attempts: list[int] = []
+
+    def act(ctx: saga.StepContext) -> str:
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            pid = orch.store._conn.info.backend_pid  # type: ignore[attr-defined]
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        return "ok"
+
+    policy = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
+    flow = saga.Saga("cut", [saga.Step("act", act, policy=policy)])
+    with saga.Orchestrator(pg_url, [flow], lease=120.0, poll=0.05, hooks=()) as orch:
+        orch.start("cut", {}, run_id="r")
+        stop = threading.Event()
+        died: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                orch.work(stop)
+            except BaseException as exc:  # pragma: no cover - shown by the assertion below
+                died.append(exc)
+
+        worker = threading.Thread(target=work)
+        worker.start()
+        try:
+            with saga.Orchestrator(pg_url, [flow], hooks=()) as reader:
+                deadline = time.monotonic() + 60  # half the lease
+                while reader.get("r").status is not saga.Status.SUCCEEDED:
+                    assert time.monotonic() < deadline, reader.get("r")
+                    time.sleep(0.05)
+                events = [(h.event, h.attempt) for h in reader.history("r") if h.step == "act"]
+        finally:
+            stop.set()
+            worker.join(30)
+        assert died == []
+        assert attempts == [1, 2]
+        assert events == LOST_AND_RETRIED

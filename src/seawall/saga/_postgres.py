@@ -18,7 +18,7 @@ same statement.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 try:
@@ -167,11 +167,17 @@ class PostgresStore(Store):
         return claimed
 
     def claim_due(
-        self, limit: int, sagas: Sequence[str], run_id: str | None = None
+        self,
+        limit: int,
+        sagas: Sequence[str],
+        run_id: str | None = None,
+        *,
+        expire: tuple[str, Mapping[str, int]] | None = None,
     ) -> tuple[float, list[Loaded]]:
-        """As :meth:`Store.claim_due`, in one statement: the claim reads the store's clock."""
-        if self._given_clock is not None or not sagas:
-            return super().claim_due(limit, sagas, run_id)
+        """As :meth:`Store.claim_due`, in one statement: the claim reads the store's clock
+        (leases to expire first, rare, take statements of their own)."""
+        if self._given_clock is not None or not sagas or expire:
+            return super().claim_due(limit, sagas, run_id, expire=expire)
         # The clock is read once (a CTE of a volatile function is evaluated once), and the
         # runs due at that time are claimed; an empty claim still returns the time.
         sql, params = self.claim_query("(SELECT now FROM clock)", limit, sagas, run_id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from seawall.saga._model import Status
@@ -138,11 +138,34 @@ class Store(Schema, Reads):
         )
 
     def claim_due(
-        self, limit: int, sagas: Sequence[str], run_id: str | None = None
+        self,
+        limit: int,
+        sagas: Sequence[str],
+        run_id: str | None = None,
+        *,
+        expire: tuple[str, Mapping[str, int]] | None = None,
     ) -> tuple[float, list[Loaded]]:
-        """Inside a transaction: the store's time, and the runs :meth:`claim` claims at it."""
+        """Inside a transaction: the store's time, and the runs :meth:`claim` claims at it;
+        first, with *expire* (a worker's id, and run ids with its tokens), the leases it holds
+        of those runs end now (:meth:`expire_leases`)."""
         now = self.now()
+        if expire:
+            self.expire_leases(*expire, now)
         return now, self.claim(now, limit, sagas, run_id)
+
+    def expire_leases(self, owner: str, leases: Mapping[str, int], now: float) -> None:
+        """Inside a transaction: the leases *owner* holds of these runs (run id -> token) end
+        at *now*, as if they had run out: the run is due, and whoever claims it next finds
+        what its log holds (an attempt begun and not recorded is recorded as lost). A run
+        released meanwhile, or taken over, is left as it is; so is one whose row another
+        session holds (an operator's open transaction): its lease runs out as it would have,
+        and no claim waits for that row."""
+        self.executemany(
+            "UPDATE seawall_saga_runs SET due_at = ? WHERE run_id IN (SELECT run_id FROM "
+            "seawall_saga_runs WHERE run_id = ? AND lease_owner = ? AND lease_token = ? "
+            f"AND due_at > ?{self.lock_clause})",
+            [(now, run_id, owner, leases[run_id], now) for run_id in sorted(leases)],
+        )
 
     def lock_runs(self, run_ids: Sequence[str]) -> tuple[float, dict[str, str]]:
         """Inside a transaction: the store's time, and :meth:`requested` of *run_ids* with

@@ -151,6 +151,8 @@ class Worker:
         # not inherit the ambient deadline or one_attempt() of whoever called run_due().
         self._context = contextvars.Context()
         self._rng = random.Random()  # the jitter of the pauses before a conflict's retry
+        # Leases to end at the next claim (run id -> token): see _expire_later.
+        self._expiring: dict[str, int] = {}
 
     @property
     def versions(self) -> dict[str, dict[int, Saga]]:
@@ -303,27 +305,38 @@ class Worker:
         # Claimed runs beyond `concurrency` wait here, leased but not begun: each one's attempt
         # begins (and counts) in the commit that records another's outcome, when a slot frees.
         queued: collections.deque[Work] = collections.deque()
+        expiring = self._expiring
         claim = functools.partial(
-            store.claim_due, 1 if run_id else self.batch, self._saga_names, run_id
+            store.claim_due,
+            1 if run_id else self.batch,
+            self._saga_names,
+            run_id,
+            expire=(self.worker_id, expiring) if expiring else None,
         )
-        with self._transaction(claim) as (now, claimed):
-            busy = 0
-            for loaded in claimed:
-                problem = unknown_status(loaded)
-                saga = None
-                if problem is None:
-                    saga, problem = self._definition(loaded)
-                work = Work(loaded, saga, problem)
-                loaded.run.token = work.token + 1
-                loaded.run.lease_owner = self.worker_id
-                if busy < self.concurrency:
-                    self._transitions.advance_safely(work, now)
-                    busy += work.pending is not None
-                else:
-                    loaded.run.due_at = now + self.lease
-                    queued.append(work)
-                self._save(work)
-                works.append(work)
+        try:
+            with self._transaction(claim) as (now, claimed):
+                busy = 0
+                for loaded in claimed:
+                    problem = unknown_status(loaded)
+                    saga = None
+                    if problem is None:
+                        saga, problem = self._definition(loaded)
+                    work = Work(loaded, saga, problem)
+                    loaded.run.token = work.token + 1
+                    loaded.run.lease_owner = self.worker_id
+                    if busy < self.concurrency:
+                        self._transitions.advance_safely(work, now)
+                        busy += work.pending is not None
+                    else:
+                        loaded.run.due_at = now + self.lease
+                        queued.append(work)
+                    self._save(work)
+                    works.append(work)
+        except Exception:
+            self._expire_later(works)  # (the claim may have been committed all the same)
+            raise
+        if expiring:
+            self._expiring = {}
         self.emit([e for w in works for e in w.events])
         for w in works:
             w.events = []
@@ -336,9 +349,25 @@ class Worker:
                 finished = self._execution.finished(running) if running else []
                 recorded, pending = self._record_all(finished, running, queued)
                 ran += recorded  # (with those that ended while the commit waited its turn)
+        except Exception:
+            attempting = {id(w) for w in running.values()}
+            self._expire_later([w for w in works if id(w) not in attempting])
+            raise
         finally:
             self._execution.heartbeat.release()
         return Round(claimed=len(works), ran=ran)
+
+    def _expire_later(self, works: Sequence[Work]) -> None:
+        """A round ended by an error (the store went away, a commit failed): the runs it
+        holds whose attempts are not running (ended, their outcomes maybe not recorded;
+        claimed, not begun) are not left leased until their leases run out. The next claim
+        of this worker, once the store answers, ends those leases first, and takes the runs
+        over as any worker would after an expired lease (an attempt begun and not recorded is
+        recorded as lost, then retried per its policy). A run whose attempt still runs in a
+        thread keeps its lease until it runs out: the attempt may still be under way."""
+        for w in works:
+            if not w.lost:
+                self._expiring[w.loaded.run.run_id] = w.loaded.run.token
 
     def _record_all(
         self,
