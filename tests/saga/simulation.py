@@ -18,7 +18,11 @@ the order of their operations, how each step call ends, and the faults:
   renews, or nothing does (``keeper_down``);
 - ``deploy``: a new worker registers the saga with a step inserted, removed, renamed or moved
   (as version 2 beside version 1 in half of the deploys, where ``Saga`` takes ``version=``);
-- ``failures``: transient and permanent errors of actions and compensations.
+- ``failures``: transient and permanent errors of actions and compensations;
+- ``outage``: the store lost at a worker's commit point inside ``run_due`` (its store raises
+  :class:`SimulatedOutage`, an error the store takes for an outage, just before or just after
+  its N-th commit: the commit is lost, or it landed and the worker cannot know); the worker
+  lives on, as ``work`` would after an outage, and runs ``run_due`` again later.
 
 Besides the faults, a step call lets another worker run ``run_due`` now and then (for up to a
 third of the lease), as concurrent workers would. The orchestrator's lease-renewing heartbeat
@@ -56,6 +60,7 @@ import os
 import pathlib
 import random
 import shutil
+import sqlite3
 import sys
 import tempfile
 import threading
@@ -97,7 +102,7 @@ VERSIONS = "version" in inspect.signature(saga.Saga).parameters
 CONCURRENCY = "concurrency" in inspect.signature(saga.Orchestrator).parameters
 KEEPER = importlib.util.find_spec("seawall.saga._keeper") is not None
 
-FAULTS = ("crash", "side_crash", "skew", "slow", "deploy", "failures")
+FAULTS = ("crash", "side_crash", "skew", "slow", "deploy", "failures", "outage")
 
 #: What each invariant means (the names violations carry).
 INVARIANTS: dict[str, str] = {
@@ -112,14 +117,15 @@ INVARIANTS: dict[str, str] = {
     "status_succeeded": "a SUCCEEDED run had every step's action succeed",
     "status_compensated": "a COMPENSATED run had every finished step's compensation succeed",
     "attempts_charged_unbegun": (
-        "attempts are charged once begun: a crash charges at most as many attempts that never "
-        "began as the worker runs at once (its concurrency; 1 without)"
+        "attempts are charged once begun: a crash, or an outage after a commit landed, charges "
+        "at most as many attempts that never began as the worker runs at once (its "
+        "concurrency; 1 without)"
     ),
     "lease_unheld": (
         "an attempt starts only once its worker's lease renewal (its keeper process) holds its "
         "run's lease"
     ),
-    "worker_error": "run_due never raises (a worker would stop)",
+    "worker_error": "run_due never raises (a worker would stop), but for an outage",
     "harness_error": "the schedule ran to its end (an error escaped the harness otherwise)",
 }
 
@@ -153,6 +159,10 @@ TAGS: dict[str, str] = {
     "batch_slow": "steps longer than the lease, batch > 1",
     "deploy": "new workers with a step inserted, removed, renamed or moved",
     "failures": "transient and permanent errors of actions and compensations",
+    "outage": (
+        "the store lost at a worker's commit points inside run_due (the commit lost, or landed "
+        "unknown to the worker), the worker going on"
+    ),
 }
 
 
@@ -162,6 +172,10 @@ class SimulatedCrash(BaseException):
     def __init__(self, worker: Worker, where: str) -> None:
         super().__init__(f"{worker.wid} killed {where}")
         self.worker = worker
+
+
+class SimulatedOutage(sqlite3.OperationalError):
+    """The store lost at a commit point (an error every store takes for an outage)."""
 
 
 class Runaway(BaseException):
@@ -201,12 +215,18 @@ class _Crashing:
         if n > MAX_COMMITS:
             raise Runaway(f"{w.wid} began {n} transactions")
         plan = w.crash_commit if w.armed else None
+        outage = w.outage_commit if w.armed and w.in_run_due else None
         with super().transaction():  # type: ignore[misc]
             yield
             if plan == (n, "before"):
                 raise SimulatedCrash(w, f"before commit {n}")
+            if outage == (n, "before"):
+                raise SimulatedOutage(f"{w.wid}'s store lost before commit {n}")
         if plan == (n, "after"):
             raise SimulatedCrash(w, f"after commit {n}")
+        if outage == (n, "after"):
+            w.outages_after += 1
+            raise SimulatedOutage(f"{w.wid}'s store lost after commit {n}")
 
 
 _CRASHING: dict[type, type] = {}
@@ -376,6 +396,9 @@ class Worker:
     clock: SkewClock
     crash_commit: tuple[int, str] | None = None  # (transaction number, "before" | "after")
     crash_call: int | None = None  # killed after the side effect of its N-th step call
+    outage_commit: tuple[int, str] | None = None  # the store lost at this commit in run_due
+    outages_after: int = 0  # outages after a commit landed
+    in_run_due: bool = False
     slow: dict[int, float] = dataclasses.field(default_factory=dict)  # call -> seconds
     orch: Any = None
     heartbeat: SimHeartbeat | None = None
@@ -394,6 +417,8 @@ class Worker:
             parts.append(f"dies {self.crash_commit[1]} commit {self.crash_commit[0]}")
         if self.crash_call:
             parts.append(f"dies after the side effect of call {self.crash_call}")
+        if self.outage_commit:
+            parts.append(f"loses its store {self.outage_commit[1]} commit {self.outage_commit[0]}")
         for k, seconds in sorted(self.slow.items()):
             parts.append(f"call {k} takes {seconds:g} s")
         return " ".join(parts)
@@ -452,7 +477,7 @@ class Config:
 
     @property
     def tags(self) -> frozenset[str]:
-        tags = set(self.faults & {"skew", "deploy", "failures"})
+        tags = set(self.faults & {"skew", "deploy", "failures", "outage"})
         if self.faults & {"crash", "side_crash"}:
             tags.add("batch_crash" if self.batch > 1 or self.concurrency > 1 else "crash")
         if "slow" in self.faults:
@@ -607,6 +632,8 @@ class Simulation:
                 worker.crash_commit = (rng.randint(1, 8), rng.choice(("before", "after")))
             if "side_crash" in cfg.faults and rng.random() < 0.6:
                 worker.crash_call = rng.randint(1, 4)
+            if "outage" in cfg.faults and rng.random() < 0.7:
+                worker.outage_commit = (rng.randint(1, 8), rng.choice(("before", "after")))
             if "skew" in cfg.faults:
                 worker.clock.offset = LEASE * rng.choice((-1.5, -0.6, 0.0, 0.6, 1.5))
             if "slow" in cfg.faults and rng.random() < 0.7:
@@ -954,8 +981,11 @@ class Simulation:
         self.note(f"{w.wid} run_due")
         try:
             try:
+                w.in_run_due = True
+                after = w.outages_after
                 ran = w.orch.run_due()
             finally:
+                w.in_run_due = False
                 if w.executor is not None and w.executor.late:
                     self.violate(
                         "harness_error",
@@ -967,6 +997,12 @@ class Simulation:
             if crash.worker is not w:
                 raise
             self.kill(w, str(crash))
+        except SimulatedOutage as outage:
+            # As work() would: the worker lives on and claims again later. An outage after a
+            # commit landed charges what a crash there would.
+            self.stats["outages"] += 1
+            self.allowance += self.cfg.concurrency * (w.outages_after - after)
+            self.note(f"{outage}; {w.wid} goes on")
         except Exception as exc:
             self.violate(
                 "worker_error", (w.wid,), f"{w.wid}'s run_due raised {type(exc).__name__}: {exc}"

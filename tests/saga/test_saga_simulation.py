@@ -40,6 +40,7 @@ def test_seeded_schedules_keep_every_invariant(first: int) -> None:
     for r in results:
         stats.update(r.stats)
     assert stats["crashes"] > count / 8, report
+    assert stats["outages"] > count / 20, report
     assert stats["deploys"] > count / 10, report
     assert stats["skewed_workers"] > count / 8, report
     assert stats["slow_steps"] > count / 40, report

@@ -674,3 +674,42 @@ def test_a_worker_back_from_a_lost_connection_takes_its_runs_over_at_once(pg_url
         assert died == []
         assert attempts == [1, 2]
         assert events == LOST_AND_RETRIED
+
+
+def test_a_lease_taken_over_meanwhile_is_not_ended_by_the_worker_that_lost_it(
+    sqlite_url: str,
+) -> None:
+    # Worker a's round ends with its store full, its outcome not recorded. The store takes
+    # writes again only after a's lease ran out and b took the run over. While b's attempt
+    # runs, a claims again: it ends only its own leases (by token), not b's, and takes nothing.
+    clock = seawall.VirtualClock(start=START)
+    calls: list[tuple[str, int]] = []
+    workers: dict[str, saga.Orchestrator] = {}
+
+    def act(ctx: saga.StepContext) -> str:
+        who = "a" if ctx.attempt == 1 else "b"
+        calls.append((who, ctx.attempt))
+        if who == "a":
+            conn = workers["a"].store._conn  # type: ignore[attr-defined]
+            pages = conn.execute("PRAGMA page_count").fetchone()[0]
+            conn.execute(f"PRAGMA max_page_count = {pages}")
+            return "x" * 50_000
+        assert workers["a"].run_due() == 0  # b's lease is live
+        return "b"
+
+    policy = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
+    flow = saga.Saga("s", [saga.Step("act", act, policy=policy)])
+    common: dict[str, Any] = {"lease": 10.0, "clock": clock, "store_clock": clock, "hooks": ()}
+    with (
+        saga.Orchestrator(sqlite_url, [flow], worker_id="a", **common) as a,
+        saga.Orchestrator(sqlite_url, [flow], worker_id="b", **common) as b,
+    ):
+        workers["a"] = a
+        run_id = a.start("s", {})
+        with pytest.raises(OSError):
+            a.run_due()
+        a.store.execute("PRAGMA max_page_count = 1073741823")  # a's store takes writes again
+        clock.advance(11.0)  # ... once a's lease ran out
+        assert b.run_due() == 1
+        assert b.get(run_id).status is saga.Status.SUCCEEDED
+    assert calls == [("a", 1), ("b", 2)]
