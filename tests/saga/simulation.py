@@ -252,6 +252,7 @@ class SimHeartbeat:
         self.orch = orch
         self.worker = worker
         self.held: dict[str, int] = {}
+        self.kept: dict[str, int] = {}  # leases of attempts still running after their round
         self.store: Any = None
         #: Sabotage: the leases are learnt only once the attempts begin (the order of old).
         self.late = late
@@ -261,7 +262,15 @@ class SimHeartbeat:
         if self.late:
             self.told = dict(leases)
             return
-        self.held = dict(leases)
+        self.held = {**leases, **self.kept}
+
+    def keep(self, run_id: str, token: int) -> None:
+        self.kept[run_id] = token
+        self.held[run_id] = token
+
+    def let_go(self, run_id: str) -> None:
+        self.kept.pop(run_id, None)
+        self.held.pop(run_id, None)
 
     def learn(self) -> None:
         """Sabotaged: take the leases told (as the attempts begin)."""

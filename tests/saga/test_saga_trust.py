@@ -713,3 +713,62 @@ def test_a_lease_taken_over_meanwhile_is_not_ended_by_the_worker_that_lost_it(
         assert b.run_due() == 1
         assert b.get(run_id).status is saga.Status.SUCCEEDED
     assert calls == [("a", 1), ("b", 2)]
+
+
+@pytest.mark.slow
+def test_an_attempt_running_when_its_round_ends_keeps_its_lease_until_it_ends(
+    sqlite_url: str,
+) -> None:
+    # Worker a's round ends (its store full) while run r2's attempt still runs in a's thread.
+    # That attempt's lease is renewed until it ends: worker b, claiming all along for more than
+    # two leases, takes r1 over (its attempt had ended) and never r2. Once r2's attempt ends, a's
+    # next claim ends its lease and takes it over.
+    calls: list[tuple[str, int]] = []
+    r2_may_end = threading.Event()
+    workers: dict[str, saga.Orchestrator] = {}
+
+    def act(ctx: saga.StepContext) -> str:
+        calls.append((ctx.input, ctx.attempt))
+        if ctx.attempt > 1:
+            return "again"
+        if ctx.input == "r2":
+            assert r2_may_end.wait(60)
+            return "late"
+        conn = workers["a"].store._conn  # type: ignore[attr-defined]
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {pages}")
+        return "x" * 50_000
+
+    policy = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
+    flow = saga.Saga("s", [saga.Step("act", act, policy=policy)])
+    lease = 3.0
+    with (
+        saga.Orchestrator(sqlite_url, [flow], lease=lease, concurrency=2, hooks=()) as a,
+        saga.Orchestrator(sqlite_url, [flow], lease=lease, hooks=()) as b,
+    ):
+        workers["a"] = a
+        a.start("s", "r1", run_id="r1")
+        a.start("s", "r2", run_id="r2")
+        try:
+            with pytest.raises(OSError):
+                a.run_due()
+            a.store.execute("PRAGMA max_page_count = 1073741823")
+            watched = time.monotonic() + 2.5 * lease
+            while time.monotonic() < watched:
+                b.run_due()
+                time.sleep(0.05)
+            assert ("r2", 2) not in calls
+            assert b.get("r1").status is saga.Status.SUCCEEDED  # taken over after its lease
+            due, owner = b.store.execute(
+                "SELECT due_at, lease_owner FROM seawall_saga_runs WHERE run_id = 'r2'"
+            ).fetchone()
+            assert owner == a.worker_id and due > time.time()
+        finally:
+            r2_may_end.set()
+        deadline = time.monotonic() + 30
+        while "r2" not in a._worker._expiring:  # the attempt's thread is done with it
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert a.run_due() == 1  # at once: its lease ended, not run out
+        assert a.get("r2").status is saga.Status.SUCCEEDED
+    assert sorted(calls) == [("r1", 1), ("r1", 2), ("r2", 1), ("r2", 2)]

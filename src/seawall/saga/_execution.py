@@ -38,12 +38,18 @@ class Heartbeat:
     A thread renews them; on the system clock a process of its own (:mod:`._keeper`) does too,
     which a step holding the GIL cannot starve: while the worker is alive, its leases hold. On
     virtual time (tests, simulations) the thread alone.
+
+    A round holds its runs' leases (:meth:`hold`) and lets them go at its end (:meth:`release`);
+    a lease kept (:meth:`keep`: an attempt still running after its round ended) is renewed
+    besides, until :meth:`let_go`.
     """
 
     def __init__(self, store: Callable[[], Store], lease: float, use_process: bool) -> None:
         self._current = store  # the worker's store now (it reconnects after an outage)
         self.lease = lease
-        self._held: dict[str, int] = {}
+        self._held: dict[str, int] = {}  # every lease renewed: the round's and those kept
+        self._round: dict[str, int] = {}
+        self._kept: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -52,10 +58,28 @@ class Heartbeat:
         self._process: subprocess.Popen[bytes] | None = None
 
     def hold(self, leases: dict[str, int]) -> None:
+        """Renew these leases (run id -> token), the round's, from now on."""
         with self._lock:
-            if leases == self._held:
-                return
-            self._held = dict(leases)
+            self._round = dict(leases)
+            self._renew()
+
+    def keep(self, run_id: str, token: int) -> None:
+        """Go on renewing this lease after its round lets its leases go, until :meth:`let_go`."""
+        with self._lock:
+            self._kept[run_id] = token
+            self._renew()
+
+    def let_go(self, run_id: str) -> None:
+        """Stop renewing a lease kept by :meth:`keep`."""
+        with self._lock:
+            self._kept.pop(run_id, None)
+            self._renew()
+
+    def _renew(self) -> None:
+        """(Under the lock.) Renew the round's leases and those kept, from now on."""
+        leases = {**self._round, **self._kept}
+        if leases != self._held:
+            self._held = leases
             if self._use_process:
                 self._tell(leases)
             # The thread renews too: from the first moment (the keeper takes a moment to

@@ -151,8 +151,10 @@ class Worker:
         # not inherit the ambient deadline or one_attempt() of whoever called run_due().
         self._context = contextvars.Context()
         self._rng = random.Random()  # the jitter of the pauses before a conflict's retry
-        # Leases to end at the next claim (run id -> token): see _expire_later.
+        # Leases to end at the next claim (run id -> token): see _expire_later. (Under the
+        # lock: an attempt of an ended round adds its run from its thread as it ends.)
         self._expiring: dict[str, int] = {}
+        self._expiring_lock = threading.Lock()
 
     @property
     def versions(self) -> dict[str, dict[int, Saga]]:
@@ -305,7 +307,8 @@ class Worker:
         # Claimed runs beyond `concurrency` wait here, leased but not begun: each one's attempt
         # begins (and counts) in the commit that records another's outcome, when a slot frees.
         queued: collections.deque[Work] = collections.deque()
-        expiring = self._expiring
+        with self._expiring_lock:
+            expiring = dict(self._expiring)
         claim = functools.partial(
             store.claim_due,
             1 if run_id else self.batch,
@@ -336,7 +339,10 @@ class Worker:
             self._expire_later(works)  # (the claim may have been committed all the same)
             raise
         if expiring:
-            self._expiring = {}
+            with self._expiring_lock:
+                for run_id, token in expiring.items():
+                    if self._expiring.get(run_id) == token:
+                        del self._expiring[run_id]
         self.emit([e for w in works for e in w.events])
         for w in works:
             w.events = []
@@ -352,6 +358,8 @@ class Worker:
         except Exception:
             attempting = {id(w) for w in running.values()}
             self._expire_later([w for w in works if id(w) not in attempting])
+            for future, w in running.items():
+                self._abandon(future, w)
             raise
         finally:
             self._execution.heartbeat.release()
@@ -364,10 +372,26 @@ class Worker:
         of this worker, once the store answers, ends those leases first, and takes the runs
         over as any worker would after an expired lease (an attempt begun and not recorded is
         recorded as lost, then retried per its policy). A run whose attempt still runs in a
-        thread keeps its lease until it runs out: the attempt may still be under way."""
-        for w in works:
-            if not w.lost:
-                self._expiring[w.loaded.run.run_id] = w.loaded.run.token
+        thread keeps its lease, renewed, until the attempt ends (:meth:`_abandon`)."""
+        with self._expiring_lock:
+            for w in works:
+                if not w.lost:
+                    self._expiring[w.loaded.run.run_id] = w.loaded.run.token
+
+    def _abandon(self, future: concurrent.futures.Future[Outcome], w: Work) -> None:
+        """An attempt still runs in its thread when its round ends: its lease is renewed
+        until it ends, so that no other worker runs the step meanwhile; its outcome is not
+        recorded, and its lease ends at this worker's next claim after it ended."""
+        run_id, token = w.loaded.run.run_id, w.loaded.run.token
+        heartbeat = self._execution.heartbeat
+        heartbeat.keep(run_id, token)
+
+        def ended(_: concurrent.futures.Future[Outcome]) -> None:
+            heartbeat.let_go(run_id)
+            with self._expiring_lock:
+                self._expiring[run_id] = token
+
+        future.add_done_callback(ended)
 
     def _record_all(
         self,
