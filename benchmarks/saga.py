@@ -204,6 +204,7 @@ def seawall_app(url: str, total: int, rate: float, work: pathlib.Path, workers: 
     wait_for(work / "go")
     t0, cpu0, machine0 = time.time(), time.process_time(), cpu_times()
     base = [o.store.commits for o in orchs]
+    held = [o.store.write_seconds for o in orchs]
 
     def caller(k: int) -> None:
         for i in range(k, total, CALLERS):
@@ -219,12 +220,14 @@ def seawall_app(url: str, total: int, rate: float, work: pathlib.Path, workers: 
     t1, machine = time.time(), cpu_shares(machine0, cpu_times())
     cpu = time.process_time() - cpu0
     commits = sum(o.store.commits - b for o, b in zip(orchs, base, strict=True))
+    write = sum(o.store.write_seconds - h for o, h in zip(orchs, held, strict=True))
     out = {
         "cpu": cpu,
         "t0": t0,
         "t1": t1,
         "submitted": submitted,
         "commits": commits,
+        "write_seconds": write,
         "polls": polls,
         "warm_polls": warm_polls,
         "machine": machine,
@@ -251,7 +254,7 @@ def seawall_worker(url: str, rate: float, concurrency: int, work: pathlib.Path, 
         # The harness's "go" and "stop" come on stdin: a blocking read, where polling for a
         # file would wake this thread (and take the GIL) through the measured time.
         sys.stdin.readline()
-        base[:] = [orch.store.commits, time.process_time()]
+        base[:] = [orch.store.commits, orch.store.write_seconds, time.process_time()]
         sys.stdin.readline()
         base.append(time.process_time())
         stop.set()
@@ -263,7 +266,11 @@ def seawall_worker(url: str, rate: float, concurrency: int, work: pathlib.Path, 
         cProfile.runctx("orch.work(stop)", globals(), {"orch": orch, "stop": stop}, profile)
     else:
         orch.work(stop)
-    out = {"commits": orch.store.commits - base[0], "cpu": base[2] - base[1]}
+    out = {
+        "commits": orch.store.commits - base[0],
+        "write_seconds": orch.store.write_seconds - base[1],
+        "cpu": base[3] - base[2],
+    }
     (work / f"out-w{k}.json").write_text(json.dumps(out))
     orch.close()
 
@@ -487,10 +494,14 @@ def measure(
     # worker's until the harness tells it to stop; its lease keeper is not counted).
     cpu = out["cpu"] + sum(w["cpu"] for w in outs)
     after = xact_commits(base, url) if base else change_counter(url)
+    write = None
     if contender.startswith("seawall") and not base:
         # WAL mode does not count transactions in the header: the stores count them.
         commits = out["commits"] + sum(w["commits"] for w in outs)
         overhead = False
+        # The file has one writer at a time: the share of the measured time its write lock was
+        # held by the contender's transactions (the workers' until they hear "stop").
+        write = out["write_seconds"] + sum(w["write_seconds"] for w in outs)
     else:
         # The harness's polls are transactions on PostgreSQL; on SQLite they write nothing.
         commits = after - before - (out["polls"] + out["warm_polls"] if base else 0)
@@ -498,6 +509,7 @@ def measure(
     return {
         "runs": runs,
         "seconds": seconds,
+        "write_lock_seconds": write,
         "runs_per_s": runs / seconds if runs else None,
         "submit_seconds": out["submitted"] - out["t0"],
         "cpu_seconds": cpu,
@@ -635,6 +647,25 @@ def summarise(data: dict[str, Any]) -> None:
                 f"| {kind} | {contender} | {statistics.median(rps):.0f} | "
                 f"{' / '.join(f'{x:.0f}' for x in rps)} | {statistics.median(cpr):.2f} | "
                 f"{statistics.median(cps):.0f} | {' | '.join(shares)} | {cpu} | {' | '.join(use)} |"
+            )
+    lock = [
+        (contender, [r["contenders"][contender] for r in data["results"] if r["store"] == "sqlite"])
+        for contender in CONTENDERS
+    ]
+    lock = [(c, rs) for c, rs in lock if rs and all(r.get("write_lock_seconds") for r in rs)]
+    if lock:  # (figures saved before this was measured have none)
+        print(
+            "\nSQLite's write lock (one writer at a time): the share of the measured time "
+            "seawall's transactions held it (every process's), and per transaction"
+        )
+        print("| store | contender | write lock held | each round | ms per transaction |")
+        print("|---|---|---|---|---|")
+        for contender, rs in lock:
+            shares = [r["write_lock_seconds"] / r["seconds"] for r in rs]
+            per = [1000 * r["write_lock_seconds"] / r["commits"] for r in rs]
+            print(
+                f"| sqlite | {contender} | {statistics.median(shares):.0%} | "
+                f"{' / '.join(f'{x:.0%}' for x in shares)} | {statistics.median(per):.2f} |"
             )
     print("\nratios (seawall / DBOS), median and each round")
     print("| store | seawall | DBOS | median | rounds |")

@@ -27,6 +27,9 @@ class Connection:
         self.url = url
         #: Transactions committed through this store (for benchmarks: commits per run).
         self.commits = 0
+        #: Seconds its transactions held the store's write lock, from their first statement to
+        #: their commit's return (SQLite, whose file has one writer at a time; 0 elsewhere).
+        self.write_seconds = 0.0
         self._given_clock = clock
         self._clock: Callable[[], float] = time.time if clock is None else clock
 

@@ -344,6 +344,7 @@ class SQLiteStore(Store):
         conn = self._conn
         # The file's writers looked up each time: a fork renews them.
         with self._lock, self._refusals, _writers(self._real_path).held():
+            begun = time.perf_counter()
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield
@@ -357,6 +358,7 @@ class SQLiteStore(Store):
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+            self.write_seconds += time.perf_counter() - begun
         self.commits += 1
 
     def group_key(self) -> str:
