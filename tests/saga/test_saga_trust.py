@@ -716,13 +716,14 @@ def test_a_lease_taken_over_meanwhile_is_not_ended_by_the_worker_that_lost_it(
 
 
 @pytest.mark.slow
-def test_an_attempt_running_when_its_round_ends_keeps_its_lease_until_it_ends(
+def test_an_attempt_running_when_its_round_ends_keeps_its_lease_and_its_outcome(
     sqlite_url: str,
 ) -> None:
     # Worker a's round ends (its store full) while run r2's attempt still runs in a's thread.
-    # That attempt's lease is renewed until it ends: worker b, claiming all along for more than
-    # two leases, takes r1 over (its attempt had ended) and never r2. Once r2's attempt ends, a's
-    # next claim ends its lease and takes it over.
+    # That attempt's lease is renewed until its outcome is recorded: worker b, claiming all
+    # along for more than two leases, takes r1 over (its attempt had ended, its outcome lost
+    # with the store) and never r2. Once r2's attempt ends, a's next round records its outcome
+    # (no commit held it before): the step does not run again.
     calls: list[tuple[str, int]] = []
     r2_may_end = threading.Event()
     workers: dict[str, saga.Orchestrator] = {}
@@ -766,9 +767,68 @@ def test_an_attempt_running_when_its_round_ends_keeps_its_lease_until_it_ends(
         finally:
             r2_may_end.set()
         deadline = time.monotonic() + 30
-        while "r2" not in a._worker._expiring:  # the attempt's thread is done with it
+        while not a._worker._late:  # the attempt's thread is done with it
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        assert a.run_due() == 1  # at once: its lease ended, not run out
-        assert a.get("r2").status is saga.Status.SUCCEEDED
-    assert sorted(calls) == [("r1", 1), ("r1", 2), ("r2", 1), ("r2", 2)]
+        assert a.run_due() == 1
+        r2 = a.get("r2")
+        assert r2.status is saga.Status.SUCCEEDED and r2.step("act").result == "late"
+        assert r2.step("act").attempt_count == 1
+        events = [(h.event, h.attempt) for h in a.history("r2") if h.step == "act"]
+        assert events == [("attempt", 1), ("success", 1)]
+    assert sorted(calls) == [("r1", 1), ("r1", 2), ("r2", 1)]
+
+
+def test_an_attempt_outliving_a_lost_connection_has_its_outcome_recorded(pg_url: str) -> None:
+    # Two attempts at once. r1's ends the worker's connection (as a failover would) and the
+    # round ends on its commit, while r2's attempt runs on. The worker connects again, takes
+    # r1 over at once (its outcome was lost: attempt 2), and, once r2's attempt ends, records
+    # its outcome: r2's step runs once. The lease (120 s) never runs out meanwhile.
+    import psycopg
+
+    calls: list[tuple[str, int]] = []
+    r2_may_end = threading.Event()
+
+    def act(ctx: saga.StepContext) -> str:
+        calls.append((ctx.input, ctx.attempt))
+        if ctx.input == "r2":
+            assert r2_may_end.wait(60)
+            return "late"
+        if ctx.attempt == 1:
+            pid = orch.store._conn.info.backend_pid  # type: ignore[attr-defined]
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        return "ok"
+
+    policy = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
+    flow = saga.Saga("cut", [saga.Step("act", act, policy=policy)])
+    options: dict[str, Any] = {"lease": 120.0, "poll": 0.05, "concurrency": 2, "hooks": ()}
+    with saga.Orchestrator(pg_url, [flow], **options) as orch:
+        orch.start("cut", "r1", run_id="r1")
+        orch.start("cut", "r2", run_id="r2")
+        stop = threading.Event()
+        worker = threading.Thread(target=orch.work, args=(stop,))
+        worker.start()
+        try:
+            with saga.Orchestrator(pg_url, [flow], hooks=()) as reader:
+
+                def settled(run_id: str) -> None:
+                    deadline = time.monotonic() + 60  # half the lease
+                    while reader.get(run_id).status is not saga.Status.SUCCEEDED:
+                        assert time.monotonic() < deadline, reader.get(run_id)
+                        time.sleep(0.05)
+
+                settled("r1")
+                assert reader.get("r2").status is saga.Status.RUNNING
+                r2_may_end.set()
+                settled("r2")
+                r1 = [(h.event, h.attempt) for h in reader.history("r1") if h.step == "act"]
+                r2 = [(h.event, h.attempt) for h in reader.history("r2") if h.step == "act"]
+                result = reader.get("r2").step("act").result
+        finally:
+            r2_may_end.set()
+            stop.set()
+            worker.join(30)
+    assert r1 == LOST_AND_RETRIED
+    assert r2 == [("attempt", 1), ("success", 1)] and result == "late"
+    assert sorted(calls) == [("r1", 1), ("r1", 2), ("r2", 1)]

@@ -151,9 +151,11 @@ class Worker:
         # not inherit the ambient deadline or one_attempt() of whoever called run_due().
         self._context = contextvars.Context()
         self._rng = random.Random()  # the jitter of the pauses before a conflict's retry
-        # Leases to end at the next claim (run id -> token): see _expire_later. (Under the
-        # lock: an attempt of an ended round adds its run from its thread as it ends.)
+        # Leases to end at the next claim (run id -> token): see _expire_later; and attempts
+        # of an ended round that ended since, their outcomes to record: see _abandon. (Under
+        # the lock: such an attempt adds itself from its thread as it ends.)
         self._expiring: dict[str, int] = {}
+        self._late: list[Work] = []
         self._expiring_lock = threading.Lock()
 
     @property
@@ -307,6 +309,8 @@ class Worker:
         # Claimed runs beyond `concurrency` wait here, leased but not begun: each one's attempt
         # begins (and counts) in the commit that records another's outcome, when a slot frees.
         queued: collections.deque[Work] = collections.deque()
+        late, begun = self._record_late()
+        works.extend(begun)
         with self._expiring_lock:
             expiring = dict(self._expiring)
         claim = functools.partial(
@@ -318,7 +322,7 @@ class Worker:
         )
         try:
             with self._transaction(claim) as (now, claimed):
-                busy = 0
+                busy = len(begun)
                 for loaded in claimed:
                     problem = unknown_status(loaded)
                     saga = None
@@ -340,13 +344,13 @@ class Worker:
             raise
         if expiring:
             with self._expiring_lock:
-                for run_id, token in expiring.items():
-                    if self._expiring.get(run_id) == token:
-                        del self._expiring[run_id]
+                for rid, token in expiring.items():
+                    if self._expiring.get(rid) == token:
+                        del self._expiring[rid]
         self.emit([e for w in works for e in w.events])
         for w in works:
             w.events = []
-        ran = 0
+        ran = late
         pending = [w for w in works if w.pending is not None and not w.lost]
         running: dict[concurrent.futures.Future[Outcome], Work] = {}
         try:
@@ -380,18 +384,43 @@ class Worker:
 
     def _abandon(self, future: concurrent.futures.Future[Outcome], w: Work) -> None:
         """An attempt still runs in its thread when its round ends: its lease is renewed
-        until it ends, so that no other worker runs the step meanwhile; its outcome is not
-        recorded, and its lease ends at this worker's next claim after it ended."""
-        run_id, token = w.loaded.run.run_id, w.loaded.run.token
-        heartbeat = self._execution.heartbeat
-        heartbeat.keep(run_id, token)
+        until its outcome is recorded, so that no other worker runs the step meanwhile. This
+        worker's next round records it (:meth:`_record_late`), fenced by the lease's token as
+        any outcome: no commit held it before, so it is recorded once, and the step does not
+        run again for an outcome lost with the store."""
+        run_id = w.loaded.run.run_id
+        self._execution.heartbeat.keep(run_id, w.loaded.run.token)
 
-        def ended(_: concurrent.futures.Future[Outcome]) -> None:
-            heartbeat.let_go(run_id)
+        def ended(f: concurrent.futures.Future[Outcome]) -> None:
+            try:
+                w.outcome = f.result()
+            except BaseException:  # (an attempt's errors are outcomes: only a kill is here)
+                self._execution.heartbeat.let_go(run_id)
+                self._expire_later([w])
+                return
             with self._expiring_lock:
-                self._expiring[run_id] = token
+                self._late.append(w)
 
         future.add_done_callback(ended)
+
+    def _record_late(self) -> tuple[int, list[Work]]:
+        """Record the outcomes of attempts that outlived their rounds (:meth:`_abandon`), in
+        one transaction, with the moves that follow; returns how many were recorded, and the
+        works whose next attempts began (they run in this round)."""
+        with self._expiring_lock:
+            late, self._late = self._late, []
+        if not late:
+            return 0, []
+        heartbeat = self._execution.heartbeat
+        try:
+            recorded, begun = self._record_all(late, {}, collections.deque())
+        except Exception:
+            self._expire_later(late)  # (the commit may have landed: their leases end now)
+            raise
+        finally:
+            for w in late:
+                heartbeat.let_go(w.loaded.run.run_id)
+        return recorded, begun
 
     def _record_all(
         self,
