@@ -570,6 +570,33 @@ def test_the_default_log_escapes_a_step_errors_control_characters(
     assert any("\\x1b[2J\\x07\\r\\n" in line for line in lines), lines
 
 
+def fill(store: Any) -> str:
+    """Make *store* (SQLite) full, as a full disk would: SQLite's limit on the file's size,
+    on its connection; returns a result that takes new pages (it cannot be recorded)."""
+    pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+    store._conn.execute(f"PRAGMA max_page_count = {pages}")
+    return "x" * 50_000
+
+
+def put_right(store: Any) -> None:
+    """*store* takes writes again (after :func:`fill`)."""
+    store.execute("PRAGMA max_page_count = 1073741823")
+
+
+def end_connection(store: Any, url: str) -> None:
+    """End *store*'s PostgreSQL connection from another session, as a failover would."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (store._conn.info.backend_pid,))
+
+
+def one_step(name: str, act: Any) -> saga.Saga:
+    """A saga of the one step *act*, retried at once up to 3 attempts."""
+    policy = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
+    return saga.Saga(name, [saga.Step("act", act, policy=policy)])
+
+
 #: The history of a step whose first attempt's outcome was lost with the store, then retried.
 LOST_AND_RETRIED = [("attempt", 1), ("lost", 1), ("failure", 1), ("attempt", 2), ("success", 2)]
 
@@ -591,16 +618,9 @@ def test_a_round_ended_by_a_full_store_lets_its_runs_go_once_the_store_takes_wri
         if ctx.input == "b":
             assert b_may_end.wait(30)
             return "b"
-        if ctx.attempt == 1:
-            conn = orch.store._conn  # type: ignore[attr-defined]
-            pages = conn.execute("PRAGMA page_count").fetchone()[0]
-            conn.execute(f"PRAGMA max_page_count = {pages}")
-            return "x" * 50_000  # a result that takes new pages
-        return "a"
+        return fill(orch.store) if ctx.attempt == 1 else "a"
 
-    policy = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
-    flow = saga.Saga("full", [saga.Step("act", act, policy=policy)])
-    with saga.Orchestrator(sqlite_url, [flow], concurrency=2, hooks=()) as orch:
+    with saga.Orchestrator(sqlite_url, [one_step("full", act)], concurrency=2, hooks=()) as orch:
         assert orch.lease == 30.0
         orch.start("full", "a", run_id="a")
         orch.start("full", "b", run_id="b")
@@ -608,7 +628,7 @@ def test_a_round_ended_by_a_full_store_lets_its_runs_go_once_the_store_takes_wri
             with pytest.raises(OSError) as info:
                 orch.run_due()
             assert info.value.errno == errno.ENOSPC
-            orch.store.execute("PRAGMA max_page_count = 1073741823")  # the disk is put right
+            put_right(orch.store)  # the disk is put right
             orch.run_due()
             a = orch.get("a")
             assert a.status is saga.Status.SUCCEEDED
@@ -634,20 +654,15 @@ def test_a_worker_back_from_a_lost_connection_takes_its_runs_over_at_once(pg_url
     # The worker's connection is ended while an attempt runs (as by a failover): its outcome
     # cannot be recorded. The worker connects again and ends its own lease of the run, which
     # is taken over at once, not when its lease (here 120 s) runs out.
-    import psycopg
-
     attempts: list[int] = []
 
     def act(ctx: saga.StepContext) -> str:
         attempts.append(ctx.attempt)
         if ctx.attempt == 1:
-            pid = orch.store._conn.info.backend_pid  # type: ignore[attr-defined]
-            with psycopg.connect(pg_url, autocommit=True) as admin:
-                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            end_connection(orch.store, pg_url)
         return "ok"
 
-    policy = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
-    flow = saga.Saga("cut", [saga.Step("act", act, policy=policy)])
+    flow = one_step("cut", act)
     with saga.Orchestrator(pg_url, [flow], lease=120.0, poll=0.05, hooks=()) as orch:
         orch.start("cut", {}, run_id="r")
         stop = threading.Event()
@@ -690,15 +705,11 @@ def test_a_lease_taken_over_meanwhile_is_not_ended_by_the_worker_that_lost_it(
         who = "a" if ctx.attempt == 1 else "b"
         calls.append((who, ctx.attempt))
         if who == "a":
-            conn = workers["a"].store._conn  # type: ignore[attr-defined]
-            pages = conn.execute("PRAGMA page_count").fetchone()[0]
-            conn.execute(f"PRAGMA max_page_count = {pages}")
-            return "x" * 50_000
+            return fill(workers["a"].store)
         assert workers["a"].run_due() == 0  # b's lease is live
         return "b"
 
-    policy = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
-    flow = saga.Saga("s", [saga.Step("act", act, policy=policy)])
+    flow = one_step("s", act)
     common: dict[str, Any] = {"lease": 10.0, "clock": clock, "store_clock": clock, "hooks": ()}
     with (
         saga.Orchestrator(sqlite_url, [flow], worker_id="a", **common) as a,
@@ -708,7 +719,7 @@ def test_a_lease_taken_over_meanwhile_is_not_ended_by_the_worker_that_lost_it(
         run_id = a.start("s", {})
         with pytest.raises(OSError):
             a.run_due()
-        a.store.execute("PRAGMA max_page_count = 1073741823")  # a's store takes writes again
+        put_right(a.store)  # a's store takes writes again
         clock.advance(11.0)  # ... once a's lease ran out
         assert b.run_due() == 1
         assert b.get(run_id).status is saga.Status.SUCCEEDED
@@ -735,13 +746,9 @@ def test_an_attempt_running_when_its_round_ends_keeps_its_lease_and_its_outcome(
         if ctx.input == "r2":
             assert r2_may_end.wait(60)
             return "late"
-        conn = workers["a"].store._conn  # type: ignore[attr-defined]
-        pages = conn.execute("PRAGMA page_count").fetchone()[0]
-        conn.execute(f"PRAGMA max_page_count = {pages}")
-        return "x" * 50_000
+        return fill(workers["a"].store)
 
-    policy = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
-    flow = saga.Saga("s", [saga.Step("act", act, policy=policy)])
+    flow = one_step("s", act)
     lease = 3.0
     with (
         saga.Orchestrator(sqlite_url, [flow], lease=lease, concurrency=2, hooks=()) as a,
@@ -753,7 +760,7 @@ def test_an_attempt_running_when_its_round_ends_keeps_its_lease_and_its_outcome(
         try:
             with pytest.raises(OSError):
                 a.run_due()
-            a.store.execute("PRAGMA max_page_count = 1073741823")
+            put_right(a.store)
             watched = time.monotonic() + 2.5 * lease
             while time.monotonic() < watched:
                 b.run_due()
@@ -784,8 +791,6 @@ def test_an_attempt_outliving_a_lost_connection_has_its_outcome_recorded(pg_url:
     # round ends on its commit, while r2's attempt runs on. The worker connects again, takes
     # r1 over at once (its outcome was lost: attempt 2), and, once r2's attempt ends, records
     # its outcome: r2's step runs once. The lease (120 s) never runs out meanwhile.
-    import psycopg
-
     calls: list[tuple[str, int]] = []
     r2_may_end = threading.Event()
 
@@ -795,13 +800,10 @@ def test_an_attempt_outliving_a_lost_connection_has_its_outcome_recorded(pg_url:
             assert r2_may_end.wait(60)
             return "late"
         if ctx.attempt == 1:
-            pid = orch.store._conn.info.backend_pid  # type: ignore[attr-defined]
-            with psycopg.connect(pg_url, autocommit=True) as admin:
-                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            end_connection(orch.store, pg_url)
         return "ok"
 
-    policy = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
-    flow = saga.Saga("cut", [saga.Step("act", act, policy=policy)])
+    flow = one_step("cut", act)
     options: dict[str, Any] = {"lease": 120.0, "poll": 0.05, "concurrency": 2, "hooks": ()}
     with saga.Orchestrator(pg_url, [flow], **options) as orch:
         orch.start("cut", "r1", run_id="r1")

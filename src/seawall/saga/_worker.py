@@ -376,7 +376,7 @@ class Worker:
         of this worker, once the store answers, ends those leases first, and takes the runs
         over as any worker would after an expired lease (an attempt begun and not recorded is
         recorded as lost, then retried per its policy). A run whose attempt still runs in a
-        thread keeps its lease, renewed, until the attempt ends (:meth:`_abandon`)."""
+        thread keeps its lease, renewed, until its outcome is recorded (:meth:`_abandon`)."""
         with self._expiring_lock:
             for w in works:
                 if not w.lost:
