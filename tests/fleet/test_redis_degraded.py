@@ -280,7 +280,10 @@ async def test_an_event_loop_never_waits_for_a_paused_redis(
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             started = time.monotonic()
-            with contextlib.suppress(ConnectionError):
+            # On a fast machine the calls reach the breaker's minimum (1,000) within the
+            # second, two thirds failing, and the local rules open it while Redis is paused:
+            # a refusal is an answer too, and must come as fast.
+            with contextlib.suppress(ConnectionError, CircuitOpen):
                 await breaker.acall(policy.acall, flaky)
             slowest = max(slowest, time.monotonic() - started)
             await asyncio.sleep(0.001)
