@@ -117,9 +117,13 @@ INVARIANTS: dict[str, str] = {
     "status_succeeded": "a SUCCEEDED run had every step's action succeed",
     "status_compensated": "a COMPENSATED run had every finished step's compensation succeed",
     "attempts_charged_unbegun": (
-        "attempts are charged once begun: a crash, or an outage after a commit landed, charges "
-        "at most as many attempts that never began as the worker runs at once (its "
-        "concurrency; 1 without)"
+        "attempts are charged once begun: a crash charges at most as many attempts that never "
+        "began as the worker runs at once (its concurrency; 1 without); a worker that lives "
+        "on after an outage, none"
+    ),
+    "outcome_dropped": (
+        "an attempt that ended in a worker that then lost its store has its outcome recorded "
+        "by that worker's next run_due (no other worker ran meanwhile), not recorded as lost"
     ),
     "lease_unheld": (
         "an attempt starts only once its worker's lease renewal (its keeper process) holds its "
@@ -225,7 +229,6 @@ class _Crashing:
         if plan == (n, "after"):
             raise SimulatedCrash(w, f"after commit {n}")
         if outage == (n, "after"):
-            w.outages_after += 1
             raise SimulatedOutage(f"{w.wid}'s store lost after commit {n}")
 
 
@@ -406,8 +409,11 @@ class Worker:
     crash_commit: tuple[int, str] | None = None  # (transaction number, "before" | "after")
     crash_call: int | None = None  # killed after the side effect of its N-th step call
     outage_commit: tuple[int, str] | None = None  # the store lost at this commit in run_due
-    outages_after: int = 0  # outages after a commit landed
     in_run_due: bool = False
+    ended: list[tuple[str, str, str, int]] = dataclasses.field(default_factory=list)
+    # After an outage: the attempts that had ended in the run_due it ended, and the number
+    # of run_due calls (of any worker) by then (see Simulation.check_outcomes).
+    doubt: tuple[list[tuple[str, str, str, int]], int] | None = None
     slow: dict[int, float] = dataclasses.field(default_factory=dict)  # call -> seconds
     orch: Any = None
     heartbeat: SimHeartbeat | None = None
@@ -588,6 +594,7 @@ class Simulation:
         self.op = 0
         self.depth = 0
         self.crashes = 0
+        self.run_dues = 0  # run_due calls begun, of every worker
         self.allowance = 0  # attempts a crash may charge that never began (see INVARIANTS)
         self.violations: list[Violation] = []
         self.seen: set[tuple[Any, ...]] = set()
@@ -744,6 +751,10 @@ class Simulation:
         self.close(worker)
 
     def close(self, worker: Worker) -> None:
+        if worker.alive and worker.doubt is not None:
+            # Closed with commits in doubt: the attempts they began are charged as after a
+            # crash (another worker takes the runs over once the leases run out).
+            self.allowance += self.cfg.concurrency
         worker.alive = False
         with contextlib.suppress(Exception):
             worker.orch.close()
@@ -922,6 +933,8 @@ class Simulation:
             raise ValueError(f"{name} refused the request (simulated)")
         finally:
             self.inside[slot].remove(w)
+            if ended != "crash":
+                w.ended.append((rid, row, phase, ctx.attempt))
             if ended in ("transient", "permanent"):
                 key = (rid, row, phase, ctx.attempt)
                 late = 100.0 if self.sabotage == "early" else 0.0
@@ -988,10 +1001,17 @@ class Simulation:
 
     def run_due(self, w: Worker) -> None:
         self.note(f"{w.wid} run_due")
+        # Nobody ran since this worker's outage: its next run_due records what was in doubt.
+        doubt = w.doubt if w.doubt is not None and w.doubt[1] == self.run_dues else None
+        if w.doubt is not None and doubt is None:
+            # Others ran since its outage: its lease may have run out, and another worker
+            # taken its runs over, charging what a crash would.
+            self.allowance += self.cfg.concurrency
+        self.run_dues += 1
+        w.ended = []
         try:
             try:
                 w.in_run_due = True
-                after = w.outages_after
                 ran = w.orch.run_due()
             finally:
                 w.in_run_due = False
@@ -1007,11 +1027,11 @@ class Simulation:
                 raise
             self.kill(w, str(crash))
         except SimulatedOutage as outage:
-            # As work() would: the worker lives on and claims again later. An outage after a
-            # commit landed charges what a crash there would.
+            # As work() would: the worker lives on and claims again later.
             self.stats["outages"] += 1
-            self.allowance += self.cfg.concurrency * (w.outages_after - after)
             self.note(f"{outage}; {w.wid} goes on")
+            ended = [a for a in w.ended if not self.lost_line(a)]  # (not taken over before)
+            w.doubt = ((doubt[0] if doubt else []) + ended, self.run_dues)
         except Exception as exc:
             self.violate(
                 "worker_error", (w.wid,), f"{w.wid}'s run_due raised {type(exc).__name__}: {exc}"
@@ -1019,6 +1039,34 @@ class Simulation:
             self.close(w)
         else:
             self.note(f"{w.wid} ran {ran} attempts")
+            if doubt is not None:
+                self.check_outcomes(w, doubt[0])
+            w.doubt = None
+
+    def lost_line(self, attempt: tuple[str, str, str, int]) -> bool:
+        rid, row, phase, n = attempt
+        return any(
+            (e.event, e.step, e.phase, e.attempt) == ("lost", row, phase, n)
+            for e in self.observer.history(rid)
+        )
+
+    def check_outcomes(self, w: Worker, attempts: list[tuple[str, str, str, int]]) -> None:
+        """After *w*'s first run_due since its outage, with no other worker's in between:
+        the *attempts* that had ended in it have their outcomes in the log."""
+        self.stats["outcomes_in_doubt"] += len(attempts)
+        for rid, row, phase, n in attempts:
+            events = {
+                e.event
+                for e in self.observer.history(rid)
+                if (e.step, e.phase, e.attempt) == (row, phase, n)
+            }
+            if "lost" in events or not events & {"success", "failure"}:
+                self.violate(
+                    "outcome_dropped",
+                    (rid, row, phase, n),
+                    f"attempt {n} of {row} ({phase}) of run {rid} ended in {w.wid} before its "
+                    f"store was lost; the log after its next run_due has {sorted(events)}",
+                )
 
     def start(self, w: Worker, rid: str) -> None:
         self.note(f"{w.wid} start {rid}")
@@ -1161,7 +1209,10 @@ class Simulation:
                         f"run {rid} is COMPENSATED, and {', '.join(left)} succeeded without "
                         "being compensated",
                     )
-        if excess > self.allowance:
+        # A worker back from an outage runs the attempts its lost commits began (or records
+        # them as lost if its lease ran out meanwhile): until its next run_due, they may wait.
+        doubting = sum(1 for w in self.live() if w.doubt is not None)
+        if excess > self.allowance + self.cfg.concurrency * doubting:
             self.violate(
                 "attempts_charged_unbegun",
                 (),

@@ -12,6 +12,7 @@ is due. The retry state itself travels in the step's row (``RetryState.snapshot`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from collections.abc import Callable
 
@@ -20,7 +21,7 @@ from seawall._strategies.retry import RetryState
 from seawall.saga._model import Sleep, Status, StepContext, WaitFor, WorkerLost, utc
 from seawall.saga._operations import ACTIVE, apply_operation
 from seawall.saga._outcomes import Outcomes, Recorded
-from seawall.saga._rows import HistoryRow, dumps
+from seawall.saga._rows import HistoryRow, Loaded, dumps
 from seawall.saga._work import Pending, Work, is_async
 
 __all__ = ["Transitions"]
@@ -331,6 +332,34 @@ class Transitions:
             end = "" if row.next_retry_at is None else f" until {utc(row.next_retry_at)}"
             self.outcomes.event(w, "run", reason=f"{what}{end}")
         return True
+
+    @staticmethod
+    def running(loaded: Loaded, pending: Pending) -> bool:
+        """Whether the log (*loaded*) says the attempt *pending* began and has no outcome."""
+        if pending.index >= len(loaded.steps):  # pragma: no cover - a run keeps its steps
+            return False
+        row = loaded.steps[pending.index]
+        comp = pending.phase == "compensation"
+        count = row.compensation_attempt_count if comp else row.attempt_count
+        return row.running and count == pending.ctx.attempt
+
+    def resumed(self, w: Work, done: Pending, now: float) -> Pending | None:
+        """The attempt *done*, which the log (``w.loaded``, read anew) has begun with no
+        outcome (:meth:`running`), its retry state read back from the step's row as
+        :meth:`_lost` reads it: its outcome can be recorded on the log as it is (a commit that
+        recorded it once was lost). ``None`` if that state cannot be read."""
+        row = w.loaded.steps[done.index]
+        policy = w.saga.steps[done.index].retry_policy
+        try:
+            data = json.loads(row.retry_state) if row.retry_state else None
+            if not isinstance(data, dict):
+                return None
+            state = RetryState.restore(
+                policy, data["retry"], now=now, wall_now=now, defer_refusals=True
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+        return dataclasses.replace(done, state=state)
 
     def _lost(self, w: Work, index: int, phase: str, now: float) -> None:
         """The attempt the log says is running has no worker any more (the lease expired)."""

@@ -7,7 +7,8 @@ the move that follows as the attempts end, those that ended together (or while t
 its turn for the store) in one transaction (group commit), where the claimed runs still waiting
 begin as slots free, until every claimed run is released. Each write is fenced by the run's
 lease token: a worker whose lease was taken records nothing but a ``fenced`` line in the
-history.
+history. A commit that failed may have landed: the next round reads its runs back and goes on
+from what the log holds (:meth:`Worker._settle`).
 
 Times in the log are wall-clock seconds since the epoch: ``time.time()`` with the system
 clock, or a :class:`~seawall.VirtualClock`'s ``now()`` (read as seconds since the epoch). The
@@ -71,6 +72,15 @@ class Round(NamedTuple):
 
     claimed: int  # runs claimed
     ran: int  # attempts run
+
+
+class Doubt(NamedTuple):
+    """A run whose commit failed: the commit may have landed or not (:meth:`Worker._settle`).
+    ``work`` is as that commit would have left it."""
+
+    work: Work
+    done: Pending | None  # the attempt whose outcome the commit recorded; None: none
+    outcome: Outcome | None  # that attempt's outcome
 
 
 def changed_reason(run: RunRow, names: Sequence[str], versions: dict[int, Saga]) -> str:
@@ -156,6 +166,8 @@ class Worker:
         # the lock: such an attempt adds itself from its thread as it ends.)
         self._expiring: dict[str, int] = {}
         self._late: list[Work] = []
+        # Runs of commits that failed, to settle at the next round: see _settle.
+        self._doubt: list[Doubt] = []
         self._expiring_lock = threading.Lock()
 
     @property
@@ -309,20 +321,22 @@ class Worker:
         # Claimed runs beyond `concurrency` wait here, leased but not begun: each one's attempt
         # begins (and counts) in the commit that records another's outcome, when a slot frees.
         queued: collections.deque[Work] = collections.deque()
-        late, begun = self._record_late()
+        settled, begun = self._settle()
         works.extend(begun)
-        with self._expiring_lock:
-            expiring = dict(self._expiring)
-        claim = functools.partial(
-            store.claim_due,
-            1 if run_id else self.batch,
-            self._saga_names,
-            run_id,
-            expire=(self.worker_id, expiring) if expiring else None,
-        )
         try:
+            late, begun = self._record_late()
+            works.extend(begun)
+            with self._expiring_lock:
+                expiring = dict(self._expiring)
+            claim = functools.partial(
+                store.claim_due,
+                1 if run_id else self.batch,
+                self._saga_names,
+                run_id,
+                expire=(self.worker_id, expiring) if expiring else None,
+            )
             with self._transaction(claim) as (now, claimed):
-                busy = len(begun)
+                busy = len(works)
                 for loaded in claimed:
                     problem = unknown_status(loaded)
                     saga = None
@@ -340,7 +354,10 @@ class Worker:
                     self._save(work)
                     works.append(work)
         except Exception:
-            self._expire_later(works)  # (the claim may have been committed all the same)
+            # The claim may have landed all the same: the attempts begun before it or in it
+            # are settled at the next round (_settle); the other runs' leases end then.
+            self._in_doubt([Doubt(w, None, None) for w in works if w.pending is not None])
+            self._expire_later(works)
             raise
         if expiring:
             with self._expiring_lock:
@@ -350,7 +367,7 @@ class Worker:
         self.emit([e for w in works for e in w.events])
         for w in works:
             w.events = []
-        ran = late
+        ran = settled + late
         pending = [w for w in works if w.pending is not None and not w.lost]
         running: dict[concurrent.futures.Future[Outcome], Work] = {}
         try:
@@ -371,16 +388,102 @@ class Worker:
 
     def _expire_later(self, works: Sequence[Work]) -> None:
         """A round ended by an error (the store went away, a commit failed): the runs it
-        holds whose attempts are not running (ended, their outcomes maybe not recorded;
-        claimed, not begun) are not left leased until their leases run out. The next claim
-        of this worker, once the store answers, ends those leases first, and takes the runs
-        over as any worker would after an expired lease (an attempt begun and not recorded is
-        recorded as lost, then retried per its policy). A run whose attempt still runs in a
-        thread keeps its lease, renewed, until its outcome is recorded (:meth:`_abandon`)."""
+        holds with nothing under way (claimed, not begun; or released already) are not left
+        leased until their leases run out. The next claim of this worker, once the store
+        answers, ends those leases first, and takes the runs over as any worker would after an
+        expired lease. Runs of the failed commit are settled instead (:meth:`_settle`); a run
+        whose attempt still runs in a thread keeps its lease, renewed, until its outcome is
+        recorded (:meth:`_abandon`)."""
         with self._expiring_lock:
+            doubted = {id(d.work) for d in self._doubt}
             for w in works:
-                if not w.lost:
+                if not w.lost and id(w) not in doubted:
                     self._expiring[w.loaded.run.run_id] = w.loaded.run.token
+
+    def _in_doubt(self, doubts: Sequence[Doubt]) -> None:
+        """A commit failed, which may have landed all the same (the store went away before
+        its answer came): its runs are settled at the next round (:meth:`_settle`), their
+        leases renewed meanwhile."""
+        with self._expiring_lock:
+            for d in doubts:
+                if not d.work.lost:
+                    self._doubt.append(d)
+                    self._execution.heartbeat.keep(
+                        d.work.loaded.run.run_id, d.work.loaded.run.token
+                    )
+
+    def _settle(self) -> tuple[int, list[Work]]:
+        """Settle the runs of failed commits (:meth:`_in_doubt`) once the store answers again:
+        renew their leases, then read each one's log back. Returns how many outcomes were
+        recorded, and the works whose attempts the log says began (they run in this round).
+
+        - The run is held by another worker now (this worker's lease ran out meanwhile):
+          nothing; that worker records the attempt as lost, as after any expired lease.
+        - The commit landed: the log is as this worker left it. The attempt it began (if any)
+          runs now, as if the commit had answered; the hooks hear of what it recorded.
+        - It did not: the outcome it recorded is recorded now, on the log as it is (the
+          attempt's retry state read back from its row), and the next move made. The step
+          does not run again, and no attempt is charged that never began.
+        - It began a run's attempt and did not land: the run is claimed, nothing begun; its
+          lease ends, and the run is claimed again as any due run.
+
+        A failure here leaves them all to the next round, each as this settling left it."""
+        with self._expiring_lock:
+            doubts, self._doubt = self._doubt, []
+        if not doubts:
+            return 0, []
+        store = self.store
+        running = Transitions.running
+        redo: list[Work] = []
+        begun: list[Work] = []
+        landed = 0
+        settled: set[int] = set()  # works this settling has done with
+        try:
+            store.renew(
+                [(d.work.loaded.run.run_id, d.work.loaded.run.token) for d in doubts], self.lease
+            )
+            now = store.now()
+            for d in doubts:
+                w, run = d.work, d.work.loaded.run
+                fresh = store.load(run.run_id)
+                self._execution.heartbeat.let_go(run.run_id)
+                settled.add(id(w))
+                if fresh is None or (fresh.run.lease_owner, fresh.run.token) != (
+                    self.worker_id,
+                    run.token,
+                ):
+                    continue  # taken over
+                w.token = run.token
+                if d.done is not None and running(fresh, d.done):
+                    # Not landed: its outcome is recorded again, on the log as it is.
+                    resumed = self._transitions.resumed(Work(fresh, w.saga, w.problem), d.done, now)
+                    if resumed is None:  # pragma: no cover - a row this worker just wrote
+                        self._expire_later([w])
+                        continue
+                    w.loaded, w.pending, w.outcome, w.events = fresh, resumed, d.outcome, []
+                    redo.append(w)
+                    settled.discard(id(w))
+                elif d.done is None and (w.pending is None or not running(fresh, w.pending)):
+                    self._expire_later([w])  # a run claimed, nothing begun
+                else:
+                    # Landed: the log is as the commit left it; what it began runs now.
+                    landed += d.done is not None
+                    self.emit(w.events)
+                    w.events = []
+                    if w.pending is not None and running(fresh, w.pending):
+                        begun.append(w)
+                        settled.discard(id(w))
+                    elif w.pending is not None:  # pragma: no cover - the log is as written
+                        self._expire_later([w])
+        except Exception:
+            self._in_doubt([d for d in doubts if id(d.work) not in settled])
+            raise
+        try:
+            recorded, more = self._record_all(redo, {}, collections.deque())
+        except Exception:  # (it leaves its own runs to the next round)
+            self._in_doubt([Doubt(w, None, None) for w in begun])
+            raise
+        return landed + recorded, begun + more
 
     def _abandon(self, future: concurrent.futures.Future[Outcome], w: Work) -> None:
         """An attempt still runs in its thread when its round ends: its lease is renewed
@@ -411,15 +514,10 @@ class Worker:
             late, self._late = self._late, []
         if not late:
             return 0, []
-        heartbeat = self._execution.heartbeat
-        try:
-            recorded, begun = self._record_all(late, {}, collections.deque())
-        except Exception:
-            self._expire_later(late)  # (the commit may have landed: their leases end now)
-            raise
-        finally:
-            for w in late:
-                heartbeat.let_go(w.loaded.run.run_id)
+        # (Should the commit fail, its runs are settled at the next round, their leases kept.)
+        recorded, begun = self._record_all(late, {}, collections.deque())
+        for w in late:
+            self._execution.heartbeat.let_go(w.loaded.run.run_id)
         return recorded, begun
 
     def _record_all(
@@ -438,6 +536,7 @@ class Worker:
         store = self.store
         begun: list[Work] = []
         free = 0
+        doubts: dict[int, Doubt] = {}  # what the commit records of each run (see _settle)
 
         def take() -> tuple[float, dict[str, str]]:
             # Once this transaction has its turn (on SQLite, the file's lock is held by now),
@@ -449,39 +548,64 @@ class Worker:
             ids = [w.loaded.run.run_id for w in (*pending, *itertools.islice(queued, free))]
             return store.lock_runs(ids)
 
-        with self._transaction(take) as (now, asked):
-            for w in pending:
-                outcome = w.outcome
-                assert outcome is not None
-                w.loaded.run.requested = asked.get(w.loaded.run.run_id)
-                done = w.pending
-                try:
-                    self._outcomes.record(w, outcome, now)
-                except Exception as exc:
-                    self._outcomes.unreadable(w, exc, now)
-                else:
-                    self._transitions.advance_safely(w, now)
-                self._save(w)
-                if w.lost and done is not None:
-                    store.append_history([self._fenced(w, done, outcome, now)])
-            recorded = len(pending)
-            begun = [w for w in pending if w.pending is not None and not w.lost]
-            while queued and len(begun) < free:
-                w = queued.popleft()
-                if w.lost:  # pragma: no cover - a queued run is written only at its claim
-                    continue
-                w.loaded.run.requested = asked.get(w.loaded.run.run_id)  # (one of *ids*)
-                self._transitions.advance_safely(w, now)
-                self._save(w)
-                pending.append(w)
-                if w.pending is not None and not w.lost:
-                    begun.append(w)
+        try:
+            with self._transaction(take) as (now, asked):
+                recorded = self._record_in(pending, queued, free, now, asked, begun, doubts)
+        except Exception:
+            # The commit may have landed or not: its runs are settled at the next round.
+            self._in_doubt([doubts.get(id(w)) or Doubt(w, w.pending, w.outcome) for w in pending])
+            raise
         # A fenced worker's hooks hear of the attempt it ran (it did run), never of a status
         # change or a hold its outcome would have made: the log does not hold those.
         self.emit([e for w in pending for e in w.events if not w.lost or e.kind == "attempt"])
         for w in pending:
             w.events = []
         return recorded, begun
+
+    def _record_in(
+        self,
+        pending: list[Work],
+        queued: collections.deque[Work],
+        free: int,
+        now: float,
+        asked: dict[str, str],
+        begun: list[Work],
+        doubts: dict[int, Doubt],
+    ) -> int:
+        """(In :meth:`_record_all`'s transaction.) Record the outcomes of *pending*, then
+        begin queued runs (appended to *pending*) while fewer than *free* attempts have begun;
+        returns how many outcomes were recorded. *begun* gets the works whose attempts began;
+        *doubts*, what the transaction writes of each run."""
+        store = self.store
+        for w in pending:
+            outcome = w.outcome
+            assert outcome is not None
+            w.loaded.run.requested = asked.get(w.loaded.run.run_id)
+            done = w.pending
+            doubts[id(w)] = Doubt(w, done, outcome)
+            try:
+                self._outcomes.record(w, outcome, now)
+            except Exception as exc:
+                self._outcomes.unreadable(w, exc, now)
+            else:
+                self._transitions.advance_safely(w, now)
+            self._save(w)
+            if w.lost and done is not None:
+                store.append_history([self._fenced(w, done, outcome, now)])
+        recorded = len(pending)
+        begun.extend(w for w in pending if w.pending is not None and not w.lost)
+        while queued and len(begun) < free:
+            w = queued.popleft()
+            if w.lost:  # pragma: no cover - a queued run is written only at its claim
+                continue
+            doubts[id(w)] = Doubt(w, None, None)
+            w.loaded.run.requested = asked.get(w.loaded.run.run_id)  # (one of *ids*)
+            self._transitions.advance_safely(w, now)
+            self._save(w)
+            pending.append(w)
+            if w.pending is not None and not w.lost:
+                begun.append(w)
+        return recorded
 
     @contextlib.contextmanager
     def _transaction(self, take: Callable[[], _T]) -> Iterator[_T]:
