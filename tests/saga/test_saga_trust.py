@@ -856,7 +856,7 @@ def test_a_round_ended_by_its_store_keeps_its_leases_and_records_its_outcomes(
         finally:
             r2_may_end.set()
         deadline = time.monotonic() + 30
-        while not a._worker._late:  # the attempt's thread is done with it
+        while not a._worker._carryover._late:  # the attempt's thread is done with it
             assert time.monotonic() < deadline
             time.sleep(0.01)
         assert a.run_due() == 2

@@ -7,8 +7,8 @@ the move that follows as the attempts end, those that ended together (or while t
 its turn for the store) in one transaction (group commit), where the claimed runs still waiting
 begin as slots free, until every claimed run is released. Each write is fenced by the run's
 lease token: a worker whose lease was taken records nothing but a ``fenced`` line in the
-history. A commit that failed may have landed: the next round reads its runs back and goes on
-from what the log holds (:meth:`Worker._settle`).
+history. What a round ended by an error leaves (a commit that failed may have landed) is taken
+up by the next round (:mod:`._carryover`).
 
 Times in the log are wall-clock seconds since the epoch: ``time.time()`` with the system
 clock, or a :class:`~seawall.VirtualClock`'s ``now()`` (read as seconds since the epoch). The
@@ -32,6 +32,7 @@ from typing import Final, NamedTuple, TypeVar
 from seawall._core.clock import Clock, SystemClock, VirtualClock
 from seawall._core.errors import error_summary
 from seawall._core.redact import escape_controls
+from seawall.saga._carryover import Carryover, Doubt
 from seawall.saga._execution import Executor, Heartbeat
 from seawall.saga._hooks import Hook, emit
 from seawall.saga._model import MAX_PAYLOAD_BYTES, Run, Saga, SagaEvent, Status
@@ -72,15 +73,6 @@ class Round(NamedTuple):
 
     claimed: int  # runs claimed
     ran: int  # attempts run
-
-
-class Doubt(NamedTuple):
-    """A run whose commit failed: the commit may have landed or not (:meth:`Worker._settle`).
-    ``work`` is as that commit would have left it."""
-
-    work: Work
-    done: Pending | None  # the attempt whose outcome the commit recorded; None: none
-    outcome: Outcome | None  # that attempt's outcome
 
 
 def changed_reason(run: RunRow, names: Sequence[str], versions: dict[int, Saga]) -> str:
@@ -161,14 +153,9 @@ class Worker:
         # not inherit the ambient deadline or one_attempt() of whoever called run_due().
         self._context = contextvars.Context()
         self._rng = random.Random()  # the jitter of the pauses before a conflict's retry
-        # Leases to end at the next claim (run id -> token): see _expire_later; and attempts
-        # of an ended round that ended since, their outcomes to record: see _abandon. (Under
-        # the lock: such an attempt adds itself from its thread as it ends.)
-        self._expiring: dict[str, int] = {}
-        self._late: list[Work] = []
-        # Runs of commits that failed, to settle at the next round: see _settle.
-        self._doubt: list[Doubt] = []
-        self._expiring_lock = threading.Lock()
+        # What rounds ended by an error leave to the next (the store went away, a commit
+        # failed): leases to end, attempts that outlived their rounds, commits in doubt.
+        self._carryover = Carryover(worker_id, self._execution, self._transitions)
 
     @property
     def versions(self) -> dict[str, dict[int, Saga]]:
@@ -326,8 +313,7 @@ class Worker:
         try:
             late, begun = self._record_late()
             works.extend(begun)
-            with self._expiring_lock:
-                expiring = dict(self._expiring)
+            expiring = self._carryover.expiring()
             claim = functools.partial(
                 store.claim_due,
                 1 if run_id else self.batch,
@@ -356,14 +342,10 @@ class Worker:
         except Exception:
             # The claim may have landed all the same: the attempts begun before it or in it
             # are settled at the next round (_settle); the other runs' leases end then.
-            self._in_doubt([Doubt(w, None, None) for w in works if w.pending is not None])
-            self._expire_later(works)
+            self._carryover.in_doubt([Doubt(w, None, None) for w in works if w.pending is not None])
+            self._carryover.expire_later(works)
             raise
-        if expiring:
-            with self._expiring_lock:
-                for rid, token in expiring.items():
-                    if self._expiring.get(rid) == token:
-                        del self._expiring[rid]
+        self._carryover.expired(expiring)
         self.emit([e for w in works for e in w.events])
         for w in works:
             w.events = []
@@ -378,146 +360,38 @@ class Worker:
                 ran += recorded  # (with those that ended while the commit waited its turn)
         except Exception:
             attempting = {id(w) for w in running.values()}
-            self._expire_later([w for w in works if id(w) not in attempting])
+            self._carryover.expire_later([w for w in works if id(w) not in attempting])
             for future, w in running.items():
-                self._abandon(future, w)
+                self._carryover.abandon(future, w)
             raise
         finally:
             self._execution.heartbeat.release()
         return Round(claimed=len(works), ran=ran)
 
-    def _expire_later(self, works: Sequence[Work]) -> None:
-        """A round ended by an error (the store went away, a commit failed): the runs it
-        holds with nothing under way (claimed, not begun; or released already) are not left
-        leased until their leases run out. The next claim of this worker, once the store
-        answers, ends those leases first, and takes the runs over as any worker would after an
-        expired lease. Runs of the failed commit are settled instead (:meth:`_settle`); a run
-        whose attempt still runs in a thread keeps its lease, renewed, until its outcome is
-        recorded (:meth:`_abandon`)."""
-        with self._expiring_lock:
-            doubted = {id(d.work) for d in self._doubt}
-            for w in works:
-                if not w.lost and id(w) not in doubted:
-                    self._expiring[w.loaded.run.run_id] = w.loaded.run.token
-
-    def _in_doubt(self, doubts: Sequence[Doubt]) -> None:
-        """A commit failed, which may have landed all the same (the store went away before
-        its answer came): its runs are settled at the next round (:meth:`_settle`), their
-        leases renewed meanwhile."""
-        with self._expiring_lock:
-            for d in doubts:
-                if not d.work.lost:
-                    self._doubt.append(d)
-                    self._execution.heartbeat.keep(
-                        d.work.loaded.run.run_id, d.work.loaded.run.token
-                    )
-
     def _settle(self) -> tuple[int, list[Work]]:
-        """Settle the runs of failed commits (:meth:`_in_doubt`) once the store answers again:
-        renew their leases, then read each one's log back. Returns how many outcomes were
-        recorded, and the works whose attempts the log says began (they run in this round).
-
-        - The run is held by another worker now (this worker's lease ran out meanwhile):
-          nothing; that worker records the attempt as lost, as after any expired lease.
-        - The commit landed: the log is as this worker left it. The attempt it began (if any)
-          runs now, as if the commit had answered; the hooks hear of what it recorded.
-        - It did not: the outcome it recorded is recorded now, on the log as it is (the
-          attempt's retry state read back from its row), and the next move made. The step
-          does not run again, and no attempt is charged that never began.
-        - It began a run's attempt and did not land: the run is claimed, nothing begun; its
-          lease ends, and the run is claimed again as any due run.
-
-        A failure here leaves them all to the next round, each as this settling left it."""
-        with self._expiring_lock:
-            doubts, self._doubt = self._doubt, []
-        if not doubts:
+        """Settle the runs of commits that failed (:meth:`Carryover.settle`): record again the
+        outcomes of those that did not land. Returns how many outcomes were recorded (by the
+        commits that landed, and now), and the works whose attempts began (they run now)."""
+        found = self._carryover.settle(self.store, self.lease)
+        if found is None:
             return 0, []
-        store = self.store
-        running = Transitions.running
-        redo: list[Work] = []
-        begun: list[Work] = []
-        landed = 0
-        settled: set[int] = set()  # works this settling has done with
+        self.emit(found.events)
         try:
-            store.renew(
-                [(d.work.loaded.run.run_id, d.work.loaded.run.token) for d in doubts], self.lease
-            )
-            now = store.now()
-            for d in doubts:
-                w, run = d.work, d.work.loaded.run
-                fresh = store.load(run.run_id)
-                self._execution.heartbeat.let_go(run.run_id)
-                settled.add(id(w))
-                if fresh is None or (fresh.run.lease_owner, fresh.run.token) != (
-                    self.worker_id,
-                    run.token,
-                ):
-                    continue  # taken over
-                w.token = run.token
-                if d.done is not None and running(fresh, d.done):
-                    # Not landed: its outcome is recorded again, on the log as it is.
-                    resumed = self._transitions.resumed(Work(fresh, w.saga, w.problem), d.done, now)
-                    if resumed is None:  # pragma: no cover - a row this worker just wrote
-                        self._expire_later([w])
-                        continue
-                    w.loaded, w.pending, w.outcome, w.events = fresh, resumed, d.outcome, []
-                    redo.append(w)
-                    settled.discard(id(w))
-                elif d.done is None and (w.pending is None or not running(fresh, w.pending)):
-                    self._expire_later([w])  # a run claimed, nothing begun
-                else:
-                    # Landed: the log is as the commit left it; what it began runs now.
-                    landed += d.done is not None
-                    self.emit(w.events)
-                    w.events = []
-                    if w.pending is not None and running(fresh, w.pending):
-                        begun.append(w)
-                        settled.discard(id(w))
-                    elif w.pending is not None:  # pragma: no cover - the log is as written
-                        self._expire_later([w])
-        except Exception:
-            self._in_doubt([d for d in doubts if id(d.work) not in settled])
+            recorded, begun = self._record_all(found.redo, {}, collections.deque())
+        except Exception:  # (it leaves its own runs in doubt)
+            self._carryover.in_doubt([Doubt(w, None, None) for w in found.begun])
             raise
-        try:
-            recorded, more = self._record_all(redo, {}, collections.deque())
-        except Exception:  # (it leaves its own runs to the next round)
-            self._in_doubt([Doubt(w, None, None) for w in begun])
-            raise
-        return landed + recorded, begun + more
-
-    def _abandon(self, future: concurrent.futures.Future[Outcome], w: Work) -> None:
-        """An attempt still runs in its thread when its round ends: its lease is renewed
-        until its outcome is recorded, so that no other worker runs the step meanwhile. This
-        worker's next round records it (:meth:`_record_late`), fenced by the lease's token as
-        any outcome: no commit held it before, so it is recorded once, and the step does not
-        run again for an outcome lost with the store."""
-        run_id = w.loaded.run.run_id
-        self._execution.heartbeat.keep(run_id, w.loaded.run.token)
-
-        def ended(f: concurrent.futures.Future[Outcome]) -> None:
-            try:
-                w.outcome = f.result()
-            except BaseException:  # (an attempt's errors are outcomes: only a kill is here)
-                self._execution.heartbeat.let_go(run_id)
-                self._expire_later([w])
-                return
-            with self._expiring_lock:
-                self._late.append(w)
-
-        future.add_done_callback(ended)
+        return found.landed + recorded, found.begun + begun
 
     def _record_late(self) -> tuple[int, list[Work]]:
-        """Record the outcomes of attempts that outlived their rounds (:meth:`_abandon`), in
-        one transaction, with the moves that follow; returns how many were recorded, and the
+        """Record the outcomes of attempts that outlived their rounds (:meth:`Carryover.abandon`),
+        in one transaction, with the moves that follow; returns how many were recorded, and the
         works whose next attempts began (they run in this round)."""
-        with self._expiring_lock:
-            late, self._late = self._late, []
+        late = self._carryover.take_late()
         if not late:
             return 0, []
-        # (Should the commit fail, its runs are settled at the next round, their leases kept.)
         recorded, begun = self._record_all(late, {}, collections.deque())
-        for w in late:
-            self._execution.heartbeat.let_go(w.loaded.run.run_id)
+        self._carryover.recorded(late)
         return recorded, begun
 
     def _record_all(
@@ -553,7 +427,9 @@ class Worker:
                 recorded = self._record_in(pending, queued, free, now, asked, begun, doubts)
         except Exception:
             # The commit may have landed or not: its runs are settled at the next round.
-            self._in_doubt([doubts.get(id(w)) or Doubt(w, w.pending, w.outcome) for w in pending])
+            self._carryover.in_doubt(
+                [doubts.get(id(w)) or Doubt(w, w.pending, w.outcome) for w in pending]
+            )
             raise
         # A fenced worker's hooks hear of the attempt it ran (it did run), never of a status
         # change or a hold its outcome would have made: the log does not hold those.
