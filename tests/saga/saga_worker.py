@@ -8,6 +8,7 @@ it begins and one when it returns, so the test counts executions outside the sto
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -87,7 +88,7 @@ def build(scenario: str, sidelog: str, marker: str) -> tuple[saga.Saga, float]:
             "waity", [step("a", ok), step("b", fail_once, waiting), step("c", ok)]
         ), 1.0
 
-    if scenario in ("mixed", "mixed_concurrent"):
+    if scenario in ("mixed", "mixed_concurrent", "restarts"):
         # Transient failures everywhere (20% of actions, 10% of compensations), and a
         # permanent one in 4% of the runs' step c or b: those runs compensate.
         def flaky(ctx: saga.StepContext) -> None:
@@ -102,7 +103,10 @@ def build(scenario: str, sidelog: str, marker: str) -> tuple[saga.Saga, float]:
             if x < (0.1 if ctx.compensating else 0.2):
                 raise ConnectionError("transient")
 
-        return saga.Saga("mixed", [step("a", flaky), step("b", flaky), step("c", flaky)]), 5.0
+        # Through restarts of the database, leases outlast the outage: what a worker's round
+        # left in doubt is its own to settle.
+        lease = 20.0 if scenario == "restarts" else 5.0
+        return saga.Saga("mixed", [step("a", flaky), step("b", flaky), step("c", flaky)]), lease
 
     if scenario == "gil":
         # The step holds the GIL for seconds (a loop in C), longer than the 1 s lease: the
@@ -126,7 +130,7 @@ def main() -> int:
     # The kill inside a step checks that nothing else ran twice: no other attempt may be in
     # flight when the blocked one is killed (with more, their unrecorded outcomes would be
     # repeated, as at-least-once allows; benchmarks/saga_kills.py counts those).
-    concurrency = 4 if scenario == "mixed_concurrent" else 1
+    concurrency = 4 if scenario in ("mixed_concurrent", "restarts") else 1
     with saga.Orchestrator(
         url,
         [definition],
@@ -136,14 +140,20 @@ def main() -> int:
         concurrency=concurrency,
         hooks=(),
     ) as orch:
-        watcher = saga.Orchestrator(url, [definition], hooks=())
+        watchers = [saga.Orchestrator(url, [definition], hooks=())]
         with open(f"{sidelog}.ready.{os.getpid()}", "w"):
             pass
 
         def watch() -> None:
             deadline = time.monotonic() + 100.0
             while time.monotonic() < deadline:
-                counts = watcher.counts()
+                try:
+                    counts = watchers[-1].counts()
+                except Exception:  # the database restarting: connect again
+                    time.sleep(0.3)
+                    with contextlib.suppress(Exception):
+                        watchers.append(saga.Orchestrator(url, [definition], hooks=()))
+                    continue
                 settled = sum(
                     n for s, n in counts.items() if s.final or s is saga.Status.NEEDS_ATTENTION
                 )
@@ -156,7 +166,9 @@ def main() -> int:
         thread.start()
         orch.work(stop)
         thread.join()
-        watcher.close()
+        for watcher in watchers:
+            with contextlib.suppress(Exception):
+                watcher.close()
     return 0
 
 
