@@ -102,7 +102,7 @@ VERSIONS = "version" in inspect.signature(saga.Saga).parameters
 CONCURRENCY = "concurrency" in inspect.signature(saga.Orchestrator).parameters
 KEEPER = importlib.util.find_spec("seawall.saga._keeper") is not None
 
-FAULTS = ("crash", "side_crash", "skew", "slow", "deploy", "failures", "outage")
+FAULTS = ("crash", "side_crash", "skew", "slow", "deploy", "failures", "outage", "operator")
 
 #: What each invariant means (the names violations carry).
 INVARIANTS: dict[str, str] = {
@@ -120,6 +120,10 @@ INVARIANTS: dict[str, str] = {
         "attempts are charged once begun: a crash charges at most as many attempts that never "
         "began as the worker runs at once (its concurrency; 1 without); a worker that lives "
         "on after an outage, none"
+    ),
+    "stopped_run_ran": (
+        "no attempt of a run begins once an operator's cancel of it is applied, and no action "
+        "once an operator's compensate is"
     ),
     "outcome_dropped": (
         "an attempt that ended in a worker that then lost its store has its outcome recorded "
@@ -144,6 +148,9 @@ NOT_GUARANTEED: dict[str, frozenset[str]] = {
     # A step that starves its worker's threads, with no keeper process to renew its lease:
     # the lease lapses while the worker is alive, and another worker runs the step too.
     "keeper_down": frozenset({"two_live_workers"}),
+    # An operator breaks a live worker's lease (--force, meant for a dead or hung worker): the
+    # run can be claimed at once, while the live worker's attempt may still be under way.
+    "forced_lease": frozenset({"two_live_workers"}),
 }
 
 #: What the schedule tags (the keys of KNOWN_OPEN and NOT_GUARANTEED) mean.
@@ -167,6 +174,11 @@ TAGS: dict[str, str] = {
         "the store lost at a worker's commit points inside run_due (the commit lost, or landed "
         "unknown to the worker), the worker going on"
     ),
+    "operator": (
+        "an operator's retry_now, compensate or cancel of a run, between workers' rounds or "
+        "while a step runs (a request to the worker holding the run)"
+    ),
+    "forced_lease": "operators' operations with force, which break a live worker's lease",
 }
 
 
@@ -489,10 +501,13 @@ class Config:
     attempts: dict[str, int]
     delayed: frozenset[str]
     on_exhausted: dict[str, str]
+    forced: bool = False  # operators break live leases (--force) three times in ten
 
     @property
     def tags(self) -> frozenset[str]:
-        tags = set(self.faults & {"skew", "deploy", "failures", "outage"})
+        tags = set(self.faults & {"skew", "deploy", "failures", "outage", "operator"})
+        if self.forced:
+            tags.add("forced_lease")
         if self.faults & {"crash", "side_crash"}:
             tags.add("batch_crash" if self.batch > 1 or self.concurrency > 1 else "crash")
         if "slow" in self.faults:
@@ -521,6 +536,7 @@ def draw_config(rng: random.Random) -> Config:
         attempts={n: rng.randint(2, 4) for n in NAMES},
         delayed=frozenset(n for n in NAMES if rng.random() < 0.4),
         on_exhausted={n: rng.choice(("compensate",) * 8 + ("fail", "park")) for n in NAMES},
+        forced="operator" in faults and rng.random() < 0.5,
     )
 
 
@@ -594,7 +610,9 @@ class Simulation:
         self.op = 0
         self.depth = 0
         self.crashes = 0
-        self.run_dues = 0  # run_due calls begun, of every worker
+        self.run_dues = 0  # run_due calls begun, of every worker (and operators' operations)
+        self.stopped: dict[str, str] = {}  # runs an operator cancelled or had compensated
+        self.hurried: set[str] = set()  # runs an operator asked to retry (or compensate) now
         self.allowance = 0  # attempts a crash may charge that never began (see INVARIANTS)
         self.violations: list[Violation] = []
         self.seen: set[tuple[Any, ...]] = set()
@@ -864,6 +882,14 @@ class Simulation:
                     f"{w.wid} began {name}'s {phase} for run {rid} although the log records "
                     f"step {checked!r} as {record.status.value}",
                 )
+        stopped = self.stopped.get(rid)
+        if stopped == "cancel" or (stopped == "compensate" and not comp):
+            self.violate(
+                "stopped_run_ran",
+                (rid, row, phase),
+                f"{w.wid} began {name}'s {phase} for run {rid} after an operator's {stopped} "
+                "of it was applied",
+            )
         slot = (rid, row)
         for other in self.inside[slot]:
             if other.alive and other is not w:
@@ -964,6 +990,12 @@ class Simulation:
             for o in self.live():
                 if o.heartbeat is not None and not (starved and o is w):
                     o.heartbeat.tick()
+        if self.depth == 0 and "operator" in self.cfg.faults and self.rng.random() < 0.3:
+            self.depth += 1
+            try:
+                self.operate()  # while the step runs: the run is held
+            finally:
+                self.depth -= 1
         others = [o for o in self.live() if o is not w]
         if self.depth == 0 and others:
             other = others[self.rng.randrange(len(others))]
@@ -977,7 +1009,7 @@ class Simulation:
         self, rid: str, row: str, phase: str, attempt: int, now: float, w: Worker
     ) -> None:
         failed = self.failed_at.get((rid, row, phase, attempt - 1))
-        if failed is None:
+        if failed is None or rid in self.hurried:
             return
         delays = [
             e.delay
@@ -1042,6 +1074,42 @@ class Simulation:
             if doubt is not None:
                 self.check_outcomes(w, doubt[0])
             w.doubt = None
+
+    def operate(self) -> None:
+        """An operator's operation on a started run (an active one, mostly): a retry now, a
+        compensation or a cancel; with force (a lease broken, live or not) three times in ten
+        where the schedule has operators that force."""
+        rng = self.rng
+        active = sorted(
+            r.run_id for r in self.observer.runs(limit=1000) if r.status not in _SETTLED
+        )
+        rids = active if active and rng.random() < 0.8 else sorted(self.started)
+        rid = rids[rng.randrange(len(rids))]
+        operation = rng.choice(("retry_now", "retry_now", "compensate", "cancel"))
+        force = self.cfg.forced and rng.random() < 0.3
+        # Its outcome cannot be foreseen by the checks of what a worker's next round does:
+        self.run_dues += 1  # (a worker back from an outage may find its run taken)
+        if force:
+            self.allowance += self.cfg.concurrency  # (an attempt a landed commit began, lost)
+        if operation != "cancel":
+            # A retry before its scheduled time, asked for (a compensate of a compensating
+            # run tries its compensation again now, with a fresh state).
+            self.hurried.add(rid)
+        try:
+            run = getattr(self.observer, operation)(rid, force=force)
+        except (ValueError, KeyError) as exc:
+            self.note(f"operator {operation}{' --force' if force else ''} {rid}: refused ({exc})")
+            self.stats["operations_refused"] += 1
+            return
+        self.stats["operations"] += 1
+        self.stats[f"operations_{operation}{'_forced' if force else ''}"] += 1
+        if operation == "cancel" and run.status is S.FAILED:
+            self.stopped[rid] = "cancel"  # applied at once (a request leaves it RUNNING)
+            if self.sabotage == "unstopped":
+                self.rerun(rid, run)
+        elif operation == "compensate" and run.status in (S.COMPENSATING, S.COMPENSATED):
+            self.stopped.setdefault(rid, "compensate")
+        self.note(f"operator {operation}{' --force' if force else ''} {rid}: {run.status.value}")
 
     def lost_line(self, attempt: tuple[str, str, str, int]) -> bool:
         rid, row, phase, n = attempt
@@ -1124,6 +1192,8 @@ class Simulation:
             choices.append(("deploy", 1.5))
         if len(self.live()) > 1:
             choices.append(("retire", 0.5))
+        if "operator" in cfg.faults and self.started:
+            choices.append(("operate", 1.5))
         kind = rng.choices([c[0] for c in choices], [c[1] for c in choices])[0]
         if kind == "run_due":
             self.run_due(self.any_worker())
@@ -1145,6 +1215,8 @@ class Simulation:
             self.spawn()
         elif kind == "deploy":
             self.deploy()
+        elif kind == "operate":
+            self.operate()
         else:
             live = self.live()
             retired = live[rng.randrange(len(live))]
@@ -1301,11 +1373,14 @@ class Simulation:
         for run in self.check().values():
             self.stats[f"status_{run.status.value}"] += 1
 
-    def rerun(self) -> None:
-        """Sabotage: call a finished step's action again, as a broken orchestrator would."""
-        for rid, run in self.runs().items():
+    def rerun(self, rid: str | None = None, run: Any = None) -> None:
+        """Sabotage: call a finished step's action again (or the first step's of *run*), as a
+        broken orchestrator would."""
+        cancelled = run is not None
+        found = [(rid, run)] if cancelled else list(self.runs().items())
+        for rid, run in found:
             for r in run.steps:
-                if r.status is S.SUCCEEDED:
+                if (r.status is S.SUCCEEDED or cancelled) and self.live():
                     w = self.live()[0]
                     names = tuple(x.name for x in run.steps)
                     ctx = saga.StepContext(rid, r.name, 9, {}, {}, f"{rid}:{r.name}")

@@ -114,6 +114,7 @@ def test_attempts_never_begun_are_reported_not_waited_for(
         ("uncounted", "attempts_charged_unbegun"),  # attempts the ledger does not count
         ("stall", "run_unsettled"),  # no worker runs once the faults stop
         ("late_lease", "lease_unheld"),  # leases held only once the attempts began
+        ("unstopped", "stopped_run_ran"),  # a step called for a run an operator cancelled
     ],
 )
 def test_each_check_catches_the_fault_it_names(
