@@ -766,16 +766,21 @@ class Simulation:
         self.allowance += self.cfg.concurrency
         self.stats["crashes"] += 1
         self.note(f"{why}")
-        self.close(worker)
+        self.close(worker, killed=True)
 
-    def close(self, worker: Worker) -> None:
+    def close(self, worker: Worker, *, killed: bool = False) -> None:
         if worker.alive and worker.doubt is not None:
             # Closed with commits in doubt: the attempts they began are charged as after a
             # crash (another worker takes the runs over once the leases run out).
             self.allowance += self.cfg.concurrency
         worker.alive = False
         with contextlib.suppress(Exception):
-            worker.orch.close()
+            if killed:  # a killed process records nothing more
+                worker.orch._closed = True
+                worker.orch._worker.close(hand_back=False)
+            else:
+                worker.armed = False  # (its crash plan is for its rounds, not its closing)
+                worker.orch.close()
         if worker.heartbeat is not None:
             with contextlib.suppress(Exception):
                 worker.heartbeat.close()

@@ -672,6 +672,34 @@ def test_runs_a_failed_round_had_not_begun_are_claimed_again_at_once(sqlite_url:
     assert calls == ["a", "b", "c"]
 
 
+def test_a_worker_closed_after_an_outage_hands_its_runs_back(sqlite_url: str) -> None:
+    # One attempt at a time: a's fills the store while b waits in the round, claimed. The
+    # store is put right and the worker closed (say it was told to stop) before another
+    # round: closing, it records the outcome it holds and ends its lease of b. Another worker
+    # takes both over at once: a's step does not run again, b's runs once.
+    calls: list[str] = []
+
+    def act(ctx: saga.StepContext) -> str:
+        calls.append(ctx.input)
+        return fill(first.store) if ctx.input == "a" else ctx.input
+
+    flow = one_step("h", act)
+    first = saga.Orchestrator(sqlite_url, [flow], concurrency=1, hooks=())
+    with first:
+        for run_id in "ab":
+            first.start("h", run_id, run_id=run_id)
+        with pytest.raises(OSError):
+            first.run_due()
+        put_right(first.store)
+    with saga.Orchestrator(sqlite_url, [flow], hooks=()) as second:
+        assert second.run_due() == 1  # b's attempt; a only finishes
+        for run_id in "ab":
+            run = second.get(run_id)
+            assert run.status is saga.Status.SUCCEEDED, run
+            assert [(h.event, h.attempt) for h in second.history(run_id) if h.step] == ONCE
+    assert calls == ["a", "b"]
+
+
 class _LosesAnswer:
     """Mixed into a SQLite store: the commit after :attr:`armed` is set lands, and then the
     store raises as if the connection had gone before its answer came (which no real SQLite

@@ -76,9 +76,10 @@ class Heartbeat:
             self._renew()
 
     def _renew(self) -> None:
-        """(Under the lock.) Renew the round's leases and those kept, from now on."""
+        """(Under the lock.) Renew the round's leases and those kept, from now on; nothing
+        once closed (a worker closing settles what it holds without renewals)."""
         leases = {**self._round, **self._kept}
-        if leases != self._held:
+        if leases != self._held and not self._stop.is_set():
             self._held = leases
             if self._use_process:
                 self._tell(leases)

@@ -186,8 +186,10 @@ class Orchestrator:
         return self._worker.store
 
     def close(self) -> None:
-        """Close the store's connections (runs in progress are taken over once their leases
-        expire)."""
+        """Close the store's connections. Should this worker's last round have ended with an
+        error (the store away, a commit failed), what it left is recorded first if the store
+        answers: outcomes it holds, and its leases of runs it will not run ended, so that other
+        workers take them over at once (else once the leases expire)."""
         with self._async_lock:
             if self._closed:
                 return

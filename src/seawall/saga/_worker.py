@@ -162,10 +162,60 @@ class Worker:
         """Every definition this worker runs, by name and version."""
         return self._versions
 
-    def close(self) -> None:
-        """Stop renewing leases, stop the threads and event loops, close the store."""
+    def close(self, *, hand_back: bool = True) -> None:
+        """Stop renewing leases, stop the threads and event loops (an attempt still running
+        is waited for), hand back what ended rounds left (:meth:`_hand_back`), close the
+        store."""
         self._execution.close()
+        if hand_back:
+            try:
+                self._hand_back()
+            except Exception as exc:  # (the store still away: the leases run out instead)
+                logger.warning(
+                    "saga worker %s: closing, could not record what its last rounds left "
+                    "(%s); other workers take those runs over once their leases run out",
+                    self.worker_id,
+                    escape_controls(error_summary(exc)),
+                )
         self.store.close()
+
+    def _hand_back(self) -> None:
+        """On closing, what rounds ended by an error left (:mod:`._carryover`), settled if the
+        store answers, with no attempt begun: the outcomes this worker holds are recorded, and
+        their runs released, due at once (their next moves are another worker's); runs whose
+        attempts it will not run (begun by a landed commit; claimed, not begun; an operator's
+        request pending) have their leases ended, to be taken over at once."""
+        store, carryover = self.store, self._carryover
+        found = carryover.settle(store, self.lease)
+        works = (found.redo if found else []) + carryover.take_late()
+        ending = carryover.expiring()
+        events = found.events if found else []
+        for w in found.begun if found else []:
+            ending[w.loaded.run.run_id] = w.loaded.run.token
+        if not works and not ending:
+            self.emit(events)
+            return
+        ids = [w.loaded.run.run_id for w in works]
+        with self._transaction(lambda: store.lock_runs(ids)) as (now, asked):
+            for w in works:
+                run, done, outcome = w.loaded.run, w.pending, w.outcome
+                assert outcome is not None
+                if asked.get(run.run_id):  # (applying it could begin an attempt)
+                    ending[run.run_id] = run.token
+                    continue
+                try:
+                    self._outcomes.record(w, outcome, now)
+                except Exception as exc:
+                    self._outcomes.unreadable(w, exc, now)
+                if run.lease_owner is not None:
+                    self._outcomes.release(w, now if run.status in ACTIVE else None, now)
+                self._save(w)
+                if w.lost and done is not None:
+                    store.append_history([self._fenced(w, done, outcome, now)])
+                events.extend(e for e in w.events if not w.lost or e.kind == "attempt")
+                w.events = []
+            store.expire_leases(self.worker_id, ending, now)
+        self.emit(events)
 
     # -- the loops ------------------------------------------------------------------------------
 
