@@ -127,7 +127,8 @@ INVARIANTS: dict[str, str] = {
     ),
     "outcome_dropped": (
         "an attempt that ended in a worker that then lost its store has its outcome recorded "
-        "by that worker's next run_due (no other worker ran meanwhile), not recorded as lost"
+        "by that worker's next run_due, or its closing (no other worker ran meanwhile), not "
+        "recorded as lost"
     ),
     "lease_unheld": (
         "an attempt starts only once its worker's lease renewal (its keeper process) holds its "
@@ -769,6 +770,8 @@ class Simulation:
         self.close(worker, killed=True)
 
     def close(self, worker: Worker, *, killed: bool = False) -> None:
+        doubt = worker.doubt
+        fresh = worker.alive and not killed and doubt is not None and doubt[1] == self.run_dues
         if worker.alive and worker.doubt is not None:
             # Closed with commits in doubt: the attempts they began are charged as after a
             # crash (another worker takes the runs over once the leases run out).
@@ -784,6 +787,9 @@ class Simulation:
         if worker.heartbeat is not None:
             with contextlib.suppress(Exception):
                 worker.heartbeat.close()
+        if fresh and doubt is not None:  # closing, it recorded what it held
+            self.check_outcomes(worker, doubt[0])
+        worker.doubt = None
 
     def hook(self, event: saga.SagaEvent) -> None:
         what = event.step if event.phase != "compensation" else f"{event.step} (undo)"
