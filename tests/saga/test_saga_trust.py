@@ -760,6 +760,39 @@ def test_a_commit_that_landed_unanswered_goes_on_where_it_left_off(sqlite_url: s
     assert heard.count(("attempt", "one", 1)) == 1
 
 
+def test_a_commit_that_finished_a_run_unanswered_is_heard_of_once(sqlite_url: str) -> None:
+    # The commit that records the last step's outcome finishes the run and releases it; its
+    # answer is lost. The next round reads the run back (released, its lease token unchanged:
+    # that commit landed): nothing runs again, and the hooks hear of the outcome and of the
+    # run's success, once each.
+    calls: list[int] = []
+    heard: list[tuple[str, str | None, Any]] = []
+
+    def act(ctx: saga.StepContext) -> str:
+        calls.append(ctx.attempt)
+        orch.store.armed = True  # type: ignore[attr-defined]
+        return "done"
+
+    def hook(e: saga.SagaEvent) -> None:
+        heard.append((e.kind, e.step, e.status))
+
+    with saga.Orchestrator(sqlite_url, [one_step("fin", act)], hooks=(hook,)) as orch:
+        store = orch.store
+        store.__class__ = type("LosingSQLiteStore", (_LosesAnswer, type(store)), {})
+        run_id = orch.start("fin", {})
+        with pytest.raises(sqlite3.OperationalError, match="answer to the commit"):
+            orch.run_due()
+        assert heard == [("run", None, saga.Status.RUNNING)]  # (the start)
+        assert orch.run_due() == 1  # the outcome the landed commit recorded
+        assert orch.get(run_id).status is saga.Status.SUCCEEDED
+        assert [(h.event, h.attempt) for h in orch.history(run_id) if h.step] == ONCE
+    assert calls == [1]
+    assert heard[1:] == [
+        ("attempt", "act", saga.Status.RUNNING),
+        ("run", None, saga.Status.SUCCEEDED),
+    ]
+
+
 def test_a_worker_back_from_a_lost_connection_records_the_outcome_it_held(pg_url: str) -> None:
     # The worker's connection is ended while an attempt runs (as by a failover): its outcome
     # cannot be recorded. The worker connects again, reads the run's log back (the commit did

@@ -138,10 +138,12 @@ class Carryover:
         """Settle the runs in doubt, once the store answers: renew their leases, then read
         each one's log back. ``None`` when there are none.
 
-        - The run is held by another worker now (the lease ran out meanwhile): nothing; that
-          worker records the attempt as lost, as after any expired lease.
+        - The run is held by another worker now (the lease ran out meanwhile), or an operator
+          broke the lease: nothing; that worker records the attempt as lost, as after any
+          expired lease.
         - The commit landed: the log is as this worker left it. The attempt it began (if any)
-          runs now, as if the commit had answered; the hooks hear of what it recorded.
+          runs now, as if the commit had answered; the hooks hear of what it recorded (a run it
+          released, the token unchanged, landed too).
         - It did not: the outcome it held is to be recorded again, on the log as it is (the
           attempt's retry state read back from its row: :meth:`Transitions.resumed`), with the
           next move. The step does not run again, and no attempt is charged that never began.
@@ -168,11 +170,20 @@ class Carryover:
                 fresh = store.load(run.run_id)
                 self._heartbeat().let_go(run.run_id)
                 settled.add(id(w))
-                owner = None if fresh is None else (fresh.run.lease_owner, fresh.run.token)
-                if fresh is None or owner != (self.worker_id, run.token):
-                    continue  # taken over
+                if (
+                    fresh is None
+                    or fresh.run.token != run.token
+                    or fresh.run.lease_owner not in (None, self.worker_id)
+                ):
+                    continue  # taken over (by another worker, or an operator's --force)
                 w.token = run.token
-                if d.done is not None and running(fresh, d.done):
+                if fresh.run.lease_owner is None:
+                    # Released, the token unchanged: by the commit in doubt, which landed (a
+                    # run finished, or waiting for a retry); nothing of it runs here.
+                    found = found._replace(landed=found.landed + (d.done is not None))
+                    found.events.extend(w.events)
+                    w.events = []
+                elif d.done is not None and running(fresh, d.done):
                     # Not landed: its outcome is recorded again, on the log as it is.
                     resumed = self._transitions.resumed(Work(fresh, w.saga, w.problem), d.done, now)
                     if resumed is None:  # pragma: no cover - a row this worker just wrote
