@@ -700,6 +700,36 @@ def test_a_worker_closed_after_an_outage_hands_its_runs_back(sqlite_url: str) ->
     assert calls == ["a", "b"]
 
 
+def test_a_worker_closed_after_a_lost_connection_hands_its_runs_back(pg_url: str) -> None:
+    # As above on PostgreSQL, where the worker's connection was ended (a failover) while a's
+    # attempt ran, and run_due raised: closing, the worker connects again, records a's
+    # outcome and ends its lease of b. Another worker takes both over at once, not after the
+    # leases (120 s).
+    calls: list[str] = []
+
+    def act(ctx: saga.StepContext) -> str:
+        calls.append(ctx.input)
+        if ctx.input == "a":
+            end_connection(first.store, pg_url)
+        return ctx.input
+
+    flow = one_step("h", act)
+    first = saga.Orchestrator(pg_url, [flow], lease=120.0, concurrency=1, hooks=())
+    with first:
+        for run_id in "ab":
+            first.start("h", run_id, run_id=run_id)
+        with pytest.raises(Exception) as info:
+            first.run_due()
+        assert first.store.unavailable(info.value)
+    with saga.Orchestrator(pg_url, [flow], hooks=()) as second:
+        assert second.run_due() == 1  # b's attempt; a only finishes
+        for run_id in "ab":
+            run = second.get(run_id)
+            assert run.status is saga.Status.SUCCEEDED, run
+            assert [(h.event, h.attempt) for h in second.history(run_id) if h.step] == ONCE
+    assert calls == ["a", "b"]
+
+
 class _LosesAnswer:
     """Mixed into a SQLite store: the commit after :attr:`armed` is set lands, and then the
     store raises as if the connection had gone before its answer came (which no real SQLite

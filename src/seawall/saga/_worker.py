@@ -167,16 +167,20 @@ class Worker:
         is waited for), hand back what ended rounds left (:meth:`_hand_back`), close the
         store."""
         self._execution.close()
-        if hand_back:
+        for last in (False, True) if hand_back else ():
             try:
                 self._hand_back()
-            except Exception as exc:  # (the store still away: the leases run out instead)
+            except Exception as exc:
+                if not last and self.store.unavailable(exc):
+                    self._reconnect()  # (its connection lost with the store: a new one, once)
+                    continue
                 logger.warning(
                     "saga worker %s: closing, could not record what its last rounds left "
                     "(%s); other workers take those runs over once their leases run out",
                     self.worker_id,
                     escape_controls(error_summary(exc)),
                 )
+            break
         self.store.close()
 
     def _hand_back(self) -> None:
