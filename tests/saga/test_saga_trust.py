@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -551,8 +552,6 @@ def test_the_default_log_escapes_a_step_errors_control_characters(
 ) -> None:
     # A step's error text comes from a downstream service: in the worker's log it must not
     # forge a line (CR/LF) or act on the terminal (ESC, BEL).
-    import logging
-
     hostile = "down\x1b[2J\x07\r\nseawall.saga: all healthy"
 
     def fails(ctx: saga.StepContext) -> None:
@@ -604,7 +603,7 @@ ONCE = [("attempt", 1), ("success", 1)]
 
 
 def test_a_round_ended_by_a_full_store_records_its_outcome_once_the_store_takes_writes(
-    sqlite_url: str,
+    sqlite_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Two attempts run at once. Run a's ends at once, having filled the store (SQLite's limit on
     # the file's size, as a full disk): its outcome cannot be recorded, and the round ends. Run
@@ -630,7 +629,10 @@ def test_a_round_ended_by_a_full_store_records_its_outcome_once_the_store_takes_
                 orch.run_due()
             assert info.value.errno == errno.ENOSPC
             put_right(orch.store)  # the disk is put right
-            assert orch.run_due() == 1
+            with caplog.at_level(logging.INFO, logger="seawall.saga"):
+                assert orch.run_due() == 1
+            said = [r.getMessage() for r in caplog.records if "read back" in r.getMessage()]
+            assert len(said) == 1 and "0 outcomes had landed, 1 to record again" in said[0]
             a = orch.get("a")
             assert a.status is saga.Status.SUCCEEDED
             assert a.step("act").attempt_count == 1 and a.step("act").result == "x" * 50_000

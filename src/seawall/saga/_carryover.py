@@ -16,6 +16,7 @@ leases run out:
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -27,6 +28,8 @@ from seawall.saga._transitions import Transitions
 from seawall.saga._work import Outcome, Pending, Work
 
 __all__ = ["Carryover", "Doubt", "Settling"]
+
+logger = logging.getLogger("seawall.saga")
 
 
 class Doubt(NamedTuple):
@@ -160,6 +163,7 @@ class Carryover:
         running = Transitions.running
         found = Settling([], [], 0, [])
         settled: set[int] = set()  # works done with
+        taken = 0
         try:
             store.renew(
                 [(d.work.loaded.run.run_id, d.work.loaded.run.token) for d in doubts], lease
@@ -175,6 +179,7 @@ class Carryover:
                     or fresh.run.token != run.token
                     or fresh.run.lease_owner not in (None, self.worker_id)
                 ):
+                    taken += 1
                     continue  # taken over (by another worker, or an operator's --force)
                 w.token = run.token
                 if fresh.run.lease_owner is None:
@@ -207,4 +212,14 @@ class Carryover:
         except Exception:
             self.in_doubt([d for d in doubts if id(d.work) not in settled])
             raise
+        logger.info(
+            "saga worker %s: %d runs of commits that failed read back: %d outcomes had landed, "
+            "%d to record again, %d attempts begun by them to run, %d runs taken over meanwhile",
+            self.worker_id,
+            len(doubts),
+            found.landed,
+            len(found.redo),
+            len(found.begun),
+            taken,
+        )
         return found
