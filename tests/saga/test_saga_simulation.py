@@ -41,6 +41,8 @@ def test_seeded_schedules_keep_every_invariant(first: int) -> None:
         stats.update(r.stats)
     assert stats["crashes"] > count / 8, report
     assert stats["outages"] > count / 20, report
+    assert stats["outcomes_in_doubt"] > count / 50, report  # (6 to 26 a hundred)
+    assert stats["operations"] > count / 20, report  # operators' (13 to 36 a hundred)
     assert stats["deploys"] > count / 10, report
     assert stats["skewed_workers"] > count / 8, report
     assert stats["slow_steps"] > count / 40, report
