@@ -202,20 +202,11 @@ class Worker:
         ids = [w.loaded.run.run_id for w in works]
         with self._transaction(lambda: store.lock_runs(ids)) as (now, asked):
             for w in works:
-                run, done, outcome = w.loaded.run, w.pending, w.outcome
-                assert outcome is not None
+                run = w.loaded.run
                 if asked.get(run.run_id):  # (applying it could begin an attempt)
                     ending[run.run_id] = run.token
                     continue
-                try:
-                    self._outcomes.record(w, outcome, now)
-                except Exception as exc:
-                    self._outcomes.unreadable(w, exc, now)
-                if run.lease_owner is not None:
-                    self._outcomes.release(w, now if run.status in ACTIVE else None, now)
-                self._save(w)
-                if w.lost and done is not None:
-                    store.append_history([self._fenced(w, done, outcome, now)])
+                self._record_one(w, now, go_on=False)
                 events.extend(e for e in w.events if not w.lost or e.kind == "attempt")
                 w.events = []
             store.expire_leases(self.worker_id, ending, now)
@@ -506,22 +497,10 @@ class Worker:
         begin queued runs (appended to *pending*) while fewer than *free* attempts have begun;
         returns how many outcomes were recorded. *begun* gets the works whose attempts began;
         *doubts*, what the transaction writes of each run."""
-        store = self.store
         for w in pending:
-            outcome = w.outcome
-            assert outcome is not None
             w.loaded.run.requested = asked.get(w.loaded.run.run_id)
-            done = w.pending
-            doubts[id(w)] = Doubt(w, done, outcome)
-            try:
-                self._outcomes.record(w, outcome, now)
-            except Exception as exc:
-                self._outcomes.unreadable(w, exc, now)
-            else:
-                self._transitions.advance_safely(w, now)
-            self._save(w)
-            if w.lost and done is not None:
-                store.append_history([self._fenced(w, done, outcome, now)])
+            doubts[id(w)] = Doubt(w, w.pending, w.outcome)
+            self._record_one(w, now, go_on=True)
         recorded = len(pending)
         begun.extend(w for w in pending if w.pending is not None and not w.lost)
         while queued and len(begun) < free:
@@ -536,6 +515,26 @@ class Worker:
             if w.pending is not None and not w.lost:
                 begun.append(w)
         return recorded
+
+    def _record_one(self, w: Work, now: float, *, go_on: bool) -> None:
+        """(In a transaction.) Record the outcome of *w*'s attempt and save the run: with
+        *go_on*, with the run's next move (an attempt begun, maybe); else the run released,
+        due at once if still active (its next move is another worker's). A fenced worker
+        leaves a ``fenced`` line instead."""
+        done, outcome, run = w.pending, w.outcome, w.loaded.run
+        assert outcome is not None
+        try:
+            self._outcomes.record(w, outcome, now)
+        except Exception as exc:
+            self._outcomes.unreadable(w, exc, now)
+        else:
+            if go_on:
+                self._transitions.advance_safely(w, now)
+        if not go_on and run.lease_owner is not None:
+            self._outcomes.release(w, now if run.status in ACTIVE else None, now)
+        self._save(w)
+        if w.lost and done is not None:
+            self.store.append_history([self._fenced(w, done, outcome, now)])
 
     @contextlib.contextmanager
     def _transaction(self, take: Callable[[], _T]) -> Iterator[_T]:
