@@ -22,17 +22,32 @@ sys.path.insert(0, str(HERE))
 from postgres_cluster import Cluster  # noqa: E402 - after the path is set
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[str]:
-    """The URL of the session's PostgreSQL cluster (database ``postgres``)."""
+def _started() -> Cluster:
+    """A new cluster; one that cannot start fails the test in CI, and skips it elsewhere."""
     try:
-        cluster = Cluster()
+        return Cluster()
     except Exception as err:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"PostgreSQL could not start: {err}")
         pytest.skip(f"PostgreSQL could not start: {err}")
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """The URL of the session's PostgreSQL cluster (database ``postgres``)."""
+    cluster = _started()
     try:
         yield cluster.url
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[Cluster]:
+    """A PostgreSQL cluster of the test's own (one it restarts)."""
+    cluster = _started()
+    try:
+        yield cluster
     finally:
         cluster.stop()
 

@@ -78,6 +78,12 @@ class Cluster:
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             raise RuntimeError(f"{tool} failed: {done.stdout}{done.stderr}{tail}")
 
+    def restart(self) -> None:
+        """Restart the server as ``pg_ctl restart -m fast`` does: every session is ended,
+        whatever it was doing (a commit too)."""
+        log = str(self.root / "log")
+        self._run("pg_ctl", "-D", str(self.data), "-l", log, "-m", "fast", "-w", "restart")
+
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")

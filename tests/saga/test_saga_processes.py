@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import saga_worker
+from postgres_cluster import Cluster
 
 from seawall import saga
 
@@ -145,11 +146,14 @@ def test_a_worker_killed_inside_a_wait_keeps_the_backoff(
         assert orch.get("w").status is saga.Status.SUCCEEDED
 
 
-def run_fleet(
-    url: str, tmp_path: pathlib.Path, workers: int, runs: int, scenario: str = "mixed"
-) -> None:
+def start_fleet(
+    url: str, tmp_path: pathlib.Path, workers: int, runs: int, scenario: str
+) -> tuple[list[subprocess.Popen[bytes]], pathlib.Path, saga.Saga]:
+    """*workers* worker processes of *scenario*, ready, and *runs* runs started; returns the
+    processes, their side log and the saga."""
     sidelog = tmp_path / "side.log"
-    with saga.Orchestrator(url, [definition(scenario, tmp_path)], hooks=()) as orch:
+    flow = definition(scenario, tmp_path)
+    with saga.Orchestrator(url, [flow], hooks=()) as orch:  # (the schema, before the workers)
         procs = [spawn(url, sidelog, scenario, runs) for _ in range(workers)]
         wait_for(
             lambda: len(list(tmp_path.glob("side.log.ready.*"))) == workers, 60.0, "the workers"
@@ -157,8 +161,16 @@ def run_fleet(
         orch.start_many(
             "mixed", [{"i": i} for i in range(runs)], [f"m{i:04d}" for i in range(runs)]
         )
-        for proc in procs:
-            finish(proc)
+    return procs, sidelog, flow
+
+
+def run_fleet(
+    url: str, tmp_path: pathlib.Path, workers: int, runs: int, scenario: str = "mixed"
+) -> None:
+    procs, sidelog, flow = start_fleet(url, tmp_path, workers, runs, scenario)
+    for proc in procs:
+        finish(proc)
+    with saga.Orchestrator(url, [flow], hooks=()) as orch:
         log = lines(sidelog)
         check_exactly_once(orch, log, runs)
         counts = orch.counts()
@@ -188,119 +200,81 @@ def test_two_processes_share_one_sqlite_file(sqlite_url: str, tmp_path: pathlib.
     run_fleet(sqlite_url, tmp_path, workers=2, runs=200)
 
 
-def test_a_worker_survives_a_postgresql_restart(tmp_path: pathlib.Path) -> None:
+def test_a_worker_survives_a_postgresql_restart(own_cluster: Cluster) -> None:
     import threading
 
-    from postgres_cluster import Cluster
+    import seawall
 
-    try:
-        cluster = Cluster()
-    except Exception as err:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"PostgreSQL could not start: {err}")
-        pytest.skip(f"PostgreSQL could not start: {err}")
-    try:
-        import seawall
+    cluster = own_cluster
+    attempts: list[int] = []
 
-        attempts: list[int] = []
+    def flaky(ctx: saga.StepContext) -> str:
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise ConnectionError("transient")
+        return "ok"
 
-        def flaky(ctx: saga.StepContext) -> str:
-            attempts.append(ctx.attempt)
-            if ctx.attempt == 1:
-                raise ConnectionError("transient")
-            return "ok"
+    policy = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(2.0), hooks=())
+    flow = saga.Saga("restart", [saga.Step("a", flaky, policy=policy)])
+    # A short lease: should the restart come before the first attempt's failure is
+    # committed (a loaded machine), the commit is lost with the connection and the run
+    # waits for its lease to expire before a worker takes it over and retries; with the
+    # default 30 s that alone would outlast the wait below.
+    with saga.Orchestrator(cluster.url, [flow], poll=0.05, lease=3.0, hooks=()) as orch:
+        run_id = orch.start("restart", {})
+        stop = threading.Event()
+        died: list[BaseException] = []
 
-        policy = seawall.RetryPolicy(
-            max_attempts=3, backoff=seawall.Backoff.constant(2.0), hooks=()
-        )
-        flow = saga.Saga("restart", [saga.Step("a", flaky, policy=policy)])
-        # A short lease: should the restart come before the first attempt's failure is
-        # committed (a loaded machine), the commit is lost with the connection and the run
-        # waits for its lease to expire before a worker takes it over and retries; with the
-        # default 30 s that alone would outlast the wait below.
-        with saga.Orchestrator(cluster.url, [flow], poll=0.05, lease=3.0, hooks=()) as orch:
-            run_id = orch.start("restart", {})
-            stop = threading.Event()
-            died: list[BaseException] = []
-
-            def worker() -> None:
-                try:
-                    orch.work(stop)
-                except BaseException as exc:
-                    died.append(exc)
-
-            thread = threading.Thread(target=worker)
-            thread.start()
+        def worker() -> None:
             try:
-                wait_for(lambda: attempts == [1], 30.0, "the first attempt")
-                log = str(cluster.root / "log")
-                cluster._run(
-                    "pg_ctl", "-D", str(cluster.data), "-l", log, "-m", "fast", "-w", "restart"
+                orch.work(stop)
+            except BaseException as exc:
+                died.append(exc)
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        try:
+            wait_for(lambda: attempts == [1], 30.0, "the first attempt")
+            cluster.restart()
+            with saga.Orchestrator(cluster.url, [flow], hooks=()) as reader:
+                wait_for(
+                    lambda: reader.get(run_id).status is saga.Status.SUCCEEDED, 30.0, "the run"
                 )
-                with saga.Orchestrator(cluster.url, [flow], hooks=()) as reader:
-                    wait_for(
-                        lambda: reader.get(run_id).status is saga.Status.SUCCEEDED, 30.0, "the run"
-                    )
-            finally:
-                stop.set()
-                thread.join(30)
-            assert died == []
-            assert attempts == [1, 2]
-    finally:
-        cluster.stop()
+        finally:
+            stop.set()
+            thread.join(30)
+        assert died == []
+        assert attempts == [1, 2]
 
 
-def test_workers_through_postgresql_restarts_run_each_step_once(tmp_path: pathlib.Path) -> None:
+def test_workers_through_postgresql_restarts_run_each_step_once(
+    own_cluster: Cluster, tmp_path: pathlib.Path
+) -> None:
     # Three worker processes, four attempts at once each, 600 runs; the server is restarted
     # three times while they work (``pg_ctl restart -m fast``: every session ended, whatever
     # it was doing, a commit too). Each worker reconnects and settles what its ended rounds
     # left (a commit that failed may have landed): every step that succeeded ran once, and no
     # attempt is recorded as lost (the leases, 20 s, outlast the restarts).
-    from postgres_cluster import Cluster
+    url, runs = own_cluster.url, 600
+    procs, sidelog, flow = start_fleet(url, tmp_path, 3, runs, "restarts")
 
-    try:
-        cluster = Cluster()
-    except Exception as err:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"PostgreSQL could not start: {err}")
-        pytest.skip(f"PostgreSQL could not start: {err}")
-    try:
-        sidelog = tmp_path / "side.log"
-        runs, workers = 600, 3
-        flow = definition("restarts", tmp_path)
-        with saga.Orchestrator(cluster.url, [flow], hooks=()) as orch:
-            procs = [spawn(cluster.url, sidelog, "restarts", runs) for _ in range(workers)]
-            wait_for(
-                lambda: len(list(tmp_path.glob("side.log.ready.*"))) == workers,
-                60.0,
-                "the workers",
-            )
-            orch.start_many(
-                "mixed", [{"i": i} for i in range(runs)], [f"m{i:04d}" for i in range(runs)]
-            )
-        log = str(cluster.root / "log")
+    def finished(n: int) -> bool:
+        return sidelog.exists() and sidelog.read_text().count('"ok"') >= n
 
-        def finished(n: int) -> bool:
-            return sidelog.exists() and sidelog.read_text().count('"ok"') >= n
-
-        for n in (300, 700, 1100):  # steps finished, of about 2,000
-            wait_for(functools.partial(finished, n), 60.0, f"{n} steps")
-            cluster._run(
-                "pg_ctl", "-D", str(cluster.data), "-l", log, "-m", "fast", "-w", "restart"
-            )
-        for proc in procs:
-            finish(proc)
-        with saga.Orchestrator(cluster.url, [flow], hooks=()) as orch:
-            check_exactly_once(orch, lines(sidelog), runs)
-            lost = [
-                (run.run_id, h.step, h.attempt)
-                for run in orch.runs(limit=runs)
-                for h in orch.history(run.run_id)
-                if h.event in ("lost", "fenced")
-            ]
-        assert lost == []
-    finally:
-        cluster.stop()
+    for n in (300, 700, 1100):  # steps finished, of about 2,000
+        wait_for(functools.partial(finished, n), 60.0, f"{n} steps")
+        own_cluster.restart()
+    for proc in procs:
+        finish(proc)
+    with saga.Orchestrator(url, [flow], hooks=()) as orch:
+        check_exactly_once(orch, lines(sidelog), runs)
+        lost = [
+            (run.run_id, h.step, h.attempt)
+            for run in orch.runs(limit=runs)
+            for h in orch.history(run.run_id)
+            if h.event in ("lost", "fenced")
+        ]
+    assert lost == []
 
 
 @pytest.mark.slow
