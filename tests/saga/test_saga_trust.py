@@ -11,7 +11,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -598,6 +598,25 @@ def one_step(name: str, act: Any) -> saga.Saga:
     return saga.Saga(name, [saga.Step("act", act, policy=policy)])
 
 
+def held_back(
+    held: str, result: str, other: Callable[[saga.StepContext], str]
+) -> tuple[Callable[[saga.StepContext], str], list[tuple[str, int]], threading.Event]:
+    """A step's action: for input *held*, it returns *result* once the event is set (its
+    attempt outlives the round); for any other, what *other* (ctx) returns. Returns the
+    action, the (input, attempt) of its calls, and the event."""
+    calls: list[tuple[str, int]] = []
+    may_end = threading.Event()
+
+    def act(ctx: saga.StepContext) -> str:
+        calls.append((ctx.input, ctx.attempt))
+        if ctx.input == held:
+            assert may_end.wait(60)
+            return result
+        return other(ctx)
+
+    return act, calls, may_end
+
+
 #: The history of a step run once, its outcome recorded.
 ONCE = [("attempt", 1), ("success", 1)]
 
@@ -610,16 +629,7 @@ def test_a_round_ended_by_a_full_store_records_its_outcome_once_the_store_takes_
     # b's attempt still runs in its thread. Once the store takes writes again, the worker's next
     # round reads a's log back (the failed commit did not land), records the outcome it holds:
     # the step ran once. b keeps its lease: its attempt may still be under way.
-    calls: list[tuple[str, int]] = []
-    b_may_end = threading.Event()
-
-    def act(ctx: saga.StepContext) -> str:
-        calls.append((ctx.input, ctx.attempt))
-        if ctx.input == "b":
-            assert b_may_end.wait(30)
-            return "b"
-        return fill(orch.store)
-
+    act, calls, b_may_end = held_back("b", "b", lambda ctx: fill(orch.store))
     with saga.Orchestrator(sqlite_url, [one_step("full", act)], concurrency=2, hooks=()) as orch:
         assert orch.lease == 30.0
         orch.start("full", "a", run_id="a")
@@ -910,19 +920,8 @@ def test_a_round_ended_by_its_store_keeps_its_leases_and_records_its_outcomes(
     # outcomes are recorded: worker b, claiming all along for more than two leases, takes
     # neither. Once r2's attempt ends, a's next round records both outcomes (no commit held
     # them before): no step runs again.
-    calls: list[tuple[str, int]] = []
-    r2_may_end = threading.Event()
     workers: dict[str, saga.Orchestrator] = {}
-
-    def act(ctx: saga.StepContext) -> str:
-        calls.append((ctx.input, ctx.attempt))
-        if ctx.attempt > 1:
-            return "again"
-        if ctx.input == "r2":
-            assert r2_may_end.wait(60)
-            return "late"
-        return fill(workers["a"].store)
-
+    act, calls, r2_may_end = held_back("r2", "late", lambda ctx: fill(workers["a"].store))
     flow = one_step("s", act)
     lease = 3.0
     with (
@@ -966,17 +965,12 @@ def test_an_attempt_outliving_a_lost_connection_has_its_outcome_recorded(pg_url:
     # round ends on its commit, while r2's attempt runs on. The worker connects again, records
     # r1's outcome at once (the commit did not land) and, once r2's attempt ends, r2's: each
     # step runs once. The lease (120 s) never runs out meanwhile.
-    calls: list[tuple[str, int]] = []
-    r2_may_end = threading.Event()
 
-    def act(ctx: saga.StepContext) -> str:
-        calls.append((ctx.input, ctx.attempt))
-        if ctx.input == "r2":
-            assert r2_may_end.wait(60)
-            return "late"
+    def cut(ctx: saga.StepContext) -> str:
         end_connection(orch.store, pg_url)
         return "ok"
 
+    act, calls, r2_may_end = held_back("r2", "late", cut)
     flow = one_step("cut", act)
     options: dict[str, Any] = {"lease": 120.0, "poll": 0.05, "concurrency": 2, "hooks": ()}
     with saga.Orchestrator(pg_url, [flow], **options) as orch:
