@@ -802,6 +802,68 @@ def test_a_commit_that_landed_unanswered_goes_on_where_it_left_off(sqlite_url: s
     assert heard.count(("attempt", "one", 1)) == 1
 
 
+class _FailsCommit:
+    """Mixed into a SQLite store: the commit after :attr:`armed` is set fails, rolled back,
+    as at a lost connection."""
+
+    armed = False
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        with super().transaction():  # type: ignore[misc]
+            yield
+            if self.armed:
+                self.armed = False
+                raise sqlite3.OperationalError("disk I/O error")
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["lease-ran-out", "force"])
+@pytest.mark.parametrize("fault", [_FailsCommit, _LosesAnswer], ids=["rolled-back", "landed"])
+@pytest.mark.parametrize("then", ["run_due", "close"])
+def test_an_outcome_fenced_by_an_operator_is_in_the_log_once_after_a_failed_commit(
+    sqlite_url: str, force: bool, fault: type, then: str
+) -> None:
+    # While a's attempt runs, an operator cancels the run: once a's lease ran out, or at once
+    # with --force. a's commit finds its lease taken, and writes only a fenced line (what the
+    # attempt did); that commit fails (rolled back, or landed with its answer lost). a's next
+    # round, or its closing, reads the run back, taken: the fenced line is written then if it
+    # is not in the log, once. The run stays cancelled; the hooks hear of the attempt once.
+    clock = seawall.VirtualClock(start=START)
+    heard: list[tuple[str, int | None]] = []
+
+    def act(ctx: saga.StepContext) -> str:
+        if not force:
+            clock.advance(11.0)  # a's lease runs out
+        assert a.cancel(ctx.run_id, force=force).status is saga.Status.FAILED
+        a.store.armed = True  # type: ignore[attr-defined]
+        return "charged"
+
+    with saga.Orchestrator(
+        sqlite_url,
+        [one_step("s", act)],
+        lease=10.0,
+        clock=clock,
+        store_clock=clock,
+        hooks=[lambda e: heard.append((e.kind, e.attempt))],
+        worker_id="a",
+    ) as a:
+        a.store.__class__ = type("FaultySQLiteStore", (fault, type(a.store)), {})
+        run_id = a.start("s", {})
+        with pytest.raises(sqlite3.OperationalError):
+            a.run_due()
+        assert heard.count(("attempt", 1)) == 0
+        if then == "run_due":
+            assert a.run_due() == 0
+            assert a.run_due() == 0
+    with saga.Orchestrator(sqlite_url, [one_step("s", act)], clock=clock, hooks=()) as reader:
+        lines = [h for h in reader.history(run_id) if h.step == "act"]
+        assert [(h.event, h.attempt) for h in lines] == [("attempt", 1), ("fenced", 1)]
+        assert dict(lines[1].detail)["worker"] == "a"
+        assert dict(lines[1].detail)["outcome"] == "success"
+        assert reader.get(run_id).status is saga.Status.FAILED
+    assert heard.count(("attempt", 1)) == 1
+
+
 def test_a_commit_that_finished_a_run_unanswered_is_heard_of_once(sqlite_url: str) -> None:
     # The commit that records the last step's outcome finishes the run and releases it; its
     # answer is lost. The next round reads the run back (released, its lease token unchanged:

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from seawall.saga._execution import Executor, Heartbeat
 from seawall.saga._model import SagaEvent
+from seawall.saga._outcomes import ENDED
 from seawall.saga._store import Store
 from seawall.saga._transitions import Transitions
 from seawall.saga._work import Outcome, Pending, Work
@@ -48,6 +49,7 @@ class Settling(NamedTuple):
     begun: list[Work]  # commits that landed: the attempts they began, to run now
     landed: int  # outcomes those commits recorded
     events: list[SagaEvent]  # what they recorded, for the hooks
+    fenced: list[Doubt]  # runs taken over: outcomes the log lacks, for a fenced line each
 
 
 class Carryover:
@@ -62,6 +64,15 @@ class Carryover:
         self._expiring: dict[str, int] = {}  # leases to end at the next claim: run id -> token
         self._late: list[Work] = []  # attempts that ended since their rounds did
         self._doubts: list[Doubt] = []
+
+    @staticmethod
+    def _ended(store: Store, done: Pending, run_id: str) -> bool:
+        """Whether the log of *run_id* says how the attempt *done* ended."""
+        step, phase, attempt = done.ctx.step, done.phase, done.ctx.attempt
+        return any(
+            h.event in ENDED and (h.step, h.phase, h.attempt) == (step, phase, attempt)
+            for h in store.history(run_id)
+        )
 
     def _heartbeat(self) -> Heartbeat:
         return self._execution.heartbeat
@@ -131,19 +142,23 @@ class Carryover:
         """A commit failed, which may have landed all the same: its runs are settled at the
         next round (:meth:`settle`), their leases renewed meanwhile."""
         for d in doubts:
-            if d.work.lost:
+            if d.work.lost and d.done is None:
                 continue
             with self._lock:
                 self._doubts.append(d)
-            self._heartbeat().keep(d.work.loaded.run.run_id, d.work.loaded.run.token)
+            if not d.work.lost:  # (a lease lost is not renewed: its fenced line is settled)
+                self._heartbeat().keep(d.work.loaded.run.run_id, d.work.loaded.run.token)
 
     def settle(self, store: Store, lease: float) -> Settling | None:
         """Settle the runs in doubt, once the store answers: renew their leases, then read
         each one's log back. ``None`` when there are none.
 
         - The run is held by another worker now (the lease ran out meanwhile), or an operator
-          broke the lease: nothing; that worker records the attempt as lost, as after any
-          expired lease.
+          acted on it (broke the lease, or applied an operation once it ran out): the run is
+          left as it is; the new holder records the attempt as lost, as after any expired
+          lease. The outcome this worker held, if the log does not have it, is for a
+          ``fenced`` line (:attr:`Settling.fenced`), as a commit that found its lease taken
+          writes; the hooks hear of the attempt.
         - The commit landed: the log is as this worker left it. The attempt it began (if any)
           runs now, as if the commit had answered; the hooks hear of what it recorded (a run it
           released, the token unchanged, landed too).
@@ -161,7 +176,7 @@ class Carryover:
         if not doubts:
             return None
         running = Transitions.running
-        found = Settling([], [], 0, [])
+        found = Settling([], [], 0, [], [])
         settled: set[int] = set()  # works done with
         taken = 0
         try:
@@ -179,8 +194,13 @@ class Carryover:
                     or fresh.run.token != run.token
                     or fresh.run.lease_owner not in (None, self.worker_id)
                 ):
-                    taken += 1
-                    continue  # taken over (by another worker, or an operator's --force)
+                    taken += 1  # taken over (by another worker, or an operator)
+                    if d.done is not None and d.outcome is not None:
+                        found.events.extend(e for e in w.events if e.kind == "attempt")
+                        if fresh is not None and not self._ended(store, d.done, run.run_id):
+                            found.fenced.append(d)
+                    w.events = []
+                    continue
                 w.token = run.token
                 if fresh.run.lease_owner is None:
                     # Released, the token unchanged: by the commit in doubt, which landed (a

@@ -8,15 +8,15 @@ Each is written into the run's rows in memory with its history line, and an even
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Final
 
 from seawall._core.errors import Overloaded, RetryAfter, error_summary, permanent, retry_after_of
 from seawall._strategies.retry import RetryState
 from seawall.saga._model import MAX_PAYLOAD_BYTES, SagaEvent, Status, check_payload
 from seawall.saga._rows import HistoryRow, dumps
-from seawall.saga._work import Outcome, Work
+from seawall.saga._work import Outcome, Pending, Work
 
-__all__ = ["Outcomes", "Recorded"]
+__all__ = ["ENDED", "Outcomes", "Recorded", "fenced_line"]
 
 logger = logging.getLogger("seawall.saga")
 
@@ -458,3 +458,29 @@ class Outcomes:
         run.due_at = due_at
         run.lease_owner = None
         run.updated_at = now
+
+
+#: The history events that record how an attempt ended (``fenced``: by a worker whose lease was
+#: lost meanwhile; its outcome is not the run's).
+ENDED: Final = frozenset({"success", "failure", "hold", "fenced"})
+
+
+def fenced_line(worker_id: str, w: Work, done: Pending, outcome: Outcome, now: float) -> HistoryRow:
+    """The history line of an attempt whose outcome is not recorded: its worker's lease was
+    taken (fencing); the log still says what it did."""
+    return HistoryRow(
+        run_id=w.loaded.run.run_id,
+        at=now,
+        event="fenced",
+        step=done.ctx.step,
+        phase=done.phase,
+        attempt=done.ctx.attempt,
+        error=None if outcome.ok else error_summary(outcome.value),
+        detail=dumps(
+            {
+                "worker": worker_id,
+                "outcome": "success" if outcome.ok else "failure",
+                "duration": round(outcome.duration, 6),
+            }
+        ),
+    )

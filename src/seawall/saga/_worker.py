@@ -37,11 +37,11 @@ from seawall.saga._execution import Executor, Heartbeat
 from seawall.saga._hooks import Hook, emit
 from seawall.saga._model import MAX_PAYLOAD_BYTES, Run, Saga, SagaEvent, Status
 from seawall.saga._operations import ACTIVE, SETTLED, unknown_status
-from seawall.saga._outcomes import Outcomes
-from seawall.saga._rows import HistoryRow, Loaded, RunRow, dumps, to_run
+from seawall.saga._outcomes import Outcomes, fenced_line
+from seawall.saga._rows import Loaded, RunRow, to_run
 from seawall.saga._store import Store
 from seawall.saga._transitions import Transitions
-from seawall.saga._work import Outcome, Pending, Work
+from seawall.saga._work import Outcome, Work
 
 __all__ = [
     "CONFLICT_PAUSE",
@@ -194,9 +194,10 @@ class Worker:
         works = (found.redo if found else []) + carryover.take_late()
         ending = carryover.expiring()
         events = found.events if found else []
+        fenced = found.fenced if found else []
         for w in found.begun if found else []:
             ending[w.loaded.run.run_id] = w.loaded.run.token
-        if not works and not ending:
+        if not works and not ending and not fenced:
             self.emit(events)
             return
         ids = [w.loaded.run.run_id for w in works]
@@ -209,6 +210,7 @@ class Worker:
                 self._record_one(w, now, go_on=False)
                 events.extend(e for e in w.events if not w.lost or e.kind == "attempt")
                 w.events = []
+            self._write_fenced(fenced, now)
             store.expire_leases(self.worker_id, ending, now)
         self.emit(events)
 
@@ -422,7 +424,9 @@ class Worker:
             return 0, []
         self.emit(found.events)
         try:
-            recorded, begun = self._record_all(found.redo, {}, collections.deque())
+            recorded, begun = self._record_all(
+                found.redo, {}, collections.deque(), fenced=found.fenced
+            )
         except Exception:  # (it leaves its own runs in doubt)
             self._carryover.in_doubt([Doubt(w, None, None) for w in found.begun])
             raise
@@ -444,13 +448,16 @@ class Worker:
         pending: list[Work],
         running: dict[concurrent.futures.Future[Outcome], Work],
         queued: collections.deque[Work],
+        *,
+        fenced: Sequence[Doubt] = (),
     ) -> tuple[int, list[Work]]:
         """Record the outcomes of *pending* (``w.outcome``) and begin what follows, in one
         transaction: their runs' next attempts, then queued runs' while slots are free. The
         attempts of *running* that end before the transaction has its turn join *pending*
-        (and are recorded in it). Returns how many outcomes were recorded, and the works whose
-        attempts began."""
-        if not pending and not (queued and len(running) < self.concurrency):
+        (and are recorded in it). The transaction also writes the ``fenced`` lines of
+        *fenced* (:attr:`Settling.fenced`). Returns how many outcomes were recorded, and the
+        works whose attempts began."""
+        if not pending and not fenced and not (queued and len(running) < self.concurrency):
             return 0, []
         store = self.store
         begun: list[Work] = []
@@ -470,10 +477,12 @@ class Worker:
         try:
             with self._transaction(take) as (now, asked):
                 recorded = self._record_in(pending, queued, free, now, asked, begun, doubts)
+                self._write_fenced(fenced, now)
         except Exception:
             # The commit may have landed or not: its runs are settled at the next round.
             self._carryover.in_doubt(
                 [doubts.get(id(w)) or Doubt(w, w.pending, w.outcome) for w in pending]
+                + list(fenced)
             )
             raise
         # A fenced worker's hooks hear of the attempt it ran (it did run), never of a status
@@ -516,6 +525,16 @@ class Worker:
                 begun.append(w)
         return recorded
 
+    def _write_fenced(self, doubts: Sequence[Doubt], now: float) -> None:
+        """(In a transaction.) The ``fenced`` lines of the outcomes of *doubts*, held by this
+        worker for runs taken over meanwhile (:attr:`Settling.fenced`)."""
+        lines = []
+        for d in doubts:
+            assert d.done is not None and d.outcome is not None  # (as settle takes them)
+            lines.append(fenced_line(self.worker_id, d.work, d.done, d.outcome, now))
+        if lines:
+            self.store.append_history(lines)
+
     def _record_one(self, w: Work, now: float, *, go_on: bool) -> None:
         """(In a transaction.) Record the outcome of *w*'s attempt and save the run: with
         *go_on*, with the run's next move (an attempt begun, maybe); else the run released,
@@ -534,7 +553,7 @@ class Worker:
             self._outcomes.release(w, now if run.status in ACTIVE else None, now)
         self._save(w)
         if w.lost and done is not None:
-            self.store.append_history([self._fenced(w, done, outcome, now)])
+            self.store.append_history([fenced_line(self.worker_id, w, done, outcome, now)])
 
     @contextlib.contextmanager
     def _transaction(self, take: Callable[[], _T]) -> Iterator[_T]:
@@ -596,26 +615,6 @@ class Worker:
             # stays in the history, and the operation applies on top (advance applies it).
             self._transitions.advance(w, self.store.now())
         raise RuntimeError(f"run {run.run_id!r}: could not save")  # pragma: no cover
-
-    def _fenced(self, w: Work, done: Pending, outcome: Outcome, now: float) -> HistoryRow:
-        """The history line of an attempt whose outcome is not recorded: its worker's lease
-        was taken (fencing); the log still says what it did."""
-        return HistoryRow(
-            run_id=w.loaded.run.run_id,
-            at=now,
-            event="fenced",
-            step=done.ctx.step,
-            phase=done.phase,
-            attempt=done.ctx.attempt,
-            error=None if outcome.ok else error_summary(outcome.value),
-            detail=dumps(
-                {
-                    "worker": self.worker_id,
-                    "outcome": "success" if outcome.ok else "failure",
-                    "duration": round(outcome.duration, 6),
-                }
-            ),
-        )
 
     def emit(self, events: list[SagaEvent]) -> None:
         """Tell the hooks (a failing hook is logged and changes nothing)."""
