@@ -864,6 +864,48 @@ def test_an_outcome_fenced_by_an_operator_is_in_the_log_once_after_a_failed_comm
     assert heard.count(("attempt", 1)) == 1
 
 
+@pytest.mark.parametrize(
+    ("operation", "status", "then"),
+    [("cancel", saga.Status.FAILED, 0), ("compensate", saga.Status.COMPENSATED, 1)],
+)
+def test_a_worker_closing_after_a_failed_commit_applies_a_request_that_came_meanwhile(
+    sqlite_url: str, operation: str, status: saga.Status, then: int
+) -> None:
+    # An operator asks to cancel (or compensate) the run while its attempt runs: a request to
+    # the worker holding it. The commit of the attempt's outcome fails, and the worker is
+    # closed before another round: closing, it records the outcome it holds and applies the
+    # request (which begins no attempt), instead of leaving the outcome to be charged as lost
+    # and the step to run again.
+    calls: list[tuple[str, int]] = []
+
+    def act(ctx: saga.StepContext) -> str:
+        calls.append(("act", ctx.attempt))
+        asked = getattr(first, operation)(ctx.run_id)
+        assert asked.status is saga.Status.RUNNING  # (requested)
+        first.store.armed = True  # type: ignore[attr-defined]
+        return "done"
+
+    def undo(ctx: saga.StepContext) -> None:
+        calls.append(("undo", ctx.attempt))
+
+    policy = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
+    flow = saga.Saga("asked", [saga.Step("act", act, compensate=undo, policy=policy)])
+    first = saga.Orchestrator(sqlite_url, [flow], hooks=())
+    with first:
+        first.store.__class__ = type("FailingSQLiteStore", (_FailsCommit, type(first.store)), {})
+        run_id = first.start("asked", {})
+        with pytest.raises(sqlite3.OperationalError):
+            first.run_due()
+    with saga.Orchestrator(sqlite_url, [flow], hooks=()) as second:
+        assert second.run_due() == then
+        run = second.get(run_id)
+        actions = [(h.event, h.attempt) for h in second.history(run_id) if h.phase == "action"]
+    assert run.status is status
+    assert run.step("act").attempt_count == 1
+    assert actions == ONCE
+    assert calls == [("act", 1)] + [("undo", 1)] * then
+
+
 def test_a_commit_that_finished_a_run_unanswered_is_heard_of_once(sqlite_url: str) -> None:
     # The commit that records the last step's outcome finishes the run and releases it; its
     # answer is lost. The next round reads the run back (released, its lease token unchanged:

@@ -36,7 +36,7 @@ from seawall.saga._carryover import Carryover, Doubt
 from seawall.saga._execution import Executor, Heartbeat
 from seawall.saga._hooks import Hook, emit
 from seawall.saga._model import MAX_PAYLOAD_BYTES, Run, Saga, SagaEvent, Status
-from seawall.saga._operations import ACTIVE, SETTLED, unknown_status
+from seawall.saga._operations import ACTIVE, SETTLED, apply_operation, unknown_status
 from seawall.saga._outcomes import Outcomes, fenced_line
 from seawall.saga._rows import Loaded, RunRow, to_run
 from seawall.saga._store import Store
@@ -185,10 +185,11 @@ class Worker:
 
     def _hand_back(self) -> None:
         """On closing, what rounds ended by an error left (:mod:`._carryover`), settled if the
-        store answers, with no attempt begun: the outcomes this worker holds are recorded, and
-        their runs released, due at once (their next moves are another worker's); runs whose
-        attempts it will not run (begun by a landed commit; claimed, not begun; an operator's
-        request pending) have their leases ended, to be taken over at once."""
+        store answers, with no attempt begun: the outcomes this worker holds are recorded (with
+        an operator's request that came meanwhile applied), and their runs released, due at
+        once (their next moves are another worker's); runs whose attempts it will not run
+        (begun by a landed commit; claimed, not begun) have their leases ended, to be taken
+        over at once."""
         store, carryover = self.store, self._carryover
         found = carryover.settle(store, self.lease)
         works = (found.redo if found else []) + carryover.take_late()
@@ -203,10 +204,7 @@ class Worker:
         ids = [w.loaded.run.run_id for w in works]
         with self._transaction(lambda: store.lock_runs(ids)) as (now, asked):
             for w in works:
-                run = w.loaded.run
-                if asked.get(run.run_id):  # (applying it could begin an attempt)
-                    ending[run.run_id] = run.token
-                    continue
+                w.loaded.run.requested = asked.get(w.loaded.run.run_id)
                 self._record_one(w, now, go_on=False)
                 events.extend(e for e in w.events if not w.lost or e.kind == "attempt")
                 w.events = []
@@ -538,8 +536,8 @@ class Worker:
     def _record_one(self, w: Work, now: float, *, go_on: bool) -> None:
         """(In a transaction.) Record the outcome of *w*'s attempt and save the run: with
         *go_on*, with the run's next move (an attempt begun, maybe); else the run released,
-        due at once if still active (its next move is another worker's). A fenced worker
-        leaves a ``fenced`` line instead."""
+        due at once if still active (its next move is another worker's), an operator's request
+        applied (which begins no attempt). A fenced worker leaves a ``fenced`` line instead."""
         done, outcome, run = w.pending, w.outcome, w.loaded.run
         assert outcome is not None
         try:
@@ -549,6 +547,9 @@ class Worker:
         else:
             if go_on:
                 self._transitions.advance_safely(w, now)
+            elif run.requested:
+                with contextlib.suppress(ValueError):  # (as advance does)
+                    apply_operation(w.loaded, run.requested, now)
         if not go_on and run.lease_owner is not None:
             self._outcomes.release(w, now if run.status in ACTIVE else None, now)
         self._save(w)
