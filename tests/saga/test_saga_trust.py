@@ -617,6 +617,9 @@ def held_back(
     return act, calls, may_end
 
 
+#: Retried at once, up to 3 attempts.
+FAST = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
+
 #: The history of a step run once, its outcome recorded.
 ONCE = [("attempt", 1), ("success", 1)]
 
@@ -904,6 +907,44 @@ def test_a_worker_closing_after_a_failed_commit_applies_a_request_that_came_mean
     assert run.step("act").attempt_count == 1
     assert actions == ONCE
     assert calls == [("act", 1)] + [("undo", 1)] * then
+
+
+def test_a_landed_commit_that_began_a_compensation_on_the_same_step_runs_it(
+    sqlite_url: str,
+) -> None:
+    # A compensate is requested while the step's action runs. The commit of the action's
+    # outcome applies it and begins the step's compensation (its row marked running again);
+    # the commit lands, its answer lost. The next round reads the log back: the action's
+    # attempt has its outcome, and the compensation's first attempt runs, not a second one
+    # with the first charged unbegun.
+    calls: list[tuple[str, int]] = []
+
+    def act(ctx: saga.StepContext) -> str:
+        calls.append(("act", ctx.attempt))
+        assert orch.compensate(ctx.run_id).status is saga.Status.RUNNING  # (requested)
+        orch.store.armed = True  # type: ignore[attr-defined]
+        return "done"
+
+    def undo(ctx: saga.StepContext) -> None:
+        calls.append(("undo", ctx.attempt))
+
+    flow = saga.Saga("undo", [saga.Step("act", act, compensate=undo, policy=FAST)])
+    with saga.Orchestrator(sqlite_url, [flow], hooks=()) as orch:
+        orch.store.__class__ = type("LosingSQLiteStore", (_LosesAnswer, type(orch.store)), {})
+        run_id = orch.start("undo", {})
+        with pytest.raises(sqlite3.OperationalError, match="answer to the commit"):
+            orch.run_due()
+        assert orch.run_due() == 2  # the action's outcome, landed; the compensation
+        run = orch.get(run_id)
+        history = [(h.event, h.phase, h.attempt) for h in orch.history(run_id) if h.step]
+    assert run.status is saga.Status.COMPENSATED
+    assert calls == [("act", 1), ("undo", 1)]
+    assert history == [
+        ("attempt", "action", 1),
+        ("success", "action", 1),
+        ("attempt", "compensation", 1),
+        ("success", "compensation", 1),
+    ]
 
 
 def test_a_commit_that_finished_a_run_unanswered_is_heard_of_once(sqlite_url: str) -> None:

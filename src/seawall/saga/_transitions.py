@@ -341,7 +341,10 @@ class Transitions:
         row = loaded.steps[pending.index]
         comp = pending.phase == "compensation"
         count = row.compensation_attempt_count if comp else row.attempt_count
-        return row.running and count == pending.ctx.attempt
+        # The row's running flag is its phase's: an action runs on a RUNNING row, and a
+        # compensation may run on the row of the action whose outcome began it.
+        action = row.status == S.RUNNING.value
+        return row.running and action != comp and count == pending.ctx.attempt
 
     def resumed(self, w: Work, done: Pending, now: float) -> Pending | None:
         """The attempt *done*, which the log (``w.loaded``, read anew) has begun with no
