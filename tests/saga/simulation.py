@@ -22,7 +22,12 @@ the order of their operations, how each step call ends, and the faults:
 - ``outage``: the store lost at a worker's commit point inside ``run_due`` (its store raises
   :class:`SimulatedOutage`, an error the store takes for an outage, just before or just after
   its N-th commit: the commit is lost, or it landed and the worker cannot know); the worker
-  lives on, as ``work`` would after an outage, and runs ``run_due`` again later.
+  lives on, as ``work`` would after an outage, and runs ``run_due`` again later;
+- ``operator``: an operator's ``retry_now``, ``compensate`` or ``cancel`` of a run (with
+  ``force`` in some schedules).
+
+Apart from the faults, some schedules make some steps' functions ``async def``: the worker
+runs them on its virtual event loop (each worker's clock is a :class:`VirtualClock`).
 
 Besides the faults, a step call lets another worker run ``run_due`` now and then (for up to a
 third of the lease), as concurrent workers would. The orchestrator's lease-renewing heartbeat
@@ -152,6 +157,15 @@ NOT_GUARANTEED: dict[str, frozenset[str]] = {
     # An operator breaks a live worker's lease (--force, meant for a dead or hung worker): the
     # run can be claimed at once, while the live worker's attempt may still be under way.
     "forced_lease": frozenset({"two_live_workers"}),
+    # The same with async def steps: one that starves its worker's threads blocks the event
+    # loop too, so the worker's other async attempts of the group begin only after it, their
+    # leases lapsed meanwhile; another worker may have finished those runs by then.
+    "async_keeper_down": frozenset({"two_live_workers", "finished_step_rerun"}),
+    # An operator breaks a live worker's lease while one of its async def steps runs without
+    # awaiting (it holds the event loop): the worker's other attempts of the group, begun in
+    # the log before the operation, start their functions only after it, on a run an operator
+    # has cancelled, compensated or that another worker has finished.
+    "async_forced_lease": frozenset({"two_live_workers", "stopped_run_ran", "finished_step_rerun"}),
 }
 
 #: What the schedule tags (the keys of KNOWN_OPEN and NOT_GUARANTEED) mean.
@@ -180,6 +194,9 @@ TAGS: dict[str, str] = {
         "while a step runs (a request to the worker holding the run)"
     ),
     "forced_lease": "operators' operations with force, which break a live worker's lease",
+    "async": "some steps' functions are async def (they run on the worker's event loop)",
+    "async_keeper_down": "keeper_down, with some steps async def",
+    "async_forced_lease": "forced_lease, with some steps async def",
 }
 
 
@@ -204,15 +221,23 @@ class Runaway(BaseException):
     """The schedule called steps or committed far more than it can legitimately need."""
 
 
-class SkewClock:
-    """A worker's clock: the shared virtual time plus an offset (seawall.Clock)."""
+class SkewClock(seawall.VirtualClock):
+    """A worker's clock: the shared virtual time plus an offset. A :class:`VirtualClock` to the
+    orchestrator, so that its ``async def`` attempts run on a virtual event loop (on the
+    worker's thread, deterministic); that loop's jumps move the shared time."""
 
     def __init__(self, base: seawall.VirtualClock, offset: float) -> None:
         self.base = base
         self.offset = offset
+        super().__init__(base.now() + offset)
 
-    def now(self) -> float:
+    @property  # type: ignore[override]
+    def _now(self) -> float:
         return self.base.now() + self.offset
+
+    @_now.setter
+    def _now(self, value: float) -> None:
+        self.base._now = value - self.offset
 
     def sleep(self, seconds: float) -> None:
         self.base.sleep(seconds)
@@ -508,18 +533,25 @@ class Config:
     delayed: frozenset[str]
     on_exhausted: dict[str, str]
     forced: bool = False  # operators break live leases (--force) three times in ten
+    asynchronous: frozenset[str] = frozenset()  # steps whose functions are ``async def``
 
     @property
     def tags(self) -> frozenset[str]:
         tags = set(self.faults & {"skew", "deploy", "failures", "outage", "operator"})
         if self.forced:
             tags.add("forced_lease")
+        if self.asynchronous:
+            tags.add("async")
+            if self.forced:
+                tags.add("async_forced_lease")
         if self.faults & {"crash", "side_crash"}:
             tags.add("batch_crash" if self.batch > 1 or self.concurrency > 1 else "crash")
         if "slow" in self.faults:
             tags.add("slow_step" if self.renewed else "starved_lease")
             if not self.renewed and self.keeper_down:
                 tags.add("keeper_down")
+                if self.asynchronous:
+                    tags.add("async_keeper_down")
             if self.batch > 1:
                 tags.add("batch_slow")
         return frozenset(tags)
@@ -543,6 +575,9 @@ def draw_config(rng: random.Random) -> Config:
         delayed=frozenset(n for n in NAMES if rng.random() < 0.4),
         on_exhausted={n: rng.choice(("compensate",) * 8 + ("fail", "park")) for n in NAMES},
         forced="operator" in faults and rng.random() < 0.5,
+        asynchronous=(
+            frozenset(n for n in NAMES if rng.random() < 0.5) if rng.random() < 0.3 else frozenset()
+        ),
     )
 
 
@@ -782,6 +817,9 @@ class Simulation:
             # crash (another worker takes the runs over once the leases run out).
             self.allowance += self.cfg.concurrency
         worker.alive = False
+        if killed and worker.executor is not None:
+            with worker.executor.lock:  # (attempts it had not begun die with it)
+                worker.executor.deferred.clear()
         with contextlib.suppress(Exception):
             if killed:  # a killed process records nothing more
                 worker.orch._closed = True
@@ -809,8 +847,16 @@ class Simulation:
     def function(
         self, worker: Worker, names: tuple[str, ...], name: str, phase: str
     ) -> Callable[[saga.StepContext], Any]:
-        def step(ctx: saga.StepContext) -> Any:
-            return self.call(worker, names, name, phase, ctx)
+        step: Callable[[saga.StepContext], Any]
+        if name in self.cfg.asynchronous:
+
+            async def step(ctx: saga.StepContext) -> Any:
+                return self.call(worker, names, name, phase, ctx)
+
+        else:
+
+            def step(ctx: saga.StepContext) -> Any:
+                return self.call(worker, names, name, phase, ctx)
 
         step.__name__ = f"{name}_{phase}"
         step.sim_attempt = (worker, names, name, phase)  # type: ignore[attr-defined]
@@ -1079,7 +1125,10 @@ class Simulation:
             self.stats["outages"] += 1
             self.note(f"{outage}; {w.wid} goes on")
             ended = [a for a in w.ended if not self.lost_line(a)]  # (not taken over before)
-            w.doubt = ((doubt[0] if doubt else []) + ended, self.run_dues)
+            # (A worker whose run_due this one ran inside goes on after it, and may take the
+            # runs over: the next check is not foreseeable then.)
+            outer = any(o.in_run_due for o in self.workers if o is not w)
+            w.doubt = ((doubt[0] if doubt else []) + ended, -1 if outer else self.run_dues)
         except Exception as exc:
             self.violate(
                 "worker_error", (w.wid,), f"{w.wid}'s run_due raised {type(exc).__name__}: {exc}"

@@ -49,6 +49,8 @@ def test_seeded_schedules_keep_every_invariant(first: int) -> None:
     assert stats["interleaved_steps"] > count / 4, report
     assert stats["status_SUCCEEDED"] and stats["status_COMPENSATED"], report
     for tag in simulation.TAGS:
+        if tag in ("async_keeper_down", "async_forced_lease"):  # (rare: see the test below)
+            continue
         if tag != "keeper_down" or simulation.KEEPER:
             assert any(tag in r.tags for r in results), (tag, report)
 
@@ -58,6 +60,20 @@ def test_the_lists_of_reported_violations_name_real_tags_and_invariants() -> Non
         for tag, invariants in listed.items():
             assert tag in simulation.TAGS
             assert invariants <= simulation.INVARIANTS.keys()
+
+
+def test_an_async_step_starving_its_worker_with_the_keeper_down_is_reported_not_failed(
+    tmp_path: pathlib.Path,
+) -> None:
+    # Schedule 1573: an async def step holds its worker's threads (and so its event loop) past
+    # the lease, with the keeper down. The worker's other async attempt of the group begins
+    # only after it, once another worker took the run over and compensated it: a step begun
+    # for a run whose log says it was undone. Not guaranteed under that fault, by design.
+    result = simulation.run_schedule(1573, str(tmp_path))
+    assert "async_keeper_down" in result.tags
+    rerun = [v for v in result.violations if v.invariant == "finished_step_rerun"]
+    assert rerun and all(v.known for v in rerun)
+    assert not result.failures
 
 
 def test_a_violation_is_reported_only_where_a_list_names_its_tag(
@@ -134,7 +150,7 @@ def test_each_check_catches_the_fault_it_names(
 
 
 def test_a_schedule_replays_exactly(tmp_path: pathlib.Path) -> None:
-    for seed in (5, 42, 70, 1471):
+    for seed in (6, 42, 70, 1471):  # (6 and 42 with async def steps)
         first = simulation.run_schedule(seed, str(tmp_path), trace=True)
         again = simulation.run_schedule(seed, str(tmp_path), trace=True)
         assert first.trace == again.trace

@@ -338,7 +338,16 @@ class Executor:
 
     def _run_async(self, coros: list[Any]) -> list[Outcome]:
         async def together() -> list[Outcome]:
-            return list(await asyncio.gather(*coros))
+            tasks = [asyncio.ensure_future(c) for c in coros]
+            try:
+                return list(await asyncio.gather(*tasks))
+            except BaseException:
+                # (An attempt's errors are outcomes: only an interrupt is here.) The others
+                # end too, cancelled, not left pending on the loop for ever.
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
 
         loop = self._loop
         if loop is None:
