@@ -118,6 +118,7 @@ INVARIANTS: dict[str, str] = {
     "other_definition": "a run is served only by functions of the definition it started under",
     "two_live_workers": "a step never runs in two live workers at once",
     "retry_early": "a retry never begins before the delay its failure scheduled has passed",
+    "deadline_passed": "no action's attempt begins (in the log) once its run's deadline passed",
     "recorded_success_untrue": "a step the log says succeeded had its action succeed",
     "status_succeeded": "a SUCCEEDED run had every step's action succeed",
     "status_compensated": "a COMPENSATED run had every finished step's compensation succeed",
@@ -195,6 +196,7 @@ TAGS: dict[str, str] = {
     ),
     "forced_lease": "operators' operations with force, which break a live worker's lease",
     "async": "some steps' functions are async def (they run on the worker's event loop)",
+    "deadline": "runs with a deadline (Saga(timeout=...)) of 2, 8 or 20 s",
     "async_keeper_down": "keeper_down, with some steps async def",
     "async_forced_lease": "forced_lease, with some steps async def",
 }
@@ -534,12 +536,15 @@ class Config:
     on_exhausted: dict[str, str]
     forced: bool = False  # operators break live leases (--force) three times in ten
     asynchronous: frozenset[str] = frozenset()  # steps whose functions are ``async def``
+    timeout: float | None = None  # each run's deadline (Saga(timeout=...)), from its start
 
     @property
     def tags(self) -> frozenset[str]:
         tags = set(self.faults & {"skew", "deploy", "failures", "outage", "operator"})
         if self.forced:
             tags.add("forced_lease")
+        if self.timeout is not None:
+            tags.add("deadline")
         if self.asynchronous:
             tags.add("async")
             if self.forced:
@@ -578,6 +583,7 @@ def draw_config(rng: random.Random) -> Config:
         asynchronous=(
             frozenset(n for n in NAMES if rng.random() < 0.5) if rng.random() < 0.3 else frozenset()
         ),
+        timeout=rng.choice((2.0, 8.0, 20.0)) if rng.random() < 0.3 else None,
     )
 
 
@@ -778,9 +784,10 @@ class Simulation:
             )
             for n in names
         ]
+        more: dict[str, Any] = {} if cfg.timeout is None else {"timeout": cfg.timeout}
         if version is not None:
-            return saga.Saga(SAGA, steps, version=version)  # type: ignore[call-arg]
-        return saga.Saga(SAGA, steps)
+            return saga.Saga(SAGA, steps, version=version, **more)  # type: ignore[call-arg]
+        return saga.Saga(SAGA, steps, **more)
 
     def policy(self, name: str) -> seawall.RetryPolicy:
         """The step's policy (one object per schedule: its jitter draws in turn)."""
@@ -874,6 +881,8 @@ class Simulation:
         effect, drawn from the seed."""
         attempt = self.early.pop((w.wid, ctx.run_id, ctx.step, phase, ctx.attempt), None)
         if attempt is None:
+            if w.dying:  # (an async def attempt after the one that killed it: never called)
+                raise SimulatedCrash(w, f"before {name} for {ctx.run_id} began")
             attempt = self.begin(w, names, name, phase, ctx)
         return self.body(attempt)
 
@@ -963,6 +972,10 @@ class Simulation:
                 )
         if ctx.attempt >= 2:
             self.check_retry_time(rid, row, phase, ctx.attempt, now, w)
+        if run.deadline is not None and not comp:
+            # (sabotage "overdue": deadlines that seem to pass 100 s sooner than they do)
+            deadline = run.deadline.timestamp() - (100.0 if self.sabotage == "overdue" else 0.0)
+            self.check_deadline(rid, row, ctx.attempt, deadline, w)
         if self.sabotage != "uncounted":
             self.begun[(rid, row, phase)] += 1
         self.inside[slot].append(w)
@@ -1066,6 +1079,21 @@ class Simulation:
                 self.run_due(other)
             finally:
                 self.depth -= 1
+
+    def check_deadline(self, rid: str, row: str, attempt: int, deadline: float, w: Worker) -> None:
+        """The action's attempt began in the log before the run's deadline."""
+        begun = [
+            e.at.timestamp()
+            for e in self.observer.history(rid)
+            if (e.event, e.step, e.phase, e.attempt) == ("attempt", row, "action", attempt)
+        ]
+        if begun and begun[0] >= deadline + 1e-5:
+            self.violate(
+                "deadline_passed",
+                (rid, row, attempt),
+                f"{w.wid} began attempt {attempt} of {row} of run {rid} "
+                f"{begun[0] - deadline:.3f} s after the run's deadline",
+            )
 
     def check_retry_time(
         self, rid: str, row: str, phase: str, attempt: int, now: float, w: Worker
