@@ -26,8 +26,11 @@ the order of their operations, how each step call ends, and the faults:
 - ``operator``: an operator's ``retry_now``, ``compensate`` or ``cancel`` of a run (with
   ``force`` in some schedules).
 
-Apart from the faults, some schedules make some steps' functions ``async def``: the worker
-runs them on its virtual event loop (each worker's clock is a :class:`VirtualClock`).
+Apart from the faults, some schedules make some steps' functions ``async def`` (the worker
+runs them on its virtual event loop: each worker's clock is a :class:`VirtualClock`), give
+each run a deadline (``Saga(timeout=...)``), or put a step that waits among the others: a
+durable timer (``saga.Sleep``) or a wait for a signal (``saga.WaitFor``), the signals sent to
+started runs at random times, some twice.
 
 Besides the faults, a step call lets another worker run ``run_due`` now and then (for up to a
 third of the lease), as concurrent workers would. The orchestrator's lease-renewing heartbeat
@@ -84,6 +87,9 @@ S = saga.Status
 #: The saga every schedule runs, and its step names (a definition is a tuple of them).
 SAGA = "order"
 NAMES = ("reserve", "charge", "ship", "notify", "audit", "invoice", "pack", "label")
+#: The steps that wait, in schedules that have one: a timer, and a wait for a signal.
+SLEEP, SIGNAL = "nap", "paid"
+SLEEP_SECONDS, SIGNAL_TIMEOUT = 3.0, 15.0
 START = 1_700_000_000.0
 LEASE = 10.0
 BACKOFF_CAP = 4.0
@@ -119,6 +125,11 @@ INVARIANTS: dict[str, str] = {
     "two_live_workers": "a step never runs in two live workers at once",
     "retry_early": "a retry never begins before the delay its failure scheduled has passed",
     "deadline_passed": "no action's attempt begins (in the log) once its run's deadline passed",
+    "sleep_early": "no step after a durable timer begins before the timer's end",
+    "wait_skipped": (
+        "no step after a wait for a signal begins unless the signal was sent, and it sees the "
+        "first signal's data"
+    ),
     "recorded_success_untrue": "a step the log says succeeded had its action succeed",
     "status_succeeded": "a SUCCEEDED run had every step's action succeed",
     "status_compensated": "a COMPENSATED run had every finished step's compensation succeed",
@@ -197,6 +208,11 @@ TAGS: dict[str, str] = {
     "forced_lease": "operators' operations with force, which break a live worker's lease",
     "async": "some steps' functions are async def (they run on the worker's event loop)",
     "deadline": "runs with a deadline (Saga(timeout=...)) of 2, 8 or 20 s",
+    "sleep": "a durable timer (saga.Sleep) among the steps",
+    "signal": (
+        "a wait for a signal (saga.WaitFor) among the steps, and signals sent to runs (before "
+        "or after the wait began, some twice)"
+    ),
     "async_keeper_down": "keeper_down, with some steps async def",
     "async_forced_lease": "forced_lease, with some steps async def",
 }
@@ -537,6 +553,7 @@ class Config:
     forced: bool = False  # operators break live leases (--force) three times in ten
     asynchronous: frozenset[str] = frozenset()  # steps whose functions are ``async def``
     timeout: float | None = None  # each run's deadline (Saga(timeout=...)), from its start
+    wait: str | None = None  # a step of the saga that waits: SLEEP or SIGNAL (in names)
 
     @property
     def tags(self) -> frozenset[str]:
@@ -545,6 +562,8 @@ class Config:
             tags.add("forced_lease")
         if self.timeout is not None:
             tags.add("deadline")
+        if self.wait is not None:
+            tags.add("sleep" if self.wait == SLEEP else "signal")
         if self.asynchronous:
             tags.add("async")
             if self.forced:
@@ -566,7 +585,7 @@ def draw_config(rng: random.Random) -> Config:
     faults = frozenset(f for f in FAULTS if rng.random() < (0.5 if f == "failures" else 0.3))
     size = rng.randint(2, 4)
     names = tuple(NAMES[:size])
-    return Config(
+    config = Config(
         faults=faults,
         renewed=rng.random() < 0.5,
         keeper_down=KEEPER and rng.random() < 0.5,
@@ -585,6 +604,11 @@ def draw_config(rng: random.Random) -> Config:
         ),
         timeout=rng.choice((2.0, 8.0, 20.0)) if rng.random() < 0.3 else None,
     )
+    if rng.random() < 0.3:  # a durable timer, or a wait for a signal, among the steps
+        config.wait = rng.choice((SLEEP, SIGNAL))
+        at = rng.randint(0, len(names))
+        config.names = (*names[:at], config.wait, *names[at:])
+    return config
 
 
 def mutate(names: tuple[str, ...], rng: random.Random) -> tuple[tuple[str, ...], str]:
@@ -651,6 +675,7 @@ class Simulation:
         self.current: tuple[tuple[tuple[str, ...], int | None], ...] = ((self.cfg.names, None),)
         self.defs_seen: list[tuple[str, ...]] = [self.cfg.names]
         self.started: list[str] = []
+        self.signals: dict[str, Any] = {}  # the first signal's data, by run
         self.unstarted: list[str] = []
         self.next_run = 0
         self.deploys = 0
@@ -767,11 +792,15 @@ class Simulation:
 
     def definition(self, worker: Worker, names: tuple[str, ...], version: int | None) -> Any:
         cfg = self.cfg
-        actions = {n: self.function(worker, names, n, "action") for n in names}
+        actions = {n: self.function(worker, names, n, "action") for n in names if n in NAMES}
         if self.sabotage == "swap" and len(names) > 1:  # functions under each other's names
             actions[names[0]], actions[names[1]] = actions[names[1]], actions[names[0]]
         steps = [
-            saga.Step(
+            saga.Sleep(SLEEP_SECONDS, name=n)
+            if n == SLEEP
+            else saga.WaitFor(n, timeout=SIGNAL_TIMEOUT)
+            if n == SIGNAL
+            else saga.Step(
                 n,
                 actions[n],
                 compensate=(
@@ -972,6 +1001,8 @@ class Simulation:
                 )
         if ctx.attempt >= 2:
             self.check_retry_time(rid, row, phase, ctx.attempt, now, w)
+        if not comp:
+            self.check_waits(rid, row, run, now, w, ctx)
         if run.deadline is not None and not comp:
             # (sabotage "overdue": deadlines that seem to pass 100 s sooner than they do)
             deadline = run.deadline.timestamp() - (100.0 if self.sabotage == "overdue" else 0.0)
@@ -1079,6 +1110,42 @@ class Simulation:
                 self.run_due(other)
             finally:
                 self.depth -= 1
+
+    def check_waits(
+        self, rid: str, row: str, run: Any, now: float, w: Worker, ctx: saga.StepContext
+    ) -> None:
+        """The action of *row* begins: a timer before it has ended, a wait has its signal."""
+        names = [r.name for r in run.steps]
+        if row not in names:
+            return
+        before = names[: names.index(row)]
+        if SLEEP in before and rid not in self.hurried:
+            # (sabotage "restless": timers that seem to end 100 s later than they do)
+            late = 100.0 if self.sabotage == "restless" else 0.0
+            until = [
+                e.detail["until"] + late
+                for e in self.observer.history(rid)
+                if e.event == "sleep" and e.step == SLEEP
+            ]
+            self.stats["after_sleep"] += 1
+            if not until or now < until[-1] - 1e-6:
+                self.violate(
+                    "sleep_early",
+                    (rid, row),
+                    f"{w.wid} began {row} of run {rid} at {now:.3f}, before the timer's end "
+                    f"({until[-1] if until else 'not begun'})",
+                )
+        if SIGNAL in before:
+            sent = self.signals.get(rid)
+            seen = ctx.results.get(SIGNAL)
+            self.stats["after_signal"] += 1
+            if sent is None or seen != sent:
+                self.violate(
+                    "wait_skipped",
+                    (rid, row),
+                    f"{w.wid} began {row} of run {rid} after the wait for {SIGNAL!r} with "
+                    f"{seen!r} as its result; the first signal sent: {sent!r}",
+                )
 
     def check_deadline(self, rid: str, row: str, attempt: int, deadline: float, w: Worker) -> None:
         """The action's attempt began in the log before the run's deadline."""
@@ -1204,6 +1271,29 @@ class Simulation:
             self.stopped.setdefault(rid, "compensate")
         self.note(f"operator {operation}{' --force' if force else ''} {rid}: {run.status.value}")
 
+    def signal(self) -> None:
+        """A signal to a started run (its wait begun or not; a second one now and then)."""
+        rid = self.started[self.rng.randrange(len(self.started))]
+        data = {"n": self.stats["signals"]}
+        try:
+            kept = self.observer.signal(rid, SIGNAL, data)
+        except ValueError as exc:  # the run is over, its wait too, or it has none
+            self.note(f"signal {rid}: refused ({exc})")
+            return
+        self.stats["signals"] += 1
+        first = rid not in self.signals
+        if kept:
+            # (sabotage "forged": the harness remembers other data than it sent)
+            self.signals.setdefault(rid, {"n": -1} if self.sabotage == "forged" else data)
+        if kept != first:
+            self.violate(
+                "wait_skipped",
+                (rid, "signal", self.stats["signals"]),
+                f"signal {data} to {rid}: kept={kept}, though {'no' if first else 'a'} signal "
+                "was sent before",
+            )
+        self.note(f"signal {rid} {data}: {'kept' if kept else 'a duplicate'}")
+
     def lost_line(self, attempt: tuple[str, str, str, int]) -> bool:
         rid, row, phase, n = attempt
         return any(
@@ -1291,6 +1381,8 @@ class Simulation:
             choices.append(("retire", 0.5))
         if "operator" in cfg.faults and self.started:
             choices.append(("operate", 1.5))
+        if cfg.wait == SIGNAL and self.started:
+            choices.append(("signal", 1.5))
         kind = rng.choices([c[0] for c in choices], [c[1] for c in choices])[0]
         if kind == "run_due":
             self.run_due(self.any_worker())
@@ -1314,6 +1406,8 @@ class Simulation:
             self.deploy()
         elif kind == "operate":
             self.operate()
+        elif kind == "signal":
+            self.signal()
         else:
             live = self.live()
             retired = live[rng.randrange(len(live))]
@@ -1342,7 +1436,17 @@ class Simulation:
                 excess += max(
                     0, r.compensation_attempt_count - self.begun[(rid, r.name, "compensation")]
                 )
-                if r.status in _DONE_ACTION and not self.ok[(rid, r.name, "action")]:
+                if r.name == SIGNAL and r.status in _DONE_ACTION:
+                    if rid not in self.signals or r.result != self.signals[rid]:
+                        self.violate(
+                            "wait_skipped",
+                            (rid, r.name),
+                            f"run {rid}: the log says the wait {r.name!r} is {r.status.value} "
+                            f"with {r.result!r}; the first signal sent: {self.signals.get(rid)!r}",
+                        )
+                elif r.name == SLEEP:
+                    pass  # (no function: its end is checked where the next step begins)
+                elif r.status in _DONE_ACTION and not self.ok[(rid, r.name, "action")]:
                     self.violate(
                         "recorded_success_untrue",
                         (rid, r.name),
@@ -1357,7 +1461,11 @@ class Simulation:
                         "compensation never succeeded",
                     )
             if run.status is S.SUCCEEDED:
-                missing = [r.name for r in run.steps if not self.ok[(rid, r.name, "action")]]
+                missing = [
+                    r.name
+                    for r in run.steps
+                    if not self.ok[(rid, r.name, "action")] and r.name not in (SLEEP, SIGNAL)
+                ]
                 if missing:
                     self.violate(
                         "status_succeeded",
