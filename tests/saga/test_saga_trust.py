@@ -947,6 +947,36 @@ def test_a_landed_commit_that_began_a_compensation_on_the_same_step_runs_it(
     ]
 
 
+def test_a_queued_run_is_begun_only_with_its_operators_request_read(sqlite_url: str) -> None:
+    # One attempt at a time; three runs claimed together: b and c wait, leased, not begun.
+    # While a's step runs, an operator asks to compensate b (nothing of it to undo) and to
+    # retry c now: requests, the runs being held. The commit of a's outcome begins the next
+    # queued run: b, which the request ends at once, then c. c's first attempt is begun with
+    # its request read (applied, it changes nothing), not charged as lost without running.
+    calls: list[tuple[str, int]] = []
+
+    def act(ctx: saga.StepContext) -> str:
+        calls.append((ctx.input, ctx.attempt))
+        if ctx.input == "a":
+            assert orch.compensate("b").status is saga.Status.RUNNING  # (requested)
+            assert orch.retry_now("c").status is saga.Status.RUNNING
+        return ctx.input
+
+    with saga.Orchestrator(sqlite_url, [one_step("q", act)], concurrency=1, hooks=()) as orch:
+        for run_id in "abc":
+            orch.start("q", run_id, run_id=run_id)
+        orch.run_due()
+        statuses = {r: orch.get(r).status for r in "abc"}
+        c_history = [(h.event, h.attempt) for h in orch.history("c") if h.step]
+    assert statuses == {
+        "a": saga.Status.SUCCEEDED,
+        "b": saga.Status.COMPENSATED,
+        "c": saga.Status.SUCCEEDED,
+    }
+    assert calls == [("a", 1), ("c", 1)]
+    assert c_history == ONCE
+
+
 def test_a_commit_that_finished_a_run_unanswered_is_heard_of_once(sqlite_url: str) -> None:
     # The commit that records the last step's outcome finishes the run and releases it; its
     # answer is lost. The next round reads the run back (released, its lease token unchanged:

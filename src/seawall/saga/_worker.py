@@ -501,7 +501,8 @@ class Worker:
         doubts: dict[int, Doubt],
     ) -> int:
         """(In :meth:`_record_all`'s transaction.) Record the outcomes of *pending*, then
-        begin queued runs (appended to *pending*) while fewer than *free* attempts have begun;
+        begin queued runs (appended to *pending*) while fewer than *free* attempts have begun,
+        of the *free* first only (the runs the transaction locked, their requests read);
         returns how many outcomes were recorded. *begun* gets the works whose attempts began;
         *doubts*, what the transaction writes of each run."""
         for w in pending:
@@ -510,7 +511,9 @@ class Worker:
             self._record_one(w, now, go_on=True)
         recorded = len(pending)
         begun.extend(w for w in pending if w.pending is not None and not w.lost)
-        while queued and len(begun) < free:
+        taken = 0  # queued runs taken: at most the *free* first, whose rows take() locked
+        while queued and len(begun) < free and taken < free:
+            taken += 1
             w = queued.popleft()
             if w.lost:  # pragma: no cover - a queued run is written only at its claim
                 continue
