@@ -171,8 +171,9 @@ NOT_GUARANTEED: dict[str, frozenset[str]] = {
     "forced_lease": frozenset({"two_live_workers"}),
     # The same with async def steps: one that starves its worker's threads blocks the event
     # loop too, so the worker's other async attempts of the group begin only after it, their
-    # leases lapsed meanwhile; another worker may have finished those runs by then.
-    "async_keeper_down": frozenset({"two_live_workers", "finished_step_rerun"}),
+    # leases lapsed meanwhile; another worker (or an operator) may have finished or stopped
+    # those runs by then.
+    "async_keeper_down": frozenset({"two_live_workers", "finished_step_rerun", "stopped_run_ran"}),
     # An operator breaks a live worker's lease while one of its async def steps runs without
     # awaiting (it holds the event loop): the worker's other attempts of the group, begun in
     # the log before the operation, start their functions only after it, on a run an operator
