@@ -592,10 +592,13 @@ def end_connection(store: Any, url: str) -> None:
         admin.execute("SELECT pg_terminate_backend(%s)", (store._conn.info.backend_pid,))
 
 
+#: Retried at once, up to 3 attempts.
+FAST = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
+
+
 def one_step(name: str, act: Any) -> saga.Saga:
     """A saga of the one step *act*, retried at once up to 3 attempts."""
-    policy = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
-    return saga.Saga(name, [saga.Step("act", act, policy=policy)])
+    return saga.Saga(name, [saga.Step("act", act, policy=FAST)])
 
 
 def held_back(
@@ -616,9 +619,6 @@ def held_back(
 
     return act, calls, may_end
 
-
-#: Retried at once, up to 3 attempts.
-FAST = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
 
 #: The history of a step run once, its outcome recorded.
 ONCE = [("attempt", 1), ("success", 1)]
@@ -891,8 +891,7 @@ def test_a_worker_closing_after_a_failed_commit_applies_a_request_that_came_mean
     def undo(ctx: saga.StepContext) -> None:
         calls.append(("undo", ctx.attempt))
 
-    policy = seawall.RetryPolicy(max_attempts=3, backoff=seawall.Backoff.constant(0.0), hooks=())
-    flow = saga.Saga("asked", [saga.Step("act", act, compensate=undo, policy=policy)])
+    flow = saga.Saga("asked", [saga.Step("act", act, compensate=undo, policy=FAST)])
     first = saga.Orchestrator(sqlite_url, [flow], hooks=())
     with first:
         first.store.__class__ = type("FailingSQLiteStore", (_FailsCommit, type(first.store)), {})
