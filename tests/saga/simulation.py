@@ -565,7 +565,8 @@ class Config:
             tags.add("deadline")
         if self.wait is not None:
             tags.add("sleep" if self.wait == SLEEP else "signal")
-        if self.asynchronous:
+        asynchronous = self.asynchronous & set(self.names)  # (those of the saga's steps)
+        if asynchronous:
             tags.add("async")
             if self.forced:
                 tags.add("async_forced_lease")
@@ -575,7 +576,7 @@ class Config:
             tags.add("slow_step" if self.renewed else "starved_lease")
             if not self.renewed and self.keeper_down:
                 tags.add("keeper_down")
-                if self.asynchronous:
+                if asynchronous:
                     tags.add("async_keeper_down")
             if self.batch > 1:
                 tags.add("batch_slow")
