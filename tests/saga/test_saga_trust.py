@@ -745,20 +745,31 @@ def test_a_worker_closed_after_a_lost_connection_hands_its_runs_back(pg_url: str
     assert calls == ["a", "b"]
 
 
-class _LosesAnswer:
-    """Mixed into a SQLite store: the commit after :attr:`armed` is set lands, and then the
-    store raises as if the connection had gone before its answer came (which no real SQLite
-    or PostgreSQL failure can be made to do at a chosen commit)."""
+class _FailingCommit:
+    """Mixed into a SQLite store (:func:`failing`): the commit after :attr:`armed` is set
+    fails. It is rolled back, as at a lost connection; or, with :attr:`lands`, it lands and
+    then the store raises as if the connection had gone before its answer came (which no real
+    SQLite or PostgreSQL failure can be made to do at a chosen commit)."""
 
     armed = False
+    lands = False
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         with super().transaction():  # type: ignore[misc]
             yield
+            if self.armed and not self.lands:
+                self.armed = False
+                raise sqlite3.OperationalError("disk I/O error")
         if self.armed:
             self.armed = False
             raise sqlite3.OperationalError("the answer to the commit was lost")
+
+
+def failing(store: Any, *, lands: bool) -> None:
+    """Make *store* fail the commit after its ``armed`` is set (:class:`_FailingCommit`)."""
+    mixin = type("FailingCommit", (_FailingCommit,), {"lands": lands})
+    store.__class__ = type("FailingSQLiteStore", (mixin, type(store)), {})
 
 
 def test_a_commit_that_landed_unanswered_goes_on_where_it_left_off(sqlite_url: str) -> None:
@@ -785,7 +796,7 @@ def test_a_commit_that_landed_unanswered_goes_on_where_it_left_off(sqlite_url: s
     hook = lambda e: heard.append((e.kind, e.step, e.attempt))  # noqa: E731
     with saga.Orchestrator(sqlite_url, [flow], hooks=(hook,)) as orch:
         store = orch.store
-        store.__class__ = type("LosingSQLiteStore", (_LosesAnswer, type(store)), {})
+        failing(store, lands=True)
         run_id = orch.start("land", {})
         with pytest.raises(sqlite3.OperationalError, match="answer to the commit"):
             orch.run_due()
@@ -805,26 +816,11 @@ def test_a_commit_that_landed_unanswered_goes_on_where_it_left_off(sqlite_url: s
     assert heard.count(("attempt", "one", 1)) == 1
 
 
-class _FailsCommit:
-    """Mixed into a SQLite store: the commit after :attr:`armed` is set fails, rolled back,
-    as at a lost connection."""
-
-    armed = False
-
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
-        with super().transaction():  # type: ignore[misc]
-            yield
-            if self.armed:
-                self.armed = False
-                raise sqlite3.OperationalError("disk I/O error")
-
-
 @pytest.mark.parametrize("force", [False, True], ids=["lease-ran-out", "force"])
-@pytest.mark.parametrize("fault", [_FailsCommit, _LosesAnswer], ids=["rolled-back", "landed"])
+@pytest.mark.parametrize("lands", [False, True], ids=["rolled-back", "landed"])
 @pytest.mark.parametrize("then", ["run_due", "close"])
 def test_an_outcome_fenced_by_an_operator_is_in_the_log_once_after_a_failed_commit(
-    sqlite_url: str, force: bool, fault: type, then: str
+    sqlite_url: str, force: bool, lands: bool, then: str
 ) -> None:
     # While a's attempt runs, an operator cancels the run: once a's lease ran out, or at once
     # with --force. a's commit finds its lease taken, and writes only a fenced line (what the
@@ -850,7 +846,7 @@ def test_an_outcome_fenced_by_an_operator_is_in_the_log_once_after_a_failed_comm
         hooks=[lambda e: heard.append((e.kind, e.attempt))],
         worker_id="a",
     ) as a:
-        a.store.__class__ = type("FaultySQLiteStore", (fault, type(a.store)), {})
+        failing(a.store, lands=lands)
         run_id = a.start("s", {})
         with pytest.raises(sqlite3.OperationalError):
             a.run_due()
@@ -894,7 +890,7 @@ def test_a_worker_closing_after_a_failed_commit_applies_a_request_that_came_mean
     flow = saga.Saga("asked", [saga.Step("act", act, compensate=undo, policy=FAST)])
     first = saga.Orchestrator(sqlite_url, [flow], hooks=())
     with first:
-        first.store.__class__ = type("FailingSQLiteStore", (_FailsCommit, type(first.store)), {})
+        failing(first.store, lands=False)
         run_id = first.start("asked", {})
         with pytest.raises(sqlite3.OperationalError):
             first.run_due()
@@ -929,7 +925,7 @@ def test_a_landed_commit_that_began_a_compensation_on_the_same_step_runs_it(
 
     flow = saga.Saga("undo", [saga.Step("act", act, compensate=undo, policy=FAST)])
     with saga.Orchestrator(sqlite_url, [flow], hooks=()) as orch:
-        orch.store.__class__ = type("LosingSQLiteStore", (_LosesAnswer, type(orch.store)), {})
+        failing(orch.store, lands=True)
         run_id = orch.start("undo", {})
         with pytest.raises(sqlite3.OperationalError, match="answer to the commit"):
             orch.run_due()
@@ -994,7 +990,7 @@ def test_a_commit_that_finished_a_run_unanswered_is_heard_of_once(sqlite_url: st
 
     with saga.Orchestrator(sqlite_url, [one_step("fin", act)], hooks=(hook,)) as orch:
         store = orch.store
-        store.__class__ = type("LosingSQLiteStore", (_LosesAnswer, type(store)), {})
+        failing(store, lands=True)
         run_id = orch.start("fin", {})
         with pytest.raises(sqlite3.OperationalError, match="answer to the commit"):
             orch.run_due()
