@@ -71,9 +71,7 @@ class Transitions:
                 return
             self.outcomes.finish(w, S.NEEDS_ATTENTION, now, w.problem)
             return
-        if run.requested:
-            with contextlib.suppress(ValueError):
-                apply_operation(loaded, run.requested, now)
+        self.apply_request(loaded, now)
         for _ in range(4 * len(loaded.steps) + 8):
             status = run.status
             if status in (S.RUNNING.value, S.RETRYING.value, S.WAITING.value):
@@ -118,6 +116,15 @@ class Transitions:
                 run.lease_owner = None
                 return
         raise RuntimeError(f"run {run.run_id!r}: no progress")  # pragma: no cover
+
+    @staticmethod
+    def apply_request(loaded: Loaded, now: float) -> None:
+        """Apply the operator's request the run carries (``run.requested``, read in the open
+        transaction), if any; it begins no attempt. One that no longer applies to the run's
+        status changes nothing (the save clears it all the same)."""
+        if loaded.run.requested:
+            with contextlib.suppress(ValueError):
+                apply_operation(loaded, loaded.run.requested, now)
 
     def _compensation_index(self, w: Work) -> int | None:
         steps = w.saga.steps

@@ -36,7 +36,7 @@ from seawall.saga._carryover import Carryover, Doubt
 from seawall.saga._execution import Executor, Heartbeat
 from seawall.saga._hooks import Hook, emit
 from seawall.saga._model import MAX_PAYLOAD_BYTES, Run, Saga, SagaEvent, Status
-from seawall.saga._operations import ACTIVE, SETTLED, apply_operation, unknown_status
+from seawall.saga._operations import ACTIVE, SETTLED, unknown_status
 from seawall.saga._outcomes import Outcomes, fenced_line
 from seawall.saga._rows import Loaded, RunRow, to_run
 from seawall.saga._store import Store
@@ -550,9 +550,8 @@ class Worker:
         else:
             if go_on:
                 self._transitions.advance_safely(w, now)
-            elif run.requested:
-                with contextlib.suppress(ValueError):  # (as advance does)
-                    apply_operation(w.loaded, run.requested, now)
+            else:
+                self._transitions.apply_request(w.loaded, now)
         if not go_on and run.lease_owner is not None:
             self._outcomes.release(w, now if run.status in ACTIVE else None, now)
         self._save(w)
