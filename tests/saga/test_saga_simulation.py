@@ -1,16 +1,22 @@
-"""The saga simulation (simulation.py): thousands of seeded schedules of the real orchestrator
-on virtual time under injected faults, every invariant checked after every operation; and the
-harness's own checks, each shown to catch the fault it names."""
+"""The saga simulation (simulation.py, and the sim_*.py modules of its harness): thousands of
+seeded schedules of the real orchestrator on virtual time under injected faults, every
+invariant checked after every operation; and the harness's own checks, each shown to catch the
+fault it names."""
 
 from __future__ import annotations
 
 import collections
 import os
 import pathlib
+import random
 import subprocess
 import sys
 
 import pytest
+import sim_config
+import sim_invariants
+import sim_schedule
+import sim_workers
 import simulation
 
 from seawall import saga
@@ -49,18 +55,18 @@ def test_seeded_schedules_keep_every_invariant(first: int) -> None:
     assert stats["interleaved_steps"] > count / 4, report
     assert stats["status_SUCCEEDED"] and stats["status_COMPENSATED"], report
     assert stats["signals"] and stats["after_signal"] and stats["after_sleep"], report
-    for tag in simulation.TAGS:
+    for tag in sim_invariants.TAGS:
         if tag in ("async_keeper_down", "async_forced_lease"):  # (rare; see the test below)
             continue
-        if tag != "keeper_down" or simulation.KEEPER:
+        if tag != "keeper_down" or sim_config.KEEPER:
             assert any(tag in r.tags for r in results), (tag, report)
 
 
 def test_the_lists_of_reported_violations_name_real_tags_and_invariants() -> None:
-    for listed in (simulation.KNOWN_OPEN, simulation.NOT_GUARANTEED):
+    for listed in (sim_invariants.KNOWN_OPEN, sim_invariants.NOT_GUARANTEED):
         for tag, invariants in listed.items():
-            assert tag in simulation.TAGS
-            assert invariants <= simulation.INVARIANTS.keys()
+            assert tag in sim_invariants.TAGS
+            assert invariants <= sim_invariants.INVARIANTS.keys()
 
 
 def test_an_async_step_that_holds_the_loop_past_its_lease_is_reported_not_failed(
@@ -80,8 +86,8 @@ def test_an_async_step_that_holds_the_loop_past_its_lease_is_reported_not_failed
 def test_a_violation_is_reported_only_where_a_list_names_its_tag(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(simulation, "NOT_GUARANTEED", {})
-    monkeypatch.setattr(simulation, "KNOWN_OPEN", {"deploy": frozenset({"wrong_row"})})
+    monkeypatch.setattr(sim_invariants, "NOT_GUARANTEED", {})
+    monkeypatch.setattr(sim_invariants, "KNOWN_OPEN", {"deploy": frozenset({"wrong_row"})})
     seen = set()
     for seed in range(100):
         result = simulation.run_schedule(seed, str(tmp_path), sabotage="swap")
@@ -104,11 +110,11 @@ def test_attempts_never_begun_are_reported_not_waited_for(
 ) -> None:
     # An orchestrator that waits for its attempts in a way the harness does not know (sabotaged
     # here: its wait no longer starts them): the watchdog starts them, the schedule says so.
-    if not simulation.CONCURRENCY:
+    if not sim_config.CONCURRENCY:
         pytest.skip("this orchestrator runs one attempt at a time")
-    monkeypatch.setattr(simulation, "LATE", 0.2)
+    monkeypatch.setattr(sim_workers, "LATE", 0.2)
     for seed in range(200):
-        config = simulation.draw_config(simulation.random.Random(seed))
+        config = sim_config.draw_config(random.Random(seed))
         if config.concurrency > 1 and config.runs > 1:
             result = simulation.run_schedule(seed, str(tmp_path), sabotage="deaf")
             if any(v.invariant == "harness_error" for v in result.violations):
@@ -182,7 +188,7 @@ def test_the_replay_command_runs_one_seed_from_a_checkout() -> None:
 
 
 def test_a_violation_names_the_seed_the_operation_and_the_replay() -> None:
-    violation = simulation.Violation("wrong_row", 1234, 7, "w1 ran charge for row ship", False)
+    violation = sim_config.Violation("wrong_row", 1234, 7, "w1 ran charge for row ship", False)
     assert str(violation) == "seed 1234, operation 7: wrong_row: w1 ran charge for row ship"
     assert simulation.replay_command(1234) == (
         "python tests/saga/simulation.py --seed 1234 --trace"
@@ -190,7 +196,7 @@ def test_a_violation_names_the_seed_the_operation_and_the_replay() -> None:
 
 
 def test_a_crash_before_a_commit_rolls_it_back_and_after_keeps_it(tmp_path: pathlib.Path) -> None:
-    sim = simulation.Simulation(0, str(tmp_path))
+    sim = sim_schedule.Simulation(0, str(tmp_path))
     sim.observer = saga.Orchestrator(sim.url, [], clock=sim.base, hooks=())
     try:
         before = sim.spawn(faults=False)
