@@ -816,6 +816,71 @@ def test_a_commit_that_landed_unanswered_goes_on_where_it_left_off(sqlite_url: s
     assert heard.count(("attempt", "one", 1)) == 1
 
 
+class _Counting:
+    """A budget that keeps what it is told, and allows retries or not (*allow*)."""
+
+    def __init__(self, *, allow: bool) -> None:
+        self.allow = allow
+        self.told: list[str] = []
+
+    def on_request(self) -> None:
+        self.told.append("request")
+
+    def allow_retry(self, error: BaseException) -> bool:
+        self.told.append("allow_retry")
+        return self.allow
+
+    def on_success(self) -> None:
+        self.told.append("success")
+
+    def on_failure(self, error: BaseException) -> None:
+        self.told.append("failure")
+
+
+@pytest.mark.parametrize("allow", [True, False], ids=["allowed", "refused"])
+def test_an_outcome_recorded_again_after_a_lost_commit_is_told_to_its_budget_once(
+    sqlite_url: str, allow: bool
+) -> None:
+    # The first attempt fails; the commit that records the failure (its budget asked for the
+    # retry) is rolled back, as at a lost connection. The next round records the failure
+    # again: the budget and the policy's hooks hear of it once, and the budget's answer then
+    # stands (a retry scheduled, or held back).
+    clock = seawall.VirtualClock(start=START)
+    budget = _Counting(allow=allow)
+    heard: list[str] = []
+
+    def charge(ctx: saga.StepContext) -> str:
+        if ctx.attempt == 1:
+            orch.store.armed = True  # type: ignore[attr-defined]
+            raise ConnectionError("the bank is down")
+        return "charged"
+
+    policy = seawall.RetryPolicy(
+        max_attempts=3,
+        backoff=seawall.Backoff.constant(1.0),
+        budget=budget,
+        hooks=(lambda e: heard.append(e.kind),),
+    )
+    flow = saga.Saga("pay", [saga.Step("charge", charge, policy=policy)])
+    first = ["request", "failure", "allow_retry"]
+    with saga.Orchestrator(sqlite_url, [flow], clock=clock, hooks=()) as orch:
+        failing(orch.store, lands=False)
+        run_id = orch.start("pay", {})
+        with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+            orch.run_due()
+        assert budget.told == first
+        orch.run_due()  # the failure recorded again; nothing due yet
+        assert budget.told == first
+        assert heard == ["retry" if allow else "budget_exhausted"]
+        history = [(h.event, h.attempt) for h in orch.history(run_id) if h.step]
+        assert history == [("attempt", 1), ("failure", 1)] + ([] if allow else [("hold", 1)])
+        budget.allow = True
+        clock.advance(60.0)
+        orch.run_until_settled(run_id)
+        assert orch.get(run_id).status is saga.Status.SUCCEEDED
+    assert budget.told == first + ([] if allow else ["allow_retry"]) + ["success"]
+
+
 @pytest.mark.parametrize("force", [False, True], ids=["lease-ran-out", "force"])
 @pytest.mark.parametrize("lands", [False, True], ids=["rolled-back", "landed"])
 @pytest.mark.parametrize("then", ["run_due", "close"])

@@ -165,7 +165,7 @@ class Carryover:
         - It did not: the outcome it held is to be recorded again, on the log as it is (the
           attempt's retry state read back from its row: :meth:`Transitions.resumed`), with the
           next move. The step does not run again, and no attempt is charged that never began.
-          (A retry budget the policy draws on is drawn on again for a failure.)
+          The policy's budget and hooks are not told of it again (:meth:`Transitions.resumed`).
         - It began a run's attempt and did not land: the run is claimed, nothing begun; its
           lease ends at the next claim.
 

@@ -73,6 +73,7 @@ class Outcomes:
             except (TypeError, ValueError) as err:
                 # Not JSON, too deep or too large: the same result again; never retried.
                 ok, value = False, permanent(err)
+        pending.told = True
         if not ok:
             self.failure(
                 w, pending.index, pending.phase, pending.state, value, attempt, duration, now

@@ -29,6 +29,32 @@ __all__ = ["Transitions"]
 S = Status
 
 
+class _Told:
+    """The budget of a policy whose attempt's outcome is recorded again (the commit that
+    recorded it first was lost, :meth:`Transitions.resumed`): the budget was told of the
+    attempt then, and is not told twice; a retry is allowed as it was then."""
+
+    __slots__ = ("allowed",)
+
+    def __init__(self, *, allowed: bool) -> None:
+        self.allowed = allowed
+
+    def on_request(self) -> None:
+        """(Asked before a first attempt only: never here.)"""
+
+    def allow_retry(self, error: BaseException) -> bool:
+        return self.allowed
+
+    def on_success(self) -> None:
+        """Told already."""
+
+    def on_failure(self, error: BaseException) -> None:
+        """Told already."""
+
+    def on_answer(self, error: BaseException) -> None:
+        """Told already."""
+
+
 class Transitions:
     """Decides the next move of claimed runs, as this worker (*worker_id*, holding runs for
     *lease* seconds), recording what happens through *outcomes*."""
@@ -357,9 +383,18 @@ class Transitions:
         """The attempt *done*, which the log (``w.loaded``, read anew) has begun with no
         outcome (:meth:`running`), its retry state read back from the step's row as
         :meth:`_lost` reads it: its outcome can be recorded on the log as it is (a commit that
-        recorded it once was lost). ``None`` if that state cannot be read."""
+        recorded it once was lost). ``None`` if that state cannot be read.
+
+        The policy's budget and hooks heard of the outcome when it was first recorded (if it
+        was, ``done.told``): they do not hear of it again, and the budget's answer then (a
+        retry allowed, or refused) stands."""
         row = w.loaded.steps[done.index]
         policy = w.saga.steps[done.index].retry_policy
+        if done.told:
+            first = done.state
+            refused = first.deferred or first.reason == "budget"
+            told = None if policy.budget is None else _Told(allowed=not refused)
+            policy = policy.replace(budget=told, hooks=())
         try:
             data = json.loads(row.retry_state) if row.retry_state else None
             if not isinstance(data, dict):

@@ -26,6 +26,9 @@ class Pending:
     ctx: StepContext
     started: float
     is_async: bool
+    #: Whether its outcome was put to its policy (the budget told, the policy's hooks heard):
+    #: by a recording whose commit may have been lost (:meth:`Transitions.resumed`).
+    told: bool = False
 
 
 class Outcome(NamedTuple):
