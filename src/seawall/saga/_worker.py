@@ -33,12 +33,13 @@ from seawall._core.clock import Clock, SystemClock, VirtualClock
 from seawall._core.errors import error_summary
 from seawall._core.redact import escape_controls
 from seawall.saga._carryover import Carryover, Doubt
+from seawall.saga._definitions import definition_of
 from seawall.saga._execution import Executor, Heartbeat
 from seawall.saga._hooks import Hook, emit
 from seawall.saga._model import MAX_PAYLOAD_BYTES, Run, Saga, SagaEvent, Status
 from seawall.saga._operations import ACTIVE, SETTLED, unknown_status
 from seawall.saga._outcomes import Outcomes, fenced_line
-from seawall.saga._rows import Loaded, RunRow, to_run
+from seawall.saga._rows import to_run
 from seawall.saga._store import Store
 from seawall.saga._transitions import Transitions
 from seawall.saga._work import Outcome, Work
@@ -50,7 +51,6 @@ __all__ = [
     "MIN_IDLE",
     "Round",
     "Worker",
-    "changed_reason",
 ]
 
 logger = logging.getLogger("seawall.saga")
@@ -73,32 +73,6 @@ class Round(NamedTuple):
 
     claimed: int  # runs claimed
     ran: int  # attempts run
-
-
-def changed_reason(run: RunRow, names: Sequence[str], versions: dict[int, Saga]) -> str:
-    """Why a run cannot go on here: what changed between the definition it started under (its
-    step rows' *names*) and the newest one registered, in words a person can act on."""
-    started = f"version {run.version}" if isinstance(run.version, int) else "its first version"
-    if not versions:  # pragma: no cover - runs are claimed for registered sagas only
-        return f"saga {run.saga!r} is not registered in this worker"
-    newest = versions[max(versions)]
-    new = list(newest.names)
-    changes = []
-    for i, name in enumerate(names):
-        if name not in new:
-            changes.append(f"step {name!r} is gone")
-        elif new.index(name) != i:
-            changes.append(f"step {name!r} is now at position {new.index(name) + 1}")
-    changes += [f"step {name!r} is new" for name in new if name not in names]
-    if not changes:
-        changes.append(f"version {newest.version} has the same steps")
-    shown = "; ".join(changes[:3]) + ("; ..." if len(changes) > 3 else "")
-    registered = ", ".join(str(v) for v in sorted(versions))
-    return (
-        f"saga {run.saga!r} changed under run {run.run_id!r}: {shown} (the run started under "
-        f"{started}; this worker has version {registered}). Register the definition it started "
-        "under beside the new one to let it finish, or cancel it"
-    )
 
 
 class Worker:
@@ -318,29 +292,6 @@ class Worker:
             self.store.close()
         self.store = store
 
-    def _definition(self, loaded: Loaded) -> tuple[Saga | None, str | None]:
-        """The definition *loaded* started under, or ``None`` and why it is not here."""
-        run = loaded.run
-        versions = self._versions.get(run.saga, {})
-        names = [row.name for row in loaded.steps]
-        if run.fingerprint is not None:
-            saga = versions.get(run.version) if isinstance(run.version, int) else None
-            if (
-                saga is not None
-                and saga.fingerprint == run.fingerprint
-                and list(saga.names) == names
-            ):
-                return saga, None
-        else:
-            # A run of the first schema recorded no definition: the newest version with the
-            # same step names is the one it started under (and is recorded now).
-            for version in sorted(versions, reverse=True):
-                saga = versions[version]
-                if list(saga.names) == names:
-                    run.version, run.fingerprint = saga.version, saga.fingerprint
-                    return saga, None
-        return None, changed_reason(run, names, versions)
-
     # -- one round: claim, then run and record until every claimed run is released ------------
 
     def _round(self, run_id: str | None) -> Round:
@@ -372,7 +323,7 @@ class Worker:
                     problem = unknown_status(loaded)
                     saga = None
                     if problem is None:
-                        saga, problem = self._definition(loaded)
+                        saga, problem = definition_of(self._versions, loaded)
                     work = Work(loaded, saga, problem)
                     loaded.run.token = work.token + 1
                     loaded.run.lease_owner = self.worker_id
