@@ -1,76 +1,32 @@
-"""Hedged requests: when an attempt is slow, start another and take whichever answers first.
-
-A hedge trades a few percent of extra load for a much shorter latency tail (Dean and Barroso,
-"The Tail at Scale", CACM 2013). Only for idempotent operations: two attempts may both run to
-completion on the server.
-"""
+"""Hedge: the hedging policy, its sans-I/O decisions and its decorator, and :func:`hedge`."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import math
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, Literal, NamedTuple, ParamSpec, Protocol, TypeVar, runtime_checkable
+from typing import Any, ParamSpec, TypeVar
 
 from seawall._core import validate as _validate
 from seawall._core.classify import RetryOn, Verdict, classify, compile_errors
 from seawall._core.clock import SYSTEM_CLOCK, Clock
 from seawall._core.decorate import decorate
-from seawall._core.events import check_hooks, emit, logger
+from seawall._core.events import check_hooks, emit
 from seawall._core.public import public
 from seawall._core.switch import SWITCH
 from seawall._strategies.budget import Budget, answer_callback
 from seawall._strategies.deadline import remaining
+from seawall._strategies.hedge.drivers import asyncio_acall, trio_acall
+from seawall._strategies.hedge.events import HedgeEvent, HedgeHook, QuantileSource
 
-__all__ = ["Hedge", "HedgeDelayPassed", "HedgeEvent", "HedgeHook", "QuantileSource", "hedge"]
+__all__ = ["Hedge", "hedge"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 # A whole token, less float rounding: ten calls earning 0.1 each make 0.9999999999999999.
 _ONE_TOKEN = 1.0 - 1e-9
-
-
-@public("seawall.lowlevel")
-@runtime_checkable
-class QuantileSource(Protocol):
-    """What an adaptive hedge delay needs: a live latency distribution (a LatencyTracker)."""
-
-    def record(self, seconds: float) -> None:
-        """Add one latency sample."""
-
-    def quantile(self, q: float) -> float | None:
-        """The latency below which a fraction *q* of the samples fall (``None``: no data)."""
-
-
-@public("seawall.lowlevel")
-class HedgeDelayPassed(TimeoutError):
-    """What a budget's ``allow_retry`` receives for a hedge started because an attempt was slow."""
-
-
-@public("seawall.lowlevel")
-class HedgeEvent(NamedTuple):
-    """What a hedge hook receives. Immutable and cheap to create (a named tuple).
-
-    Attributes:
-        kind: ``"hedge"`` (an extra attempt was started), ``"win"`` (an extra attempt answered
-            the call first) or ``"budget_exhausted"`` (the budget refused an extra attempt).
-        policy: the hedge's ``name`` (or ``None``).
-        attempt: the number of the attempt started, refused or winning (2 for the first hedge).
-        error: why the extra attempt was wanted: a :class:`HedgeDelayPassed` when the attempts
-            in flight were slow, else the retryable error of the attempt that failed
-            (``None`` for ``"win"``).
-    """
-
-    kind: Literal["hedge", "win", "budget_exhausted"]
-    policy: str | None
-    attempt: int
-    error: BaseException | None
-
-
-HedgeHook = Callable[[HedgeEvent], None]
 
 
 class _Shared:
@@ -408,7 +364,7 @@ class Hedge:
         if self._hooks:
             emit(self._hooks, HedgeEvent(kind, self.name, attempt, error))
 
-    # -- the asyncio driver ----------------------------------------------------------------
+    # -- the driver: the asyncio or the trio loop ---------------------------------------------
 
     async def acall(self, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
         """Await ``fn(*args, **kwargs)``, hedged.
@@ -423,167 +379,8 @@ class Hedge:
         from seawall._core.compat import running_trio
 
         if running_trio():
-            return await self._trio_acall(fn, args, kwargs)
-        loop = asyncio.get_running_loop()
-        clock = self.clock
-        started = clock.now()
-        delay = self.start_call()
-        replicas = self.replicas
-        max_attempts = self.max_attempts
-
-        def launch() -> asyncio.Future[T]:
-            if replicas is None:
-                aw = fn(*args, **kwargs)
-            else:
-                aw = fn(replicas[len(tasks) % len(replicas)], *args, **kwargs)
-            task = asyncio.ensure_future(aw)
-            tasks.append(task)
-            starts.append(clock.now())
-            return task
-
-        tasks: list[asyncio.Future[T]] = []
-        starts: list[float] = []  # when each attempt started, on the clock: its latency
-        pending = {launch()}
-        next_at = loop.time() + delay
-        last_error: BaseException | None = None
-        try:
-            while True:
-                timeout = None
-                if len(tasks) < max_attempts and next_at != math.inf:
-                    timeout = max(0.0, next_at - loop.time())
-                done, pending = await asyncio.wait(
-                    pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-                )
-                if not done:
-                    # The delay passed with every attempt still running: hedge.
-                    passed = HedgeDelayPassed(f"no answer after {delay:.3f} s")
-                    if self.admit(passed, len(tasks) + 1):
-                        pending.add(launch())
-                        next_at = loop.time() + delay
-                    else:
-                        next_at = math.inf
-                    continue
-                for task in sorted(done, key=_failed_last):
-                    index = tasks.index(task)
-                    if task.cancelled():
-                        error: BaseException = asyncio.CancelledError()
-                    else:
-                        exc = task.exception()
-                        if exc is None:
-                            self.on_success(clock.now() - started, index + 1)
-                            return task.result()
-                        error = exc
-                    if self.on_error(error, clock.now() - starts[index]):
-                        raise error
-                    last_error = error
-                if not pending:
-                    assert last_error is not None
-                    if len(tasks) < max_attempts and self.admit(last_error, len(tasks) + 1):
-                        # gRPC hedging: a retryable failure sends the next hedge at once.
-                        pending.add(launch())
-                        next_at = loop.time() + delay
-                        continue
-                    raise last_error
-        finally:
-            if pending:
-                for task in pending:
-                    task.cancel()
-                # Wait for the losers to unwind, so their cleanup (closing connections) has run.
-                await asyncio.wait(pending)
-                for task in pending:
-                    # A loser whose cleanup raised: its error is retrieved and logged here, not
-                    # left to "Task exception was never retrieved"; the call's outcome stands.
-                    if not task.cancelled() and task.exception() is not None:
-                        logger.warning(
-                            "seawall hedge: a cancelled attempt failed while unwinding",
-                            exc_info=task.exception(),
-                        )
-
-    async def _trio_acall(self, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any) -> T:
-        """:meth:`acall` on trio: the same decisions, attempts run in a nursery."""
-        import functools
-
-        import trio
-
-        clock = self.clock
-        started = clock.now()
-        delay = self.start_call()
-        replicas = self.replicas
-        max_attempts = self.max_attempts
-        starts: list[float] = []  # when each attempt started, on the clock: its latency
-        send, receive = trio.open_memory_channel[tuple[int, bool, Any]](math.inf)
-        found: list[T] = []
-        failure: BaseException | None = None
-        settled = False  # the call's outcome is known: the attempts still running are losers
-
-        async def attempt(index: int, call: Callable[[], Awaitable[T]]) -> None:
-            try:
-                value = await call()
-            except Exception as exc:
-                if settled:
-                    # A loser whose cleanup raised: logged, as on asyncio; the outcome stands.
-                    logger.warning(
-                        "seawall hedge: a cancelled attempt failed while unwinding", exc_info=exc
-                    )
-                    return
-                send.send_nowait((index, False, exc))
-            else:
-                send.send_nowait((index, True, value))
-
-        async with trio.open_nursery() as nursery:
-
-            def launch() -> None:
-                index = len(starts)
-                starts.append(clock.now())
-                if replicas is None:
-                    call = functools.partial(fn, *args, **kwargs)
-                else:
-                    call = functools.partial(fn, replicas[index % len(replicas)], *args, **kwargs)
-                nursery.start_soon(attempt, index, call)
-
-            launch()
-            running = 1
-            next_at = trio.current_time() + delay
-            while True:
-                wait_until = math.inf
-                if len(starts) < max_attempts and next_at != math.inf:
-                    wait_until = next_at
-                message = None
-                with trio.move_on_at(wait_until):
-                    message = await receive.receive()
-                if message is None:
-                    # The delay passed with every attempt still running: hedge.
-                    passed = HedgeDelayPassed(f"no answer after {delay:.3f} s")
-                    if self.admit(passed, len(starts) + 1):
-                        launch()
-                        running += 1
-                        next_at = trio.current_time() + delay
-                    else:
-                        next_at = math.inf
-                    continue
-                index, ok, payload = message
-                running -= 1
-                if ok:
-                    self.on_success(clock.now() - started, index + 1)
-                    found.append(payload)
-                    break
-                if self.on_error(payload, clock.now() - starts[index]):
-                    failure = payload
-                    break
-                if not running:
-                    if len(starts) < max_attempts and self.admit(payload, len(starts) + 1):
-                        launch()  # gRPC hedging: a retryable failure sends the next at once
-                        running += 1
-                        next_at = trio.current_time() + delay
-                        continue
-                    failure = payload
-                    break
-            # The losers are cancelled; leaving the nursery waits for them to unwind.
-            settled = True
-            nursery.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
-        return found[0]
+            return await trio_acall(self, fn, args, kwargs)
+        return await asyncio_acall(self, fn, args, kwargs)
 
     def __call__(
         self, fn: Callable[P, Coroutine[Any, Any, T]]
@@ -599,11 +396,6 @@ class Hedge:
     def __repr__(self) -> str:
         delay = "adaptive" if self._tracker is not None else f"{self._delay!r}"
         return f"Hedge(delay={delay}, max_attempts={self.max_attempts}, calls={self.calls})"
-
-
-def _failed_last(task: asyncio.Future[Any]) -> int:
-    # When attempts finish together, a success wins over a failure.
-    return 1 if task.cancelled() or task.exception() is not None else 0
 
 
 @public("seawall")
