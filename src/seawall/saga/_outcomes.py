@@ -144,27 +144,7 @@ class Outcomes:
             return
         if delay is None:
             reason = reason_now or state.reason or "not_retryable"
-            loaded.history.append(
-                HistoryRow(
-                    run_id=run.run_id,
-                    at=now,
-                    event="failure",
-                    step=row.name,
-                    phase=phase,
-                    attempt=attempt,
-                    error=summary,
-                )
-            )
-            self.event(
-                w,
-                "attempt",
-                step=row.name,
-                phase=phase,
-                attempt=attempt,
-                error=exc,
-                reason=reason,
-                duration=duration,
-            )
+            self._failed(w, index, phase, attempt, exc, summary, duration, now, reason=reason)
             self.give_up(w, index, phase, reason, summary, now)
             return
         at = now + delay
@@ -174,17 +154,38 @@ class Outcomes:
             row.status = S.RETRYING.value
         run.status = S.COMPENSATING.value if comp else S.RETRYING.value
         run.due_at = at
-        loaded.history.append(
+        self._failed(w, index, phase, attempt, exc, summary, duration, now, retry_in=delay)
+
+    def _failed(
+        self,
+        w: Work,
+        index: int,
+        phase: str,
+        attempt: int,
+        exc: BaseException,
+        summary: str | None,
+        duration: float,
+        now: float,
+        *,
+        retry_in: float | None = None,
+        held: float | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """The ``failure`` line of an attempt, with the retry it scheduled (*retry_in*
+        seconds from *now*), and the event the hooks hear of it: with that delay, or the wait of
+        a hold (*held*), and why it gave up or is held back (*reason*)."""
+        row = w.loaded.steps[index]
+        w.loaded.history.append(
             HistoryRow(
-                run_id=run.run_id,
+                run_id=w.loaded.run.run_id,
                 at=now,
                 event="failure",
                 step=row.name,
                 phase=phase,
                 attempt=attempt,
-                delay=delay,
+                delay=retry_in,
                 error=summary,
-                detail=dumps({"next_retry_at": at}),
+                detail=None if retry_in is None else dumps({"next_retry_at": now + retry_in}),
             )
         )
         self.event(
@@ -194,7 +195,8 @@ class Outcomes:
             phase=phase,
             attempt=attempt,
             error=exc,
-            delay=delay,
+            delay=held if retry_in is None else retry_in,
+            reason=reason,
             duration=duration,
         )
 
@@ -229,28 +231,9 @@ class Outcomes:
         comp = phase == "compensation"
         summary = error_summary(exc) if not isinstance(exc, Recorded) else row.last_error
         if attempt is not None:
-            loaded.history.append(
-                HistoryRow(
-                    run_id=run.run_id,
-                    at=now,
-                    event="failure",
-                    step=row.name,
-                    phase=phase,
-                    attempt=attempt,
-                    error=summary,
-                )
-            )
             # The attempt failed and its retry waits: held back, not given up.
-            self.event(
-                w,
-                "attempt",
-                step=row.name,
-                phase=phase,
-                attempt=attempt,
-                error=exc,
-                delay=delay,
-                reason=reason,
-                duration=duration,
+            self._failed(
+                w, index, phase, attempt, exc, summary, duration, now, held=delay, reason=reason
             )
         at = now + delay
         row.running = False
