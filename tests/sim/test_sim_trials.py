@@ -7,6 +7,7 @@ import json
 import math
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -238,6 +239,36 @@ def test_processes_take_the_costliest_items_first() -> None:
     rank = sorted(range(6), key=lambda i: starts[i])
     assert rank.index(5) < 2, rank
     assert rank.index(0) >= 4, rank
+
+
+class _StuckPool:
+    """A pool whose terminate() never returns, as CPython's can (python/cpython#96995)."""
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+
+    def terminate(self) -> None:
+        self.released.wait()
+
+    def join(self) -> None:
+        """(Never reached.)"""
+
+
+def test_a_pool_stuck_in_terminate_does_not_hold_the_error_back() -> None:
+    import multiprocessing
+    import time
+
+    from seawall.sim._util import terminate
+
+    stuck = _StuckPool()
+    began = time.monotonic()
+    assert terminate(stuck, wait=0.2) is False
+    assert time.monotonic() - began < 5.0
+    stuck.released.set()
+    pool = multiprocessing.get_context("spawn").Pool(2)
+    workers = list(pool._pool)
+    assert terminate(pool) is True
+    assert all(w.exitcode is not None for w in workers)
 
 
 def test_list_shows_the_built_in_scenarios(capsys: pytest.CaptureFixture[str]) -> None:

@@ -202,8 +202,31 @@ def parallel_map(
                 progress(len(results), total)
         pool.close()
     except BaseException:
-        pool.terminate()
+        terminate(pool)
         raise
-    finally:
-        pool.join()
+    pool.join()
     return [results[i] for i in range(total)]
+
+
+#: How long :func:`terminate` waits for a pool to end (seconds).
+TERMINATE_WAIT = 10.0
+
+
+def terminate(pool: Any, wait: float = TERMINATE_WAIT) -> bool:
+    """Terminate *pool* (its workers killed) and join it, waiting at most *wait* seconds;
+    whether it ended.
+
+    ``Pool.terminate()`` can wait for ever: its task handler, sending its last sentinel, waits
+    for the result queue's lock, which a worker killed in the middle of sending a result never
+    releases (python/cpython#96995, open; the workers are killed by then). It runs in a daemon
+    thread here, so that an error in a worker reaches the caller all the same; past the wait
+    the pool's own threads (daemons too) are left behind, blocked."""
+    ended = threading.Event()
+
+    def stop() -> None:
+        pool.terminate()
+        pool.join()
+        ended.set()
+
+    threading.Thread(target=stop, name="seawall-sim-terminate", daemon=True).start()
+    return ended.wait(wait)
