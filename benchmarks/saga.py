@@ -8,6 +8,8 @@ fail with a transient error and are retried at once). The contenders:
   waiting at once share a commit); one worker process runs them (``Orchestrator(concurrency=8)``).
 - ``seawall-4w``: the same with four worker processes (``concurrency=2`` each: 8 attempts in
   flight in all, as for DBOS).
+- ``seawall-4w8``: four worker processes of ``concurrency=8`` each, as seawall-1w's one (32
+  attempts in flight at most: each worker records up to eight outcomes a commit).
 - ``dbos``: the callers call the workflow function (DBOS runs it in the caller's thread).
 - ``dbos-queue``: the callers enqueue it on a DBOS queue (``worker_concurrency=8``) and the
   application's DBOS runs the queue.
@@ -63,8 +65,8 @@ from _postgres import start_postgres
 HERE = pathlib.Path(__file__).resolve().parent
 CALLERS = 8
 POLL = 0.01  # seawall's worker poll and the DBOS queue's polling interval
-CONTENDERS = ("seawall-1w", "seawall-4w", "dbos", "dbos-queue")
-WORKERS = {"seawall-1w": (1, 8), "seawall-4w": (4, 2)}  # processes, concurrency each
+CONTENDERS = ("seawall-1w", "seawall-4w", "seawall-4w8", "dbos", "dbos-queue")
+WORKERS = {"seawall-1w": (1, 8), "seawall-4w": (4, 2), "seawall-4w8": (4, 8)}  # processes, each
 WARM = 2 * CALLERS  # runs of each contender before the measured time (not counted)
 
 
@@ -610,7 +612,9 @@ def load() -> list[float]:
 
 
 def summarise(data: dict[str, Any]) -> None:
-    """Print the tables of the docs from the JSON."""
+    """Print the tables of the docs from the JSON (the contenders it has)."""
+    measured = set.intersection(*(set(r["contenders"]) for r in data["results"]))
+    contenders = [c for c in CONTENDERS if c in measured]
     print(
         f"\n{data['runs']} runs of a 3-step saga, {CALLERS} caller threads; median of "
         f"{data['rounds']} interleaved rounds (each round's figure in brackets)"
@@ -622,7 +626,7 @@ def summarise(data: dict[str, Any]) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for kind in data["stores"]:
         rounds = [r for r in data["results"] if r["store"] == kind]
-        for contender in CONTENDERS:
+        for contender in contenders:
             rps = [r["contenders"][contender]["runs_per_s"] for r in rounds]
             cpr = [r["contenders"][contender]["commits_per_run"] for r in rounds]
             cps = [a * b for a, b in zip(rps, cpr, strict=True)]
@@ -650,7 +654,7 @@ def summarise(data: dict[str, Any]) -> None:
             )
     lock = [
         (contender, [r["contenders"][contender] for r in data["results"] if r["store"] == "sqlite"])
-        for contender in CONTENDERS
+        for contender in contenders
     ]
     lock = [(c, rs) for c, rs in lock if rs and all(r.get("write_lock_seconds") for r in rs)]
     if lock:  # (figures saved before this was measured have none)
@@ -672,7 +676,7 @@ def summarise(data: dict[str, Any]) -> None:
     print("|---|---|---|---|---|")
     for kind in data["stores"]:
         rounds = [r for r in data["results"] if r["store"] == kind]
-        for s in ("seawall-1w", "seawall-4w"):
+        for s in (c for c in contenders if c.startswith("seawall")):
             for d in ("dbos", "dbos-queue"):
                 ratios = [
                     r["contenders"][s]["runs_per_s"] / r["contenders"][d]["runs_per_s"]
@@ -690,7 +694,7 @@ def summarise(data: dict[str, Any]) -> None:
     print("|---|---|---|---|---|---|---|")
     for kind in data["stores"]:
         rounds = [r for r in data["results"] if r["store"] == kind]
-        for contender in CONTENDERS:
+        for contender in contenders:
             cols = []
             for key in ("startup_seconds", "library_startup_seconds", "first_round_seconds"):
                 xs = [r["contenders"][contender].get(key) for r in rounds]

@@ -38,7 +38,7 @@ def test_the_speed_tables_are_the_saved_figures(capsys: pytest.CaptureFixture[st
 
 def test_the_saved_figures_are_complete() -> None:
     data = json.loads(FIGURES.read_text(encoding="utf-8"))
-    contenders = {"seawall-1w", "seawall-4w", "dbos", "dbos-queue"}
+    contenders = {"seawall-1w", "seawall-4w", "seawall-4w8", "dbos", "dbos-queue"}
     assert len(data["results"]) == data["rounds"] * len(data["stores"])
     for result in data["results"]:
         assert set(result["contenders"]) == contenders
