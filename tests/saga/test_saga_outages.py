@@ -137,6 +137,17 @@ def test_runs_a_failed_round_had_not_begun_are_claimed_again_at_once(sqlite_url:
     assert calls == ["a", "b", "c"]
 
 
+def taken_over_at_once(url: str, flow: saga.Saga) -> None:
+    """Another worker takes runs a and b over at once, not after their leases: b's attempt
+    runs, a only finishes, each step run once."""
+    with saga.Orchestrator(url, [flow], hooks=()) as second:
+        assert second.run_due() == 1  # b's attempt; a only finishes
+        for run_id in "ab":
+            run = second.get(run_id)
+            assert run.status is saga.Status.SUCCEEDED, run
+            assert [(h.event, h.attempt) for h in second.history(run_id) if h.step] == ONCE
+
+
 def test_a_worker_closed_after_an_outage_hands_its_runs_back(sqlite_url: str) -> None:
     # One attempt at a time: a's fills the store while b waits in the round, claimed. The
     # store is put right and the worker closed (say it was told to stop) before another
@@ -156,12 +167,7 @@ def test_a_worker_closed_after_an_outage_hands_its_runs_back(sqlite_url: str) ->
         with pytest.raises(OSError):
             first.run_due()
         put_right(first.store)
-    with saga.Orchestrator(sqlite_url, [flow], hooks=()) as second:
-        assert second.run_due() == 1  # b's attempt; a only finishes
-        for run_id in "ab":
-            run = second.get(run_id)
-            assert run.status is saga.Status.SUCCEEDED, run
-            assert [(h.event, h.attempt) for h in second.history(run_id) if h.step] == ONCE
+    taken_over_at_once(sqlite_url, flow)
     assert calls == ["a", "b"]
 
 
@@ -186,12 +192,7 @@ def test_a_worker_closed_after_a_lost_connection_hands_its_runs_back(pg_url: str
         with pytest.raises(Exception) as info:
             first.run_due()
         assert first.store.unavailable(info.value)
-    with saga.Orchestrator(pg_url, [flow], hooks=()) as second:
-        assert second.run_due() == 1  # b's attempt; a only finishes
-        for run_id in "ab":
-            run = second.get(run_id)
-            assert run.status is saga.Status.SUCCEEDED, run
-            assert [(h.event, h.attempt) for h in second.history(run_id) if h.step] == ONCE
+    taken_over_at_once(pg_url, flow)
     assert calls == ["a", "b"]
 
 
