@@ -18,6 +18,7 @@ from seawall._core.switch import ISOLATED
 __all__ = [
     "MAX_DURATION",
     "MAX_EVENTS",
+    "TERMINATE_WAIT",
     "InvalidParameters",
     "SimulationError",
     "check_volume",
@@ -26,6 +27,7 @@ __all__ = [
     "parallel_map",
     "run_isolated",
     "simulate",
+    "terminate",
     "trial_rng",
 ]
 
